@@ -1,0 +1,111 @@
+# ferry — plain Makefile (the primary build).
+#   make            library (static + shared), CLI, tests' binaries
+#   make test       the whole suite; last line "N passed, N failed"
+#   make test SAN=1 the same under ASan + UBSan (separate build dir)
+#   make bench      bench/ (codec sizes and speeds)
+#   make fuzz       libFuzzer targets (clang)
+#   make install PREFIX=/usr/local
+#   NO_NET=1        core only (common, codec, io): no libcurl needed
+CC      ?= cc
+PREFIX  ?= /usr/local
+SAN     ?=
+NO_NET  ?=
+FERRY_DATA ?= ../shared/data
+
+ifeq ($(SAN),1)
+BUILD   ?= build-san
+OPT     ?= -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+LDSAN   := -fsanitize=address,undefined
+else
+BUILD   ?= build
+OPT     ?= -O2 -g
+LDSAN   :=
+endif
+
+WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-missing-field-initializers
+CPPFLAGS += -Iinclude -Ilib -Ilib/common -D_GNU_SOURCE
+CFLAGS   += -std=c11 $(OPT) $(WARN) -fPIC -pthread -fvisibility=hidden
+LDFLAGS  += $(LDSAN) -pthread
+
+CORE_SRC := $(wildcard lib/common/*.c lib/codec/*.c lib/io/*.c)
+NET_SRC  := $(wildcard lib/store/*.c lib/sync/*.c lib/dock/*.c)
+CORE_LIBS := -lzstd -lxxhash -ljansson -lm
+ifeq ($(NO_NET),1)
+LIB_SRC  := $(CORE_SRC)
+LIBS     := $(CORE_LIBS)
+CPPFLAGS += -DFERRY_NO_NET
+else
+LIB_SRC  := $(CORE_SRC) $(NET_SRC)
+LIBS     := $(CORE_LIBS) -lcurl
+endif
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+
+CLI_SRC  := $(wildcard programs/ferry/*.c)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
+
+TEST_SRC := $(wildcard tests/unit/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+REPLAY_BIN := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=$(BUILD)/tests/replay_%)
+TOOL_SRC := $(wildcard tests/tools/*.c)
+TOOL_BIN := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tools/%)
+
+STATIC := $(BUILD)/libferry.a
+SHARED := $(BUILD)/libferry.so
+
+.PHONY: all lib cli tests test bench fuzz install clean check-deps
+all: lib cli tests
+
+lib: $(STATIC) $(SHARED)
+cli: $(BUILD)/ferry
+tests: $(TEST_BIN) $(REPLAY_BIN) $(TOOL_BIN)
+
+$(BUILD)/%.o: %.c $(wildcard include/*.h lib/*/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(STATIC): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(SHARED): $(LIB_OBJ)
+	$(CC) -shared -Wl,-soname,libferry.so.0 -o $@ $^ $(LDFLAGS) $(LIBS)
+
+$(BUILD)/ferry: $(CLI_OBJ) $(STATIC)
+	$(CC) -o $@ $(CLI_OBJ) $(STATIC) $(LDFLAGS) $(LIBS)
+
+# Unit tests may use internal headers (lib/*), so they link the static library.
+$(BUILD)/tests/%: tests/unit/%.c tests/unit/check.h $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests/unit $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(STATIC) $(LDFLAGS) $(LIBS)
+
+# Corpus replay: the libFuzzer entry point driven by a plain main().
+$(BUILD)/tests/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-missing-prototypes -o $@ $< tests/fuzz/replay.c $(STATIC) $(LDFLAGS) $(LIBS)
+
+$(BUILD)/tools/%: tests/tools/%.c $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(STATIC) $(LDFLAGS) $(LIBS)
+
+test: all
+	@BUILD=$(BUILD) FERRY_DATA=$(FERRY_DATA) SAN=$(SAN) bash tests/run.sh
+
+fuzz:
+	$(MAKE) -f tests/fuzz/fuzz.mk
+
+bench: all
+	@BUILD=$(BUILD) FERRY_DATA=$(FERRY_DATA) bash bench/run.sh
+
+install: lib cli
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/libferry.so.0
+	ln -sf libferry.so.0 $(DESTDIR)$(PREFIX)/lib/libferry.so
+	install -m 644 include/*.h $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(BUILD)/ferry $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBS@|$(LIBS)|' -e 's|@VERSION@|$(shell sed -n 's/.*FERRY_VERSION_STRING "\(.*\)"/\1/p' include/ferry.h)|' \
+	  libferry.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/libferry.pc
+
+clean:
+	rm -rf build build-san

@@ -1,0 +1,282 @@
+/*
+ * ferry.h — lossless sparse BF16 policy patches for decoupled RL.
+ *
+ * This header is the reference manual of the ferry core: errors, dtypes,
+ * models (named tensors read from safetensors or built in memory), the patch
+ * codec (diff / apply / inspect) and change statistics.  The core needs only
+ * libzstd, libxxhash and libjansson; the store, sync, dock and loco layers
+ * have headers of their own.
+ *
+ * Conventions (zstd-style):
+ *  - every function that can fail returns an int status: 0 (FERRY_OK) or a
+ *    stable FERRY_ERR_* code; ferry_strerror() names the code and
+ *    ferry_last_error() gives the detailed message of the last failure on the
+ *    calling thread (it names the file, object, tensor and field);
+ *  - handles are opaque, made by *_create / *_open and released by *_free,
+ *    which accepts NULL;
+ *  - every byte that comes from a file, a store or a peer is validated before
+ *    use: lengths are overflow-checked and allocations bounded by the input
+ *    size, so a hostile input yields an error, never a crash;
+ *  - outputs are never half-written: files are written aside, flushed and
+ *    renamed; in-place apply verifies the whole result before touching the
+ *    caller's memory.
+ */
+#ifndef FERRY_H
+#define FERRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) && __GNUC__ >= 4
+#define FERRY_API __attribute__((visibility("default")))
+#else
+#define FERRY_API
+#endif
+
+#define FERRY_VERSION_MAJOR 0
+#define FERRY_VERSION_MINOR 1
+#define FERRY_VERSION_PATCH 0
+#define FERRY_VERSION_STRING "0.1.0"
+
+/* ======================================================================
+ * Errors.  Codes are stable: new ones are appended, none is renumbered.
+ * ====================================================================== */
+enum {
+    FERRY_OK = 0,
+    FERRY_ERR_NOMEM = 1,         /* an allocation failed */
+    FERRY_ERR_ARG = 2,           /* invalid argument from the caller */
+    FERRY_ERR_IO = 3,            /* open/read/write/fsync/rename/mmap failed */
+    FERRY_ERR_UNSUPPORTED = 4,   /* valid input this build cannot handle */
+    FERRY_ERR_NOT_FOUND = 5,     /* named tensor / file / object absent */
+    FERRY_ERR_LIMIT = 6,         /* a declared size exceeds a hard bound */
+
+    /* safetensors (lib/io) */
+    FERRY_ERR_ST_TRUNCATED = 10,   /* file shorter than its header says */
+    FERRY_ERR_ST_HEADER_SIZE = 11, /* header length 0, or over the bound */
+    FERRY_ERR_ST_JSON = 12,        /* header is not a well-formed JSON object */
+    FERRY_ERR_ST_DTYPE = 13,       /* unknown or missing dtype */
+    FERRY_ERR_ST_SHAPE = 14,       /* shape malformed or element count overflows */
+    FERRY_ERR_ST_OFFSETS = 15,     /* data_offsets malformed, unsorted, gapped,
+                                      overlapping or out of bounds */
+    FERRY_ERR_ST_SIZE = 16,        /* byte length != elements x dtype size */
+    FERRY_ERR_ST_TRAILING = 17,    /* bytes after the last tensor */
+    FERRY_ERR_ST_METADATA = 18,    /* __metadata__ is not a string map */
+    FERRY_ERR_ST_DUPLICATE = 19,   /* a tensor name appears twice */
+    FERRY_ERR_ST_INDEX = 20,       /* sharded index malformed or inconsistent */
+
+    /* patch codec (lib/codec) */
+    FERRY_ERR_PATCH_MAGIC = 40,     /* not a ferry patch */
+    FERRY_ERR_PATCH_VERSION = 41,   /* format version this build cannot read */
+    FERRY_ERR_PATCH_TRUNCATED = 42, /* patch ends before a declared field */
+    FERRY_ERR_PATCH_CORRUPT = 43,   /* a field is out of range or inconsistent */
+    FERRY_ERR_PATCH_CHECKSUM = 44,  /* the patch's own checksum does not match */
+    FERRY_ERR_BASE_MISMATCH = 45,   /* base model is not the one the patch needs */
+    FERRY_ERR_TARGET_MISMATCH = 46, /* result does not hash to the declared target */
+    FERRY_ERR_SHAPE_MISMATCH = 47,  /* in-place target differs in structure */
+
+    /* 60..79 store, 80..99 sync, 100..119 dock, 120..139 loco: see their headers */
+};
+
+/* Short, static description of a status code ("unknown error" if none). */
+FERRY_API const char *ferry_strerror(int code);
+
+/* Detailed message of the last failure on this thread, naming the object and
+ * field ("rl-a/step-001.safetensors: tensor 'w': data_offsets end 12 > 10").
+ * Empty string if nothing failed yet.  Valid until the next ferry call. */
+FERRY_API const char *ferry_last_error(void);
+
+/* Library version as "MAJOR.MINOR.PATCH". */
+FERRY_API const char *ferry_version(void);
+
+/* Release memory the library allocated for the caller (patch buffers,
+ * JSON strings).  Accepts NULL. */
+FERRY_API void ferry_free(void *p);
+
+/* ======================================================================
+ * BF16.  Matches PyTorch's float32 -> bfloat16 cast bit for bit: round to
+ * nearest even, every NaN becomes 0x7FC0 (sign dropped, as PyTorch does).
+ * ====================================================================== */
+FERRY_API uint16_t ferry_f32_to_bf16(float f);
+FERRY_API float ferry_bf16_to_f32(uint16_t h);
+/* Casts n values; src and dst may not overlap. */
+FERRY_API void ferry_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n);
+
+/* ======================================================================
+ * Dtypes: every dtype of the safetensors format.
+ * ====================================================================== */
+typedef enum ferry_dtype {
+    FERRY_BOOL = 0, FERRY_U8, FERRY_I8, FERRY_F8_E5M2, FERRY_F8_E4M3,
+    FERRY_F8_E8M0, FERRY_I16, FERRY_U16, FERRY_F16, FERRY_BF16, FERRY_I32,
+    FERRY_U32, FERRY_F32, FERRY_F64, FERRY_I64, FERRY_U64, FERRY_C64,
+    FERRY_F4, FERRY_F6_E2M3, FERRY_F6_E3M2,
+    FERRY_DTYPE_COUNT
+} ferry_dtype;
+
+/* safetensors name ("BF16"), or NULL for an out-of-range value. */
+FERRY_API const char *ferry_dtype_name(ferry_dtype dt);
+/* Parses a safetensors dtype name; FERRY_ERR_ST_DTYPE if unknown. */
+FERRY_API int ferry_dtype_parse(const char *name, ferry_dtype *out);
+/* Size of one element in bits (4 for F4, 6 for F6_*, 16 for BF16). */
+FERRY_API unsigned ferry_dtype_bits(ferry_dtype dt);
+
+/* ======================================================================
+ * Models: an ordered set of named tensors plus string metadata.
+ *
+ * Tensors are kept sorted by name (bytewise), which is also the order of
+ * the model hash.  Data is either borrowed (mmap of a file, or a caller
+ * buffer that must outlive the model) or owned (copied in).
+ * ====================================================================== */
+typedef struct ferry_model ferry_model;
+
+#define FERRY_MAX_DIMS 32
+#define FERRY_MAX_NAME 4096
+
+typedef struct ferry_tensor {
+    const char *name;        /* NUL-terminated, owned by the model */
+    ferry_dtype dtype;
+    uint32_t ndim;
+    const uint64_t *shape;   /* ndim entries, owned by the model */
+    uint64_t nelem;          /* product of shape (1 for ndim == 0) */
+    uint64_t nbytes;         /* nelem x bits / 8 */
+    const void *data;        /* nbytes bytes */
+} ferry_tensor;
+
+/* An empty model. */
+FERRY_API int ferry_model_create(ferry_model **out);
+
+/* Opens a .safetensors file, or a directory / .index.json of a sharded
+ * checkpoint, read-only through mmap.  Enforces every rule of the
+ * safetensors reference implementation; on failure returns the specific
+ * FERRY_ERR_ST_* code and names file, tensor and field. */
+FERRY_API int ferry_model_open(const char *path, ferry_model **out);
+
+FERRY_API void ferry_model_free(ferry_model *m);
+
+/* Flags for ferry_model_add. */
+#define FERRY_ADD_COPY 0u      /* copy the data into the model */
+#define FERRY_ADD_BORROW 1u    /* keep the pointer; caller keeps it alive */
+
+/* Adds a tensor.  nbytes must equal elements x dtype bits / 8 (rounded up
+ * for sub-byte dtypes); name must be new, non-empty, without NUL, at most
+ * FERRY_MAX_NAME bytes; ndim <= FERRY_MAX_DIMS. */
+FERRY_API int ferry_model_add(ferry_model *m, const char *name, ferry_dtype dt,
+                              uint32_t ndim, const uint64_t *shape,
+                              const void *data, uint64_t nbytes, unsigned flags);
+
+/* Sets (or replaces) one metadata entry (the safetensors __metadata__). */
+FERRY_API int ferry_model_set_metadata(ferry_model *m, const char *key, const char *value);
+
+FERRY_API size_t ferry_model_count(const ferry_model *m);
+/* Tensor i in name order; the struct stays valid while the model lives. */
+FERRY_API const ferry_tensor *ferry_model_tensor(const ferry_model *m, size_t i);
+/* Tensor by name, or NULL. */
+FERRY_API const ferry_tensor *ferry_model_find(const ferry_model *m, const char *name);
+/* Writable data of tensor i: owned copies, or borrowed buffers that were
+ * added as writable (FERRY_ADD_BORROW of caller memory); NULL for mmapped
+ * files. */
+FERRY_API void *ferry_model_data_mut(ferry_model *m, size_t i);
+
+FERRY_API size_t ferry_model_metadata_count(const ferry_model *m);
+/* Metadata entry i in key order. */
+FERRY_API int ferry_model_metadata(const ferry_model *m, size_t i,
+                                   const char **key, const char **value);
+FERRY_API const char *ferry_model_metadata_get(const ferry_model *m, const char *key);
+
+/* Total bytes of tensor data. */
+FERRY_API uint64_t ferry_model_nbytes(const ferry_model *m);
+
+/* Writes a single .safetensors file (tensors in name order, header padded
+ * with spaces to a multiple of 8), atomically: PATH.tmp.PID, fsync, rename.
+ * On failure nothing is left at path. */
+FERRY_API int ferry_model_save(const ferry_model *m, const char *path);
+
+/* Model hash: XXH3-128 over the canonical description of every tensor in
+ * name order and the metadata (docs/FORMAT.md, "Model hash").  16 bytes,
+ * big-endian digest as XXH128_canonical_t. */
+FERRY_API int ferry_model_hash(const ferry_model *m, uint8_t out[16]);
+/* Per-tensor hash: XXH3-128 of the tensor's description and bytes. */
+FERRY_API void ferry_tensor_hash(const ferry_tensor *t, uint8_t out[16]);
+
+/* ======================================================================
+ * Patches: turn model A into model B exactly.
+ * ====================================================================== */
+typedef struct ferry_diff_options {
+    int level;      /* entropy effort, 1..19 (default 0 = 3) */
+    int threads;    /* worker threads, 0 = 1 */
+} ferry_diff_options;
+
+/* Encodes the patch A -> B into a new buffer (*patch, *size), released with
+ * ferry_free().  opts may be NULL.  The patch names A's and B's model
+ * hashes and every tensor's target hash. */
+FERRY_API int ferry_diff(const ferry_model *a, const ferry_model *b,
+                         const ferry_diff_options *opts, void **patch, size_t *size);
+
+/* Applies a patch to base, producing a new model that owns its data.
+ * Fails with FERRY_ERR_BASE_MISMATCH before any work if base's hash is not
+ * the patch's base hash, and with FERRY_ERR_TARGET_MISMATCH if the result
+ * does not hash to the declared target.  Never returns a partial model. */
+FERRY_API int ferry_apply(const ferry_model *base, const void *patch, size_t size,
+                          ferry_model **out);
+
+/* Applies a patch into base's own writable memory (same names, dtypes and
+ * shapes before and after, no metadata change; else FERRY_ERR_SHAPE_MISMATCH).
+ * Decodes and verifies the whole result first (per-tensor and model hashes),
+ * and only then writes the changed elements: on any error base is untouched. */
+FERRY_API int ferry_apply_inplace(ferry_model *base, const void *patch, size_t size);
+
+/* What a patch holds, without a base. */
+typedef struct ferry_patch_tensor_info {
+    const char *name;
+    ferry_dtype dtype;
+    uint64_t nelem;
+    uint64_t changed;      /* elements whose bits change (nelem if carried whole) */
+    uint64_t bytes;        /* bytes this tensor takes in the patch */
+    int kind;              /* FERRY_PT_* */
+} ferry_patch_tensor_info;
+
+enum { FERRY_PT_SPARSE = 0, FERRY_PT_WHOLE = 1, FERRY_PT_REMOVED = 2, FERRY_PT_SAME = 3 };
+
+typedef struct ferry_patch_info ferry_patch_info;
+/* Parses and validates the patch header and tensor table (not the coded
+ * streams); *out is released with ferry_patch_info_free. */
+FERRY_API int ferry_patch_inspect(const void *patch, size_t size, ferry_patch_info **out);
+FERRY_API void ferry_patch_info_free(ferry_patch_info *info);
+FERRY_API unsigned ferry_patch_info_format(const ferry_patch_info *info);
+FERRY_API void ferry_patch_info_hashes(const ferry_patch_info *info, uint8_t base[16], uint8_t target[16]);
+FERRY_API size_t ferry_patch_info_count(const ferry_patch_info *info);
+FERRY_API const ferry_patch_tensor_info *ferry_patch_info_tensor(const ferry_patch_info *info, size_t i);
+
+/* ======================================================================
+ * Change statistics between two models, without writing a patch.
+ * ====================================================================== */
+#define FERRY_ULP_BINS 9 /* deltas -4..+4 as bins 0..8; |d| > 4 counted apart */
+
+typedef struct ferry_tensor_stats {
+    const char *name;       /* borrowed from model b */
+    ferry_dtype dtype;
+    uint64_t nelem;
+    uint64_t changed;       /* elements whose bits differ */
+    uint64_t ulp_hist[FERRY_ULP_BINS];
+    uint64_t ulp_far;       /* |delta| > 4 (in sign-magnitude integer order) */
+    int comparable;         /* 0 if added/removed/re-typed/re-shaped */
+} ferry_tensor_stats;
+
+typedef struct ferry_stats {
+    size_t count;
+    ferry_tensor_stats *tensors; /* count entries, b's tensors in name order */
+    uint64_t nelem, changed;
+    uint64_t ulp_hist[FERRY_ULP_BINS];
+    uint64_t ulp_far;
+} ferry_stats;
+
+FERRY_API int ferry_stats_compute(const ferry_model *a, const ferry_model *b, ferry_stats *out);
+FERRY_API void ferry_stats_release(ferry_stats *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FERRY_H */

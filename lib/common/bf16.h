@@ -1,0 +1,30 @@
+/* Bit-level BF16 helpers shared by codec, sync and loco. */
+#ifndef FERRY_BF16_H
+#define FERRY_BF16_H
+#include <stdint.h>
+
+/* Round-to-nearest-even of FP32 bits to BF16 bits, NaN -> 0x7FC0
+ * (PyTorch's c10::BFloat16 round_to_nearest_even). */
+static inline uint16_t ferry__bf16_from_bits(uint32_t u)
+{
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* Total-order key of a sign-magnitude float bit pattern of `bits` bits:
+ * monotone in the float's value and a bijection on bit patterns, with
+ * -0 and +0 adjacent.  Adjacent representable values differ by 1, so the
+ * difference of keys counts units in the last place (ULPs). */
+static inline uint64_t ferry__fkey(uint64_t u, unsigned bits)
+{
+    uint64_t sign = (uint64_t)1 << (bits - 1);
+    uint64_t mask = bits == 64 ? ~(uint64_t)0 : (sign << 1) - 1;
+    return (u & sign) ? (~u & mask) : (u | sign);
+}
+static inline uint64_t ferry__fkey_inv(uint64_t k, unsigned bits)
+{
+    uint64_t sign = (uint64_t)1 << (bits - 1);
+    uint64_t mask = bits == 64 ? ~(uint64_t)0 : (sign << 1) - 1;
+    return (k & sign) ? (k & ~sign) : (~k & mask);
+}
+#endif

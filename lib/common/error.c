@@ -1,0 +1,133 @@
+/* Status codes, thread-local detailed messages, allocation helpers. */
+#include "common.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define MSG_CAP 1024
+static _Thread_local char g_msg[MSG_CAP];
+
+const char *ferry_strerror(int code)
+{
+    switch (code) {
+    case FERRY_OK: return "ok";
+    case FERRY_ERR_NOMEM: return "out of memory";
+    case FERRY_ERR_ARG: return "invalid argument";
+    case FERRY_ERR_IO: return "I/O error";
+    case FERRY_ERR_UNSUPPORTED: return "unsupported";
+    case FERRY_ERR_NOT_FOUND: return "not found";
+    case FERRY_ERR_LIMIT: return "size limit exceeded";
+    case FERRY_ERR_ST_TRUNCATED: return "safetensors: truncated file";
+    case FERRY_ERR_ST_HEADER_SIZE: return "safetensors: invalid header length";
+    case FERRY_ERR_ST_JSON: return "safetensors: malformed JSON header";
+    case FERRY_ERR_ST_DTYPE: return "safetensors: invalid dtype";
+    case FERRY_ERR_ST_SHAPE: return "safetensors: invalid shape";
+    case FERRY_ERR_ST_OFFSETS: return "safetensors: invalid data offsets";
+    case FERRY_ERR_ST_SIZE: return "safetensors: tensor size mismatch";
+    case FERRY_ERR_ST_TRAILING: return "safetensors: trailing bytes";
+    case FERRY_ERR_ST_METADATA: return "safetensors: invalid __metadata__";
+    case FERRY_ERR_ST_DUPLICATE: return "safetensors: duplicate tensor name";
+    case FERRY_ERR_ST_INDEX: return "safetensors: invalid sharded index";
+    case FERRY_ERR_PATCH_MAGIC: return "patch: bad magic (not a ferry patch)";
+    case FERRY_ERR_PATCH_VERSION: return "patch: unsupported format version";
+    case FERRY_ERR_PATCH_TRUNCATED: return "patch: truncated";
+    case FERRY_ERR_PATCH_CORRUPT: return "patch: corrupt";
+    case FERRY_ERR_PATCH_CHECKSUM: return "patch: checksum mismatch";
+    case FERRY_ERR_BASE_MISMATCH: return "patch: base model mismatch";
+    case FERRY_ERR_TARGET_MISMATCH: return "patch: result does not match target hash";
+    case FERRY_ERR_SHAPE_MISMATCH: return "patch: structure change not allowed in place";
+    /* The outer layers' codes (store, sync, dock, loco) are named here too,
+     * so that one table covers every code a caller can see. */
+    default: return "unknown error";
+    }
+}
+
+const char *ferry_last_error(void) { return g_msg; }
+const char *ferry_version(void) { return FERRY_VERSION_STRING; }
+void ferry_free(void *p) { free(p); }
+void ferry__clear_error(void) { g_msg[0] = 0; }
+
+int ferry__fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_msg, MSG_CAP, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int ferry__context(int code, const char *fmt, ...)
+{
+    char prefix[MSG_CAP], old[MSG_CAP];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, g_msg, MSG_CAP);
+    snprintf(g_msg, MSG_CAP, "%.400s: %.600s", prefix, old[0] ? old : ferry_strerror(code));
+    return code;
+}
+
+void *ferry__malloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) ferry__fail(FERRY_ERR_NOMEM, "cannot allocate %zu bytes", n);
+    return p;
+}
+
+void *ferry__calloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) ferry__fail(FERRY_ERR_NOMEM, "cannot allocate %zu x %zu bytes", n, size);
+    return p;
+}
+
+void *ferry__realloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q) ferry__fail(FERRY_ERR_NOMEM, "cannot allocate %zu bytes", n);
+    return q;
+}
+
+char *ferry__strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = ferry__malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+int ferry__buf_reserve(ferry_buf *b, size_t extra)
+{
+    size_t need;
+    if (__builtin_add_overflow(b->size, extra, &need)) return ferry__fail(FERRY_ERR_NOMEM, "buffer size overflow");
+    if (need <= b->cap) return FERRY_OK;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < need) {
+        if (cap > SIZE_MAX / 2) { cap = need; break; }
+        cap *= 2;
+    }
+    uint8_t *d = ferry__realloc(b->data, cap);
+    if (!d) return FERRY_ERR_NOMEM;
+    b->data = d;
+    b->cap = cap;
+    return FERRY_OK;
+}
+
+int ferry__buf_append(ferry_buf *b, const void *p, size_t n)
+{
+    int rc = ferry__buf_reserve(b, n);
+    if (rc) return rc;
+    if (n) memcpy(b->data + b->size, p, n);
+    b->size += n;
+    return FERRY_OK;
+}
+
+void ferry__buf_release(ferry_buf *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->size = b->cap = 0;
+}

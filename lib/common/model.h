@@ -1,0 +1,42 @@
+/* Internal layout of ferry_model, shared by lib/common (build, hash),
+ * lib/io (safetensors) and lib/codec (apply). */
+#ifndef FERRY_MODEL_H
+#define FERRY_MODEL_H
+#include "common.h"
+
+typedef struct ferry__entry {
+    ferry_tensor t;   /* public view; name and shape point into this entry */
+    void *owned;      /* data owned by the model (freed with it), or NULL */
+    bool writable;    /* data may be written (owned, or borrowed caller memory) */
+} ferry__entry;
+
+typedef struct ferry__meta { char *key, *value; } ferry__meta;
+typedef struct ferry__mapping { void *addr; size_t len; } ferry__mapping;
+
+struct ferry_model {
+    ferry__entry **e;          /* sorted by name (strcmp) */
+    size_t n, cap;
+    ferry__meta *meta;         /* sorted by key */
+    size_t nmeta, capmeta;
+    ferry__mapping *maps;      /* mmaps released with the model */
+    size_t nmaps;
+};
+
+/* Element count and byte size of a shape, overflow-checked; returns false
+ * on overflow or when a sub-byte dtype does not fill whole bytes. */
+bool ferry__tensor_size(ferry_dtype dt, uint32_t ndim, const uint64_t *shape,
+                        uint64_t *nelem, uint64_t *nbytes);
+/* Adds with an explicit writability (io uses it for read-only mmaps). */
+int ferry__model_add(ferry_model *m, const char *name, ferry_dtype dt, uint32_t ndim,
+                     const uint64_t *shape, const void *data, uint64_t nbytes,
+                     bool copy, bool writable);
+int ferry__model_add_mapping(ferry_model *m, void *addr, size_t len);
+/* Index of name in the sorted array, or -(insertion point)-1. */
+long ferry__model_lookup(const ferry_model *m, const char *name);
+
+
+/* Hash pieces (definitions in docs/FORMAT.md, "Hashes"). */
+void ferry__tensor_hash_parts(const char *name, ferry_dtype dt, uint32_t ndim, const uint64_t *shape,
+                              const void *data, uint64_t nbytes, uint8_t out[16]);
+void ferry__model_hash_from(const uint8_t (*th)[16], size_t n, const ferry_model *meta_src, uint8_t out[16]);
+#endif

@@ -1,0 +1,31 @@
+/* ferry — command-line tool.  Uses only the public API (include/ferry*.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const struct { const char *name; int (*fn)(int, char **); const char *help; } k_cmds[] = {
+    {"diff", cmd_diff, "encode the patch that turns OLD into NEW"},
+    {"apply", cmd_apply, "apply a patch to a base checkpoint"},
+    {"inspect", cmd_inspect, "show what a patch holds"},
+    {"stats", cmd_stats, "change statistics between two checkpoints"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: ferry COMMAND [OPTIONS] ...\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
+        fprintf(f, "  %-10s %s\n", k_cmds[i].name, k_cmds[i].help);
+    fprintf(f, "\n'ferry COMMAND --help' describes each command.  ferry %s\n", ferry_version());
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) { usage(stderr); return 2; }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) { usage(stdout); return 0; }
+    if (!strcmp(argv[1], "--version")) { printf("ferry %s\n", ferry_version()); return 0; }
+    for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
+        if (!strcmp(argv[1], k_cmds[i].name)) return k_cmds[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "ferry: unknown command '%s' (try 'ferry --help')\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,111 @@
+/* BF16 cast vectors (DESIGN.md), dtype table, model building and hashing. */
+#include "check.h"
+#include "bf16.h"
+#include "model.h"
+
+static void test_bf16_vectors(void)
+{
+    static const uint32_t in[] = {0x3F808000, 0x3F818000, 0x3F808001, 0x7F7FFFFF, 0x00000001, 0xFF800000, 0x7F800001,
+                                  0xFFC00001, 0x80000000, 0x7F800000};
+    static const uint16_t want[] = {0x3F80, 0x3F82, 0x3F81, 0x7F80, 0x0000, 0xFF80, 0x7FC0, 0x7FC0, 0x8000, 0x7F80};
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
+        float f;
+        memcpy(&f, &in[i], 4);
+        CHECK(ferry_f32_to_bf16(f) == want[i]);
+        uint16_t v;
+        ferry_f32_to_bf16_n(&v, &f, 1);
+        CHECK(v == want[i]);
+    }
+    CHECK(ferry_bf16_to_f32(0x3F80) == 1.0f);
+}
+
+static void test_fkey_bijective(void)
+{
+    /* every 16-bit pattern maps to a distinct key, and -0/+0 are adjacent */
+    static uint8_t seen[65536];
+    for (uint32_t u = 0; u < 65536; u++) {
+        uint64_t k = ferry__fkey(u, 16);
+        CHECK(k < 65536 && !seen[k]);
+        seen[k] = 1;
+        CHECK(ferry__fkey_inv(k, 16) == u);
+    }
+    CHECK(ferry__fkey(0x0000, 16) - ferry__fkey(0x8000, 16) == 1);
+    CHECK(ferry__fkey(0x3F81, 16) - ferry__fkey(0x3F80, 16) == 1);
+    CHECK(ferry__fkey(0xBF80, 16) - ferry__fkey(0xBF81, 16) == 1); /* -1.0 > -1.0078 */
+    CHECK(ferry__fkey_inv(ferry__fkey(0x8000000000000001ull, 64), 64) == 0x8000000000000001ull);
+}
+
+static void test_dtypes(void)
+{
+    ferry_dtype d;
+    CHECK_OK(ferry_dtype_parse("BF16", &d));
+    CHECK(d == FERRY_BF16 && ferry_dtype_bits(d) == 16);
+    CHECK_OK(ferry_dtype_parse("F8_E4M3", &d));
+    CHECK(ferry_dtype_bits(d) == 8);
+    CHECK_OK(ferry_dtype_parse("F4", &d));
+    CHECK(ferry_dtype_bits(d) == 4);
+    CHECK_RC(ferry_dtype_parse("bf16", &d), FERRY_ERR_ST_DTYPE);
+    for (int i = 0; i < FERRY_DTYPE_COUNT; i++) {
+        CHECK_OK(ferry_dtype_parse(ferry_dtype_name((ferry_dtype)i), &d));
+        CHECK(d == (ferry_dtype)i);
+    }
+}
+
+static void test_model_build_and_hash(void)
+{
+    ferry_model *m = NULL, *m2 = NULL;
+    CHECK_OK(ferry_model_create(&m));
+    uint16_t a[6] = {1, 2, 3, 4, 5, 6};
+    uint64_t sh[2] = {2, 3};
+    CHECK_OK(ferry_model_add(m, "z.weight", FERRY_BF16, 2, sh, a, sizeof a, FERRY_ADD_COPY));
+    CHECK_OK(ferry_model_add(m, "a.weight", FERRY_BF16, 2, sh, a, sizeof a, FERRY_ADD_BORROW));
+    CHECK_RC(ferry_model_add(m, "a.weight", FERRY_BF16, 2, sh, a, sizeof a, 0), FERRY_ERR_ARG);
+    CHECK_RC(ferry_model_add(m, "b", FERRY_BF16, 2, sh, a, 10, 0), FERRY_ERR_ARG);
+    uint64_t huge[2] = {UINT64_MAX / 2, 3};
+    CHECK_RC(ferry_model_add(m, "c", FERRY_BF16, 2, huge, a, 12, 0), FERRY_ERR_ARG);
+    uint64_t odd[1] = {3};
+    CHECK_RC(ferry_model_add(m, "f4", FERRY_F4, 1, odd, a, 1, 0), FERRY_ERR_ARG); /* 12 bits: not whole bytes */
+    CHECK(ferry_model_count(m) == 2);
+    CHECK(strcmp(ferry_model_tensor(m, 0)->name, "a.weight") == 0);
+    CHECK(ferry_model_find(m, "z.weight")->nelem == 6);
+    CHECK(ferry_model_find(m, "nope") == NULL);
+    CHECK_OK(ferry_model_set_metadata(m, "format", "pt"));
+
+    /* same content built in the other order hashes the same */
+    CHECK_OK(ferry_model_create(&m2));
+    CHECK_OK(ferry_model_set_metadata(m2, "format", "pt"));
+    CHECK_OK(ferry_model_add(m2, "a.weight", FERRY_BF16, 2, sh, a, sizeof a, 0));
+    CHECK_OK(ferry_model_add(m2, "z.weight", FERRY_BF16, 2, sh, a, sizeof a, 0));
+    uint8_t h1[16], h2[16];
+    CHECK_OK(ferry_model_hash(m, h1));
+    CHECK_OK(ferry_model_hash(m2, h2));
+    CHECK(memcmp(h1, h2, 16) == 0);
+    /* one bit, one metadata value or one shape change moves the hash */
+    ((uint16_t *)ferry_model_data_mut(m2, 1))[5] ^= 1;
+    CHECK_OK(ferry_model_hash(m2, h2));
+    CHECK(memcmp(h1, h2, 16) != 0);
+    ((uint16_t *)ferry_model_data_mut(m2, 1))[5] ^= 1;
+    CHECK_OK(ferry_model_set_metadata(m2, "format", "np"));
+    CHECK_OK(ferry_model_hash(m2, h2));
+    CHECK(memcmp(h1, h2, 16) != 0);
+    ferry_model_free(m);
+    ferry_model_free(m2);
+    ferry_model_free(NULL);
+}
+
+static void test_errors(void)
+{
+    CHECK(strcmp(ferry_strerror(FERRY_OK), "ok") == 0);
+    CHECK(strcmp(ferry_strerror(99999), "unknown error") == 0);
+    CHECK(ferry_strerror(FERRY_ERR_BASE_MISMATCH)[0] != 0);
+}
+
+int main(void)
+{
+    RUN(test_bf16_vectors);
+    RUN(test_fkey_bijective);
+    RUN(test_dtypes);
+    RUN(test_model_build_and_hash);
+    RUN(test_errors);
+    return CHECK_SUMMARY();
+}
