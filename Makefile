@@ -49,16 +49,22 @@ FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 REPLAY_BIN := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=$(BUILD)/tests/replay_%)
 TOOL_SRC := $(wildcard tests/tools/*.c)
 TOOL_BIN := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tools/%)
+EXAMPLE_SRC := $(wildcard examples/*.c)
+EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
+BENCH_SRC := $(wildcard bench/*.c)
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 STATIC := $(BUILD)/libferry.a
 SHARED := $(BUILD)/libferry.so
 
-.PHONY: all lib cli tests test bench fuzz install clean check-deps
-all: lib cli tests
+.PHONY: all lib cli tests examples benches test bench fuzz install clean
+all: lib cli tests examples
 
 lib: $(STATIC) $(SHARED)
 cli: $(BUILD)/ferry
 tests: $(TEST_BIN) $(REPLAY_BIN) $(TOOL_BIN)
+examples: $(EXAMPLE_BIN)
+benches: $(BENCH_BIN)
 
 $(BUILD)/%.o: %.c $(wildcard include/*.h lib/*/*.h)
 	@mkdir -p $(dir $@)
@@ -88,13 +94,22 @@ $(BUILD)/tools/%: tests/tools/%.c $(STATIC)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(STATIC) $(LDFLAGS) $(LIBS)
 
+# Examples and benches use only the public API (plus bench/*.h helpers).
+$(BUILD)/examples/%: examples/%.c $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(STATIC) $(LDFLAGS) $(LIBS)
+
+$(BUILD)/bench/%: bench/%.c $(wildcard bench/*.h) $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(STATIC) $(LDFLAGS) $(LIBS)
+
 test: all
 	@BUILD=$(BUILD) FERRY_DATA=$(FERRY_DATA) SAN=$(SAN) bash tests/run.sh
 
 fuzz:
 	$(MAKE) -f tests/fuzz/fuzz.mk
 
-bench: all
+bench: all benches
 	@BUILD=$(BUILD) FERRY_DATA=$(FERRY_DATA) bash bench/run.sh
 
 install: lib cli
