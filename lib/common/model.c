@@ -3,8 +3,6 @@
 
 #include <stdlib.h>
 #include <sys/mman.h>
-#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
-#include <xxhash.h>
 
 int ferry_model_create(ferry_model **out)
 {
@@ -118,6 +116,18 @@ int ferry_model_add(ferry_model *m, const char *name, ferry_dtype dt, uint32_t n
     return ferry__model_add(m, name, dt, ndim, shape, data, nbytes, !borrow, true);
 }
 
+int ferry__model_add_owned(ferry_model *m, const char *name, ferry_dtype dt, uint32_t ndim,
+                           const uint64_t *shape, void *buf, uint64_t nbytes)
+{
+    int rc = ferry__model_add(m, name, dt, ndim, shape, buf, nbytes, false, true);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    m->e[ferry__model_lookup(m, name)]->owned = buf;
+    return FERRY_OK;
+}
+
 int ferry__model_add_mapping(ferry_model *m, void *addr, size_t len)
 {
     ferry__mapping *nm = ferry__realloc(m->maps, (m->nmaps + 1) * sizeof *nm);
@@ -127,11 +137,23 @@ int ferry__model_add_mapping(ferry_model *m, void *addr, size_t len)
     return FERRY_OK;
 }
 
+/* First metadata index whose key is >= key (binary search: a hostile
+ * header may carry very many entries, and a linear scan per insertion
+ * would make loading it quadratic). */
+static size_t meta_lower_bound(const ferry_model *m, const char *key)
+{
+    size_t lo = 0, hi = m->nmeta;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(m->meta[mid].key, key) < 0) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
 int ferry_model_set_metadata(ferry_model *m, const char *key, const char *value)
 {
     if (!m || !key || !value) return ferry__fail(FERRY_ERR_ARG, "ferry_model_set_metadata: NULL argument");
-    size_t i = 0;
-    while (i < m->nmeta && strcmp(m->meta[i].key, key) < 0) i++;
+    size_t i = meta_lower_bound(m, key);
     char *v = ferry__strdup(value);
     if (!v) return FERRY_ERR_NOMEM;
     if (i < m->nmeta && strcmp(m->meta[i].key, key) == 0) {
@@ -186,9 +208,9 @@ int ferry_model_metadata(const ferry_model *m, size_t i, const char **key, const
 
 const char *ferry_model_metadata_get(const ferry_model *m, const char *key)
 {
-    for (size_t i = 0; m && key && i < m->nmeta; i++)
-        if (strcmp(m->meta[i].key, key) == 0) return m->meta[i].value;
-    return NULL;
+    if (!m || !key) return NULL;
+    size_t i = meta_lower_bound(m, key);
+    return i < m->nmeta && strcmp(m->meta[i].key, key) == 0 ? m->meta[i].value : NULL;
 }
 
 uint64_t ferry_model_nbytes(const ferry_model *m)
@@ -202,28 +224,39 @@ uint64_t ferry_model_nbytes(const ferry_model *m)
  *   u32 name_len, name, u8 dtype_len, dtype name, u32 ndim, u64 shape[ndim],
  *   data bytes
  * (integers little-endian).  See docs/FORMAT.md. */
-void ferry__tensor_hash_parts(const char *name, ferry_dtype dt, uint32_t ndim, const uint64_t *shape,
-                              const void *data, uint64_t nbytes, uint8_t out[16])
+void ferry__tensor_hash_begin(XXH3_state_t *st, const char *name, ferry_dtype dt, uint32_t ndim,
+                              const uint64_t *shape)
 {
-    XXH3_state_t st;
-    XXH3_128bits_reset(&st);
+    XXH3_128bits_reset(st);
     uint8_t tmp[8];
     uint32_t nl = (uint32_t)strlen(name);
     const char *dn = ferry_dtype_name(dt);
     uint8_t dl = (uint8_t)strlen(dn);
     ferry__put32(tmp, nl);
-    XXH3_128bits_update(&st, tmp, 4);
-    XXH3_128bits_update(&st, name, nl);
-    XXH3_128bits_update(&st, &dl, 1);
-    XXH3_128bits_update(&st, dn, dl);
+    XXH3_128bits_update(st, tmp, 4);
+    XXH3_128bits_update(st, name, nl);
+    XXH3_128bits_update(st, &dl, 1);
+    XXH3_128bits_update(st, dn, dl);
     ferry__put32(tmp, ndim);
-    XXH3_128bits_update(&st, tmp, 4);
+    XXH3_128bits_update(st, tmp, 4);
     for (uint32_t i = 0; i < ndim; i++) {
         ferry__put64(tmp, shape[i]);
-        XXH3_128bits_update(&st, tmp, 8);
+        XXH3_128bits_update(st, tmp, 8);
     }
+}
+
+void ferry__hash_digest(XXH3_state_t *st, uint8_t out[16])
+{
+    XXH128_canonicalFromHash((XXH128_canonical_t *)out, XXH3_128bits_digest(st));
+}
+
+void ferry__tensor_hash_parts(const char *name, ferry_dtype dt, uint32_t ndim, const uint64_t *shape,
+                              const void *data, uint64_t nbytes, uint8_t out[16])
+{
+    XXH3_state_t st;
+    ferry__tensor_hash_begin(&st, name, dt, ndim, shape);
     XXH3_128bits_update(&st, data, (size_t)nbytes);
-    XXH128_canonicalFromHash((XXH128_canonical_t *)out, XXH3_128bits_digest(&st));
+    ferry__hash_digest(&st, out);
 }
 
 void ferry_tensor_hash(const ferry_tensor *t, uint8_t out[16])
@@ -234,7 +267,8 @@ void ferry_tensor_hash(const ferry_tensor *t, uint8_t out[16])
 /* Model hash from per-tensor hashes (given in name order):
  *   "ferry-model-1", u64 ntensors, tensor hashes,
  *   u64 nmeta, per entry (key order) u64 key_len, key, u64 value_len, value. */
-void ferry__model_hash_from(const uint8_t (*th)[16], size_t n, const ferry_model *meta_src, uint8_t out[16])
+void ferry__model_hash_from(const uint8_t (*th)[16], size_t n, size_t nmeta, const char *const *keys,
+                            const char *const *vals, uint8_t out[16])
 {
     XXH3_state_t st;
     XXH3_128bits_reset(&st);
@@ -243,11 +277,10 @@ void ferry__model_hash_from(const uint8_t (*th)[16], size_t n, const ferry_model
     ferry__put64(tmp, n);
     XXH3_128bits_update(&st, tmp, 8);
     XXH3_128bits_update(&st, th, n * 16);
-    size_t nm = meta_src ? meta_src->nmeta : 0;
-    ferry__put64(tmp, nm);
+    ferry__put64(tmp, nmeta);
     XXH3_128bits_update(&st, tmp, 8);
-    for (size_t i = 0; i < nm; i++) {
-        const char *s[2] = {meta_src->meta[i].key, meta_src->meta[i].value};
+    for (size_t i = 0; i < nmeta; i++) {
+        const char *s[2] = {keys[i], vals[i]};
         for (int j = 0; j < 2; j++) {
             size_t l = strlen(s[j]);
             ferry__put64(tmp, l);
@@ -255,7 +288,20 @@ void ferry__model_hash_from(const uint8_t (*th)[16], size_t n, const ferry_model
             XXH3_128bits_update(&st, s[j], l);
         }
     }
-    XXH128_canonicalFromHash((XXH128_canonical_t *)out, XXH3_128bits_digest(&st));
+    ferry__hash_digest(&st, out);
+}
+
+int ferry__model_hash_tensors(const ferry_model *m, const uint8_t (*th)[16], uint8_t out[16])
+{
+    const char **kv = ferry__malloc((m->nmeta ? m->nmeta : 1) * 2 * sizeof *kv);
+    if (!kv) return FERRY_ERR_NOMEM;
+    for (size_t i = 0; i < m->nmeta; i++) {
+        kv[i] = m->meta[i].key;
+        kv[m->nmeta + i] = m->meta[i].value;
+    }
+    ferry__model_hash_from(th, m->n, m->nmeta, kv, kv + m->nmeta, out);
+    free(kv);
+    return FERRY_OK;
 }
 
 int ferry_model_hash(const ferry_model *m, uint8_t out[16])
@@ -264,7 +310,7 @@ int ferry_model_hash(const ferry_model *m, uint8_t out[16])
     uint8_t (*th)[16] = ferry__malloc((m->n ? m->n : 1) * 16);
     if (!th) return FERRY_ERR_NOMEM;
     for (size_t i = 0; i < m->n; i++) ferry_tensor_hash(&m->e[i]->t, th[i]);
-    ferry__model_hash_from((const uint8_t (*)[16])th, m->n, m, out);
+    int rc = ferry__model_hash_tensors(m, (const uint8_t (*)[16])th, out);
     free(th);
-    return FERRY_OK;
+    return rc;
 }

@@ -30,13 +30,30 @@ bool ferry__tensor_size(ferry_dtype dt, uint32_t ndim, const uint64_t *shape,
 int ferry__model_add(ferry_model *m, const char *name, ferry_dtype dt, uint32_t ndim,
                      const uint64_t *shape, const void *data, uint64_t nbytes,
                      bool copy, bool writable);
+/* Model hash from per-tensor hashes th[] (in m's tensor order) and m's
+ * metadata. */
+int ferry__model_hash_tensors(const ferry_model *m, const uint8_t (*th)[16], uint8_t out[16]);
+/* Adds a tensor whose buffer (from malloc) the model takes over; on failure
+ * the buffer is freed. */
+int ferry__model_add_owned(ferry_model *m, const char *name, ferry_dtype dt, uint32_t ndim,
+                           const uint64_t *shape, void *buf, uint64_t nbytes);
 int ferry__model_add_mapping(ferry_model *m, void *addr, size_t len);
 /* Index of name in the sorted array, or -(insertion point)-1. */
 long ferry__model_lookup(const ferry_model *m, const char *name);
 
 
 /* Hash pieces (definitions in docs/FORMAT.md, "Hashes"). */
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
+/* Streaming tensor hash: begin with the description, then feed the data
+ * bytes with XXH3_128bits_update, then ferry__hash_digest. */
+void ferry__tensor_hash_begin(XXH3_state_t *st, const char *name, ferry_dtype dt, uint32_t ndim,
+                              const uint64_t *shape);
+void ferry__hash_digest(XXH3_state_t *st, uint8_t out[16]);
 void ferry__tensor_hash_parts(const char *name, ferry_dtype dt, uint32_t ndim, const uint64_t *shape,
                               const void *data, uint64_t nbytes, uint8_t out[16]);
-void ferry__model_hash_from(const uint8_t (*th)[16], size_t n, const ferry_model *meta_src, uint8_t out[16]);
+/* Model hash from per-tensor hashes in name order and metadata entries in
+ * key order. */
+void ferry__model_hash_from(const uint8_t (*th)[16], size_t n, size_t nmeta, const char *const *keys,
+                            const char *const *vals, uint8_t out[16]);
 #endif
