@@ -96,6 +96,14 @@ FERRY_API const char *ferry_version(void);
  * JSON strings).  Accepts NULL. */
 FERRY_API void ferry_free(void *p);
 
+/* Writes size bytes to path atomically: a temporary file beside it, fsync,
+ * rename, fsync of the directory.  On failure nothing is left at path
+ * (an existing file there is kept) and no temporary file remains. */
+FERRY_API int ferry_file_write(const char *path, const void *data, size_t size);
+/* Reads a whole regular file into a new buffer (release with ferry_free);
+ * FERRY_ERR_LIMIT if it is larger than max bytes. */
+FERRY_API int ferry_file_read(const char *path, size_t max, void **data, size_t *size);
+
 /* ======================================================================
  * BF16.  Matches PyTorch's float32 -> bfloat16 cast bit for bit: round to
  * nearest even, every NaN becomes 0x7FC0 (sign dropped, as PyTorch does).

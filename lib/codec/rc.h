@@ -12,7 +12,9 @@
 
 #define RC_BITS 12
 #define RC_ONE (1u << RC_BITS)
+#ifndef RC_SHIFT
 #define RC_SHIFT 4
+#endif
 #define RC_TOP (1u << 24)
 #define RC_INIT (RC_ONE / 2)
 

@@ -91,7 +91,9 @@ static inline unsigned sp_sign(const sp_dtype *t, uint64_t u) { return (unsigned
  * has bit length L+1; L is sent in unary (context per step), then the top
  * SP_MANT_CTX bits below the leading one with context (L, bit index), then
  * the rest as equiprobable bits. */
+#ifndef SP_MANT_CTX
 #define SP_MANT_CTX 3
+#endif
 typedef struct sp_num {
     rc_prob un[65];
     rc_prob mant[64][SP_MANT_CTX];

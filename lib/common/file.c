@@ -93,3 +93,19 @@ int ferry__read_file(const char *path, size_t max, uint8_t **data, size_t *size)
     *size = n;
     return FERRY_OK;
 }
+
+int ferry_file_write(const char *path, const void *data, size_t size)
+{
+    if (!path || (size && !data)) return ferry__fail(FERRY_ERR_ARG, "ferry_file_write: NULL argument");
+    const void *parts[1] = {data};
+    return ferry__write_file_atomic(path, parts, &size, 1);
+}
+
+int ferry_file_read(const char *path, size_t max, void **data, size_t *size)
+{
+    if (!path || !data || !size) return ferry__fail(FERRY_ERR_ARG, "ferry_file_read: NULL argument");
+    uint8_t *d;
+    int rc = ferry__read_file(path, max, &d, size);
+    if (!rc) *data = d;
+    return rc;
+}

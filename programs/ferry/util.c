@@ -1,0 +1,61 @@
+#include "util.h"
+
+#include <string.h>
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <time.h>
+
+int cli_fail(const char *cmd, int rc, const char *what)
+{
+    const char *detail = ferry_last_error();
+    fprintf(stderr, "ferry %s: %s: %s (%s)\n", cmd, what, detail[0] ? detail : ferry_strerror(rc), ferry_strerror(rc));
+    return 1;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "ferry %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, " (try 'ferry %s --help')\n", cmd);
+    return 2;
+}
+
+bool cli_is_help(const char *arg) { return !strcmp(arg, "--help") || !strcmp(arg, "-h"); }
+
+bool cli_parse_int(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+void hex16(char out[33], const uint8_t h[16])
+{
+    for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", h[i]);
+}
+
+double cli_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}

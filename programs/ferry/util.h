@@ -1,0 +1,20 @@
+/* Small helpers shared by the CLI's commands. */
+#ifndef FERRY_CLI_UTIL_H
+#define FERRY_CLI_UTIL_H
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "ferry.h"
+
+/* Prints "ferry CMD: what: <ferry_last_error or strerror>" and returns 1. */
+int cli_fail(const char *cmd, int rc, const char *what);
+/* Prints "ferry CMD: message" (printf-style) and returns 2 (usage errors). */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+bool cli_is_help(const char *arg);
+/* Parses a non-negative integer option value; false if malformed. */
+bool cli_parse_int(const char *s, long lo, long hi, long *out);
+/* Writes s as a JSON string literal (quoted, escaped). */
+void json_str(FILE *f, const char *s);
+void hex16(char out[33], const uint8_t h[16]);
+double cli_now(void);
+#endif
