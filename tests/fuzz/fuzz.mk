@@ -1,0 +1,31 @@
+# libFuzzer targets: build-fuzz/fuzz_<name> for every tests/fuzz/fuzz_<name>.c
+# (run from the repository root: `make fuzz`, or `make -f tests/fuzz/fuzz.mk`).
+#
+# The core library (common, codec, io) is compiled with clang and
+# coverage-instrumented (-fsanitize=fuzzer-no-link) so libFuzzer sees its
+# branches; address and undefined-behaviour sanitizers abort on the first
+# finding.  Then, for example:
+#   ./build-fuzz/fuzz_safetensors -max_total_time=600 -max_len=4096 tests/fuzz/corpus/safetensors
+# Without libFuzzer, `make test` replays the corpus (build/tests/replay_*).
+FUZZ_CC    ?= clang
+FUZZ_BUILD ?= build-fuzz
+SAN_FLAGS  := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+CPPFLAGS   := -Iinclude -Ilib -Ilib/common -D_GNU_SOURCE -DFERRY_NO_NET
+CFLAGS     := -std=c11 -O1 -g -fno-omit-frame-pointer -pthread -Wall -Wextra -Wno-missing-field-initializers
+LIBS       := -lzstd -lxxhash -ljansson -lm
+
+LIB_SRC := $(wildcard lib/common/*.c lib/codec/*.c lib/io/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o)
+TARGETS := $(patsubst tests/fuzz/fuzz_%.c,$(FUZZ_BUILD)/fuzz_%,$(wildcard tests/fuzz/fuzz_*.c))
+
+.PHONY: all
+.SECONDARY: $(LIB_OBJ)
+all: $(TARGETS)
+
+$(FUZZ_BUILD)/%.o: %.c $(wildcard include/*.h lib/*/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CPPFLAGS) $(CFLAGS) $(SAN_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CPPFLAGS) $(CFLAGS) $(SAN_FLAGS) -fsanitize=fuzzer -o $@ $< $(LIB_OBJ) $(LIBS)
