@@ -1,0 +1,341 @@
+/* Patch codec: lossless round trips on real checkpoints and on every dtype,
+ * structure changes, verified in-place apply, and rejection of wrong bases
+ * and damaged patches. */
+#include <stdint.h>
+#include "check.h"
+#include "model.h"
+#include "codec/patch.h"
+#include "xxhash.h"
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static bool same_model(const ferry_model *a, const ferry_model *b)
+{
+    uint8_t ha[16], hb[16];
+    if (ferry_model_hash(a, ha) || ferry_model_hash(b, hb)) return false;
+    return memcmp(ha, hb, 16) == 0;
+}
+
+static ferry_model *clone(const ferry_model *m)
+{
+    ferry_model *c;
+    if (ferry_model_create(&c)) return NULL;
+    for (size_t i = 0; i < ferry_model_count(m); i++) {
+        const ferry_tensor *t = ferry_model_tensor(m, i);
+        if (ferry_model_add(c, t->name, t->dtype, t->ndim, t->shape, t->data, t->nbytes, FERRY_ADD_COPY)) return NULL;
+    }
+    for (size_t i = 0; i < ferry_model_metadata_count(m); i++) {
+        const char *k, *v;
+        ferry_model_metadata(m, i, &k, &v);
+        ferry_model_set_metadata(c, k, v);
+    }
+    return c;
+}
+
+/* diff a->b, apply (copy and in place when possible), compare to b. */
+static void round_trip(const ferry_model *a, const ferry_model *b, size_t *patch_size)
+{
+    void *p = NULL;
+    size_t n = 0;
+    ferry_model *out = NULL;
+    CHECK_OK(ferry_diff(a, b, NULL, &p, &n));
+    CHECK_OK(ferry_apply(a, p, n, &out));
+    CHECK(out && same_model(out, b));
+    ferry_patch_info *pi = NULL;
+    CHECK_OK(ferry_patch_inspect(p, n, &pi));
+    CHECK(ferry_patch_info_format(pi) == 1);
+    ferry_patch_info_free(pi);
+    ferry_model *c = clone(a);
+    int rc = ferry_apply_inplace(c, p, n);
+    CHECK(rc == FERRY_OK || rc == FERRY_ERR_SHAPE_MISMATCH);
+    if (rc == FERRY_OK) CHECK(same_model(c, b));
+    else CHECK(same_model(c, a)); /* refused: untouched */
+    if (patch_size) *patch_size = n;
+    ferry_model_free(c);
+    ferry_model_free(out);
+    ferry_free(p);
+}
+
+static ferry_model *open_step(const char *set, int step)
+{
+    char rel[64], path[512];
+    snprintf(rel, sizeof rel, "%s/step-%03d.safetensors", set, step);
+    ferry_model *m = NULL;
+    CHECK_OK(ferry_model_open(data_path(path, sizeof path, rel), &m));
+    return m;
+}
+
+static void test_real_consecutive(void)
+{
+    const struct { const char *set; int last; } sets[] = {{"rl-a", 8}, {"rl-b", 4}};
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < sets[s].last; i++) {
+            ferry_model *a = open_step(sets[s].set, i), *b = open_step(sets[s].set, i + 1);
+            size_t n = 0;
+            if (a && b) round_trip(a, b, &n);
+            /* lossless and small: well under 10% of the BF16 bytes */
+            CHECK(b && n > 0 && n < ferry_model_nbytes(b) / 10);
+            ferry_model_free(a);
+            ferry_model_free(b);
+        }
+}
+
+static void test_real_far_pairs(void)
+{
+    ferry_model *a = open_step("rl-a", 0), *b = open_step("rl-a", 8);
+    if (a && b) {
+        round_trip(a, b, NULL);
+        round_trip(b, a, NULL); /* backwards too */
+    }
+    ferry_model_free(a);
+    ferry_model_free(b);
+    a = open_step("rl-b", 0);
+    b = open_step("rl-b", 4);
+    if (a && b) round_trip(a, b, NULL);
+    ferry_model_free(a);
+    ferry_model_free(b);
+}
+
+/* A tensor of dtype dt with random words and a copy with sparse changes:
+ * small deltas, sign crossings, special values and arbitrary new words. */
+static void add_pair(ferry_model *a, ferry_model *b, const char *name, ferry_dtype dt, uint64_t nelem, double rate)
+{
+    uint64_t nbytes = nelem * ferry_dtype_bits(dt) / 8;
+    uint8_t *x = malloc(nbytes ? nbytes : 1), *y = malloc(nbytes ? nbytes : 1);
+    for (uint64_t i = 0; i < nbytes; i++) x[i] = (uint8_t)rnd();
+    memcpy(y, x, nbytes);
+    unsigned wb = ferry_dtype_bits(dt) >= 8 ? ferry_dtype_bits(dt) / 8 : 1;
+    for (uint64_t w = 0; w < nbytes / wb; w++) {
+        if ((double)(rnd() % 1000000) / 1e6 >= rate) continue;
+        uint8_t *p = y + w * wb;
+        switch (rnd() % 4) {
+        case 0: p[0] ^= 1; break;                              /* low bit */
+        case 1: p[0] = (uint8_t)(p[0] + 1 + rnd() % 3); break; /* small step, may carry */
+        case 2: p[wb - 1] ^= 0x80; break;                      /* sign flip */
+        default: for (unsigned k = 0; k < wb; k++) p[k] = (uint8_t)rnd();
+        }
+    }
+    uint64_t shape[2] = {nelem / 4, 4};
+    uint32_t nd = nelem % 4 == 0 ? 2 : 1;
+    if (nd == 1) shape[0] = nelem;
+    CHECK_OK(ferry_model_add(a, name, dt, nd, shape, x, nbytes, FERRY_ADD_COPY));
+    CHECK_OK(ferry_model_add(b, name, dt, nd, shape, y, nbytes, FERRY_ADD_COPY));
+    free(x);
+    free(y);
+}
+
+static void test_every_dtype(void)
+{
+    ferry_model *a, *b;
+    CHECK_OK(ferry_model_create(&a));
+    CHECK_OK(ferry_model_create(&b));
+    for (int dt = 0; dt < FERRY_DTYPE_COUNT; dt++) {
+        char name[64];
+        snprintf(name, sizeof name, "t.%s", ferry_dtype_name((ferry_dtype)dt));
+        uint64_t n = (dt == FERRY_F6_E2M3 || dt == FERRY_F6_E3M2) ? 4000 : 4096;
+        add_pair(a, b, name, (ferry_dtype)dt, n, dt % 3 == 0 ? 0.6 : 0.02);
+    }
+    round_trip(a, b, NULL);
+    ferry_model_free(a);
+    ferry_model_free(b);
+}
+
+static void test_special_bf16_values(void)
+{
+    /* +0/-0, infinities, NaNs, subnormals and max-magnitude deltas */
+    static const uint16_t x[] = {0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0x0001, 0x8001, 0x7F7F, 0xFF7F, 0x3F80};
+    static const uint16_t y[] = {0x8000, 0x0000, 0x7FC0, 0x7F80, 0xFFFF, 0x8001, 0x0001, 0xFF7F, 0x7F7F, 0xBF80};
+    ferry_model *a, *b;
+    uint64_t sh[1] = {10};
+    CHECK_OK(ferry_model_create(&a));
+    CHECK_OK(ferry_model_create(&b));
+    CHECK_OK(ferry_model_add(a, "w", FERRY_BF16, 1, sh, x, sizeof x, 0));
+    CHECK_OK(ferry_model_add(b, "w", FERRY_BF16, 1, sh, y, sizeof y, 0));
+    round_trip(a, b, NULL);
+    ferry_model_free(a);
+    ferry_model_free(b);
+}
+
+static void test_structure_changes(void)
+{
+    ferry_model *a, *b;
+    CHECK_OK(ferry_model_create(&a));
+    CHECK_OK(ferry_model_create(&b));
+    add_pair(a, b, "kept", FERRY_BF16, 1024, 0.05);
+    uint16_t v[12] = {0};
+    uint64_t s34[2] = {3, 4}, s43[2] = {4, 3}, s12[1] = {12};
+    CHECK_OK(ferry_model_add(a, "gone", FERRY_BF16, 2, s34, v, 24, 0));
+    CHECK_OK(ferry_model_add(b, "new", FERRY_F16, 1, s12, v, 24, 0));
+    CHECK_OK(ferry_model_add(a, "reshaped", FERRY_BF16, 2, s34, v, 24, 0));
+    CHECK_OK(ferry_model_add(b, "reshaped", FERRY_BF16, 2, s43, v, 24, 0));
+    CHECK_OK(ferry_model_add(a, "retyped", FERRY_BF16, 1, s12, v, 24, 0));
+    CHECK_OK(ferry_model_add(b, "retyped", FERRY_F16, 1, s12, v, 24, 0));
+    CHECK_OK(ferry_model_add(a, "scalar", FERRY_F32, 0, NULL, v, 4, 0));
+    CHECK_OK(ferry_model_add(b, "scalar", FERRY_F32, 0, NULL, v + 2, 4, 0));
+    uint64_t s0[1] = {0};
+    CHECK_OK(ferry_model_add(a, "empty", FERRY_BF16, 1, s0, NULL, 0, 0));
+    CHECK_OK(ferry_model_add(b, "empty", FERRY_BF16, 1, s0, NULL, 0, 0));
+    CHECK_OK(ferry_model_set_metadata(a, "format", "pt"));
+    CHECK_OK(ferry_model_set_metadata(b, "format", "pt"));
+    CHECK_OK(ferry_model_set_metadata(b, "step", "7"));
+    round_trip(a, b, NULL);
+    round_trip(b, a, NULL);
+    /* empty models both ways */
+    ferry_model *e;
+    CHECK_OK(ferry_model_create(&e));
+    round_trip(e, a, NULL);
+    round_trip(a, e, NULL);
+    round_trip(e, e, NULL);
+    ferry_model_free(e);
+    ferry_model_free(a);
+    ferry_model_free(b);
+}
+
+static void test_multi_chunk(void)
+{
+    /* larger than one 2^22-word chunk */
+    ferry_model *a, *b;
+    CHECK_OK(ferry_model_create(&a));
+    CHECK_OK(ferry_model_create(&b));
+    add_pair(a, b, "big", FERRY_BF16, (1u << 22) + 12345, 0.01);
+    round_trip(a, b, NULL);
+    ferry_model_free(a);
+    ferry_model_free(b);
+}
+
+static void make_pair(ferry_model **a, ferry_model **b, void **p, size_t *n)
+{
+    CHECK_OK(ferry_model_create(a));
+    CHECK_OK(ferry_model_create(b));
+    add_pair(*a, *b, "w1", FERRY_BF16, 4096, 0.05);
+    add_pair(*a, *b, "w2", FERRY_F32, 512, 0.5);
+    CHECK_OK(ferry_diff(*a, *b, NULL, p, n));
+}
+
+static void test_wrong_base(void)
+{
+    ferry_model *a, *b, *out = NULL;
+    void *p;
+    size_t n;
+    make_pair(&a, &b, &p, &n);
+    CHECK_RC(ferry_apply(b, p, n, &out), FERRY_ERR_BASE_MISMATCH);
+    CHECK(out == NULL);
+    CHECK(strstr(ferry_last_error(), "base model hash") != NULL);
+    ferry_model *c = clone(b);
+    CHECK_RC(ferry_apply_inplace(c, p, n), FERRY_ERR_BASE_MISMATCH);
+    CHECK(same_model(c, b));
+    ferry_model_free(c);
+    ferry_model_free(a);
+    ferry_model_free(b);
+    ferry_free(p);
+}
+
+static void reseal(uint8_t *p, size_t n)
+{
+    XXH128_canonical_t sum;
+    XXH128_canonicalFromHash(&sum, XXH3_128bits(p, n - 16));
+    memcpy(p + n - 16, &sum, 16);
+}
+
+static void test_damaged_patches(void)
+{
+    ferry_model *a, *b, *out = NULL;
+    void *p;
+    size_t n;
+    make_pair(&a, &b, &p, &n);
+    uint8_t *q = malloc(n);
+    /* truncation at every length: a clean error, never a model */
+    for (size_t len = 0; len < n; len += (len < 128 ? 1 : 7)) {
+        memcpy(q, p, len);
+        int rc = ferry_apply(a, q, len, &out);
+        CHECK(rc != FERRY_OK && out == NULL);
+        CHECK(rc == FERRY_ERR_PATCH_TRUNCATED || rc == FERRY_ERR_PATCH_MAGIC);
+    }
+    /* any flipped bit is caught by the checksum */
+    for (size_t i = 0; i < n; i += 3) {
+        memcpy(q, p, n);
+        q[i] ^= (uint8_t)(1u << (i % 8));
+        int rc = ferry_apply(a, q, n, &out);
+        CHECK(rc != FERRY_OK && out == NULL);
+    }
+    /* flipped bits behind a recomputed checksum reach the inner checks:
+     * they must fail cleanly too (or, by chance, decode to the same bits) */
+    ferry_model *c = clone(a);
+    for (size_t i = 16; i + 16 < n; i++) {
+        memcpy(q, p, n);
+        q[i] ^= (uint8_t)(1u << (rnd() % 8));
+        reseal(q, n);
+        int rc = ferry_apply(a, q, n, &out);
+        if (rc == FERRY_OK) {
+            CHECK(same_model(out, b));
+            ferry_model_free(out);
+            out = NULL;
+        }
+        rc = ferry_apply_inplace(c, q, n);
+        CHECK(same_model(c, rc == FERRY_OK ? b : a));
+        if (rc == FERRY_OK) { ferry_model_free(c); c = clone(a); }
+    }
+    ferry_model_free(c);
+    free(q);
+    ferry_model_free(a);
+    ferry_model_free(b);
+    ferry_free(p);
+}
+
+static void test_inplace_refuses_structure(void)
+{
+    ferry_model *a, *b;
+    CHECK_OK(ferry_model_create(&a));
+    CHECK_OK(ferry_model_create(&b));
+    add_pair(a, b, "w", FERRY_BF16, 256, 0.1);
+    uint16_t v[4] = {1, 2, 3, 4};
+    uint64_t s[1] = {4};
+    CHECK_OK(ferry_model_add(b, "extra", FERRY_BF16, 1, s, v, 8, 0));
+    void *p;
+    size_t n;
+    CHECK_OK(ferry_diff(a, b, NULL, &p, &n));
+    CHECK_RC(ferry_apply_inplace(a, p, n), FERRY_ERR_SHAPE_MISMATCH);
+    ferry_free(p);
+    ferry_model_free(a);
+    ferry_model_free(b);
+}
+
+static void test_stats(void)
+{
+    ferry_model *a, *b;
+    uint16_t x[4] = {0x3F80, 0x3F80, 0x0000, 0x1234}, y[4] = {0x3F81, 0x3F7F, 0x8000, 0x1234};
+    uint64_t s[1] = {4};
+    CHECK_OK(ferry_model_create(&a));
+    CHECK_OK(ferry_model_create(&b));
+    CHECK_OK(ferry_model_add(a, "w", FERRY_BF16, 1, s, x, 8, 0));
+    CHECK_OK(ferry_model_add(b, "w", FERRY_BF16, 1, s, y, 8, 0));
+    ferry_stats st;
+    CHECK_OK(ferry_stats_compute(a, b, &st));
+    CHECK(st.changed == 3 && st.nelem == 4);
+    CHECK(st.ulp_hist[4 + 1] == 1 && st.ulp_hist[4 - 1] == 2); /* +1, -1 (1.0 down), +0 -> -0 is -1 */
+    ferry_stats_release(&st);
+    ferry_model_free(a);
+    ferry_model_free(b);
+}
+
+int main(void)
+{
+    RUN(test_real_consecutive);
+    RUN(test_real_far_pairs);
+    RUN(test_every_dtype);
+    RUN(test_special_bf16_values);
+    RUN(test_structure_changes);
+    RUN(test_multi_chunk);
+    RUN(test_wrong_base);
+    RUN(test_damaged_patches);
+    RUN(test_inplace_refuses_structure);
+    RUN(test_stats);
+    return CHECK_SUMMARY();
+}
