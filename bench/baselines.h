@@ -47,7 +47,8 @@ static inline int bench_read_file(const char *path, uint8_t **data, size_t *size
 }
 
 /* Runs argv (argv[0] looked up in PATH) with stdout and stderr sent to log;
- * fails unless it exits 0, quoting the first line of the log. */
+ * fails unless it exits 0, quoting the last line of the log (zstd prints
+ * advice before its error). */
 static inline int baseline_run(char *const argv[], const char *log, bench_err *err)
 {
     posix_spawn_file_actions_t fa;
@@ -62,13 +63,13 @@ static inline int baseline_run(char *const argv[], const char *log, bench_err *e
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR) return bench_fail(err, "waitpid(%s): %s", argv[0], strerror(errno));
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
-    char line[200] = "";
+    char line[300] = "", buf[300];
     FILE *f = fopen(log, "r");
-    if (f) {
-        if (!fgets(line, sizeof line, f)) line[0] = 0;
-        fclose(f);
-        line[strcspn(line, "\n")] = 0;
+    while (f && fgets(buf, sizeof buf, f)) {
+        buf[strcspn(buf, "\n")] = 0;
+        if (buf[0]) memcpy(line, buf, sizeof line);
     }
+    if (f) fclose(f);
     return bench_fail(err, "%s failed (%s %d): %s", argv[0],
                       WIFEXITED(status) ? "exit" : "signal",
                       WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), line);
@@ -98,15 +99,26 @@ typedef struct baseline_result {
     double encode_s;     /* one run of the encoder, wall clock */
 } baseline_result;
 
-/* zstd -19 --patch-from=OLD NEW, decoded again with zstd -d --patch-from. */
+/* zstd -19 --patch-from=OLD NEW, decoded again with zstd -d --patch-from.
+ * zstd refuses one file as both input and dictionary, so a pair of one path
+ * twice gets a copy of OLD as the dictionary. */
 static inline int baseline_zstd(const char *oldp, const char *newp, const uint8_t *want, size_t want_size,
                                 const char *tmpdir, baseline_result *r, bench_err *err)
 {
-    char patch[4096], dec[4096], log[4096], from[4096], lvl[8];
+    char patch[4096], dec[4096], log[4096], from[4096], lvl[8], copy[4096];
     if (bench_path(patch, sizeof patch, tmpdir, "zstd.patch", err) ||
         bench_path(dec, sizeof dec, tmpdir, "zstd.out", err) ||
-        bench_path(log, sizeof log, tmpdir, "zstd.log", err))
+        bench_path(log, sizeof log, tmpdir, "zstd.log", err) ||
+        bench_path(copy, sizeof copy, tmpdir, "zstd.base", err))
         return -1;
+    struct stat so, sn;
+    if (stat(oldp, &so) == 0 && stat(newp, &sn) == 0 && so.st_dev == sn.st_dev && so.st_ino == sn.st_ino) {
+        FILE *f = fopen(copy, "wb");
+        int ok = f && fwrite(want, 1, want_size, f) == want_size; /* same file: NEW's bytes are OLD's */
+        if (f && fclose(f)) ok = 0;
+        if (!ok) return bench_fail(err, "cannot write %s", copy);
+        oldp = copy;
+    }
     int w = snprintf(from, sizeof from, "--patch-from=%s", oldp);
     if (w < 0 || (size_t)w >= sizeof from) return bench_fail(err, "path too long: %s", oldp);
     snprintf(lvl, sizeof lvl, "-%d", BASELINE_ZSTD_LEVEL);
@@ -122,6 +134,7 @@ static inline int baseline_zstd(const char *oldp, const char *newp, const uint8_
     unlink(patch);
     unlink(dec);
     unlink(log);
+    unlink(copy);
     return rc ? -1 : 0;
 }
 

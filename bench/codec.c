@@ -50,6 +50,9 @@ static const char usage[] =
     "  --reps N         timing repetitions for ferry (default 5)\n"
     "  --no-generic     skip the zstd and xdelta3 baselines\n"
     "  --json PATH      also write the results as JSON\n"
+    "  --keep DIR       keep every patch as DIR/SET_OLD-NEW.FORMAT (to inspect them)\n"
+    "  --corrupt PEER   test of the checks: flip one bit in the middle of that peer's\n"
+    "                   patches before decoding; the run must then fail\n"
     "  -h, --help       this text\n"
     "\n"
     "Exit status 0 when every pair was measured and every patch verified, else 1.\n";
@@ -195,6 +198,35 @@ static int discover_pairs(const char *dir, const char *sel, pair_list *out)
     return 0;
 }
 
+/* Label of an explicit file pair: "SET:NNN->MMM" for two step files of one
+ * directory (as discovered pairs are named), else "STEM->STEM" (the file
+ * names without .safetensors). */
+static char *file_pair_label(const char *a, const char *b, long sa, long sb)
+{
+    char label[600];
+    const char *ba = strrchr(a, '/'), *bb = strrchr(b, '/');
+    ba = ba ? ba + 1 : a;
+    bb = bb ? bb + 1 : b;
+    char *da = xstrdup(a), *db = xstrdup(b);
+    da[ba - a] = 0;
+    db[bb - b] = 0;
+    if (sa >= 0 && sb >= 0 && strcmp(da, db) == 0) {
+        size_t l = strlen(da);
+        while (l > 0 && da[l - 1] == '/') da[--l] = 0;
+        const char *set = strrchr(da, '/');
+        set = set ? set + 1 : (*da ? da : ".");
+        snprintf(label, sizeof label, "%s:%03ld->%03ld", set, sa, sb);
+    } else {
+        int la = (int)strlen(ba), lb = (int)strlen(bb);
+        if (la > 12 && strcmp(ba + la - 12, ".safetensors") == 0) la -= 12;
+        if (lb > 12 && strcmp(bb + lb - 12, ".safetensors") == 0) lb -= 12;
+        snprintf(label, sizeof label, "%.*s->%.*s", la, ba, lb, bb);
+    }
+    free(da);
+    free(db);
+    return xstrdup(label);
+}
+
 /* =====================================================================
  * Scratch directory (TRL patch file, baseline patches), removed at exit.
  * ===================================================================== */
@@ -228,6 +260,26 @@ static int tmpdir_create(void)
     }
     atexit(tmpdir_cleanup);
     return 0;
+}
+
+/* --keep: writes one patch to g_keep_dir/LABEL.FORMAT, LABEL made file-safe. */
+static const char *g_keep_dir;
+static const char *g_corrupt; /* --corrupt: the peer whose patches get a flipped bit */
+
+static void keep_patch(const char *label, const char *format, const void *p, size_t n)
+{
+    if (!g_keep_dir) return;
+    char name[700], path[4096];
+    size_t j = 0;
+    for (const char *c = label; *c && j + 1 < sizeof name; c++) {
+        if (*c == '>' && j > 0 && name[j - 1] == '-') continue; /* "->" becomes "-" */
+        name[j++] = (*c == ':' || *c == '/') ? '_' : *c;
+    }
+    name[j] = 0;
+    int w = snprintf(path, sizeof path, "%s/%s.%s", g_keep_dir, name, format);
+    FILE *f = (w > 0 && (size_t)w < sizeof path) ? fopen(path, "wb") : NULL;
+    if (!f || fwrite(p, 1, n, f) != n) fprintf(stderr, "codec: cannot write %s (--keep)\n", path);
+    if (f) fclose(f);
 }
 
 /* =====================================================================
@@ -284,7 +336,8 @@ static int pair_view(const ferry_model *a, const ferry_model *b, bench_pair *p, 
 /* =====================================================================
  * 3. ferry
  * ===================================================================== */
-static int run_ferry(const ferry_model *a, const ferry_model *b, int reps, pair_result *r, bench_err *err)
+static int run_ferry(const char *label, const ferry_model *a, const ferry_model *b, int reps, pair_result *r,
+                     bench_err *err)
 {
     uint8_t want[16], got[16];
     if (ferry_model_hash(b, want)) return bench_fail(err, "ferry_model_hash(NEW): %s", ferry_last_error());
@@ -326,6 +379,7 @@ static int run_ferry(const ferry_model *a, const ferry_model *b, int reps, pair_
         r->ferry_size = size;
         r->ferry_enc_s = bench_median(te, (size_t)reps);
         r->ferry_app_s = bench_median(ta, (size_t)reps);
+        keep_patch(label, "ferry", patch, size);
     }
     ferry_free(patch);
     free(te);
@@ -336,13 +390,14 @@ static int run_ferry(const ferry_model *a, const ferry_model *b, int reps, pair_
 /* =====================================================================
  * 4. Peers: encode, decode from OLD alone, compare with NEW
  * ===================================================================== */
-static int run_peer(const peer_format *pf, const peer_ctx *ctx, const bench_pair *pair,
+static int run_peer(const char *label, const peer_format *pf, const peer_ctx *ctx, const bench_pair *pair,
                     const bench_pair *base, uint8_t *const *out, pair_result *r, size_t k, bench_err *err)
 {
     bench_buf patch = {0};
     double t0 = bench_now();
     if (pf->encode(ctx, pair, &patch, err)) { bench_buf_free(&patch); return -1; }
     r->peer_enc_s[k] = bench_now() - t0;
+    if (g_corrupt && strcmp(g_corrupt, pf->name) == 0 && patch.size) patch.data[patch.size / 2] ^= 1;
     for (size_t i = 0; i < base->count; i++) memcpy(out[i], base->t[i].old, (size_t)base->t[i].nbytes);
     t0 = bench_now();
     int rc = pf->decode(ctx, base, patch.data, patch.size, out, err);
@@ -357,6 +412,7 @@ static int run_peer(const peer_format *pf, const peer_ctx *ctx, const bench_pair
     if (!rc) {
         r->peer_ok[k] = 1;
         r->peer_size[k] = patch.size;
+        keep_patch(label, pf->name, patch.data, patch.size);
     }
     bench_buf_free(&patch);
     return rc;
@@ -382,7 +438,7 @@ static int measure_pair(const pair_spec *ps, const options *o, pair_result *r)
     fprintf(stderr, "codec: %s:", ps->label);
 
     /* ferry first: it handles any pair, the peers only same-structure ones. */
-    if (run_ferry(a, b, o->reps, r, &err)) {
+    if (run_ferry(ps->label, a, b, o->reps, r, &err)) {
         fprintf(stderr, " ferry FAILED\ncodec: %s: ferry: %s\n", ps->label, err.msg);
         failures++;
     } else {
@@ -411,7 +467,7 @@ static int measure_pair(const pair_spec *ps, const options *o, pair_result *r)
 
     peer_ctx ctx = {g_tmpdir};
     for (size_t k = 0; k < PEER_COUNT; k++) {
-        if (run_peer(&peer_formats[k], &ctx, &pair, &base, out, r, k, &err)) {
+        if (run_peer(ps->label, &peer_formats[k], &ctx, &pair, &base, out, r, k, &err)) {
             fprintf(stderr, " %s FAILED\ncodec: %s: %s: round-trip failed: %s\n", peer_formats[k].name,
                     ps->label, peer_formats[k].name, err.msg);
             failures++;
@@ -498,8 +554,9 @@ static void print_tables(const pair_spec *ps, const pair_result *res, size_t n, 
            "ferry", "trl", "pulse", "skyrl", "slime", "order0", "zstd-19", "xdelta3");
     for (size_t i = 0; i < n; i++) {
         const pair_result *r = &res[i];
-        printf("%-*s %10" PRIu64 " %7.3f%%", lw, ps[i].label, r->model_bytes,
-               r->nwords ? 100.0 * (double)r->changed / (double)r->nwords : 0.0);
+        printf("%-*s %10" PRIu64, lw, ps[i].label, r->model_bytes);
+        if (r->o0_ok && r->nwords) printf(" %7.3f%%", 100.0 * (double)r->changed / (double)r->nwords);
+        else printf(" %8s", "-");
         print_size(r->ferry_size, r->ferry_ok);
         for (int k = 0; k < PEER_COUNT; k++) print_size(r->peer_size[k], r->peer_ok[k]);
         print_size((uint64_t)(order0_bytes(r) + 0.5), r->o0_ok);
@@ -672,7 +729,8 @@ int main(int argc, char **argv)
     static const struct option lopts[] = {
         {"data", required_argument, NULL, 'd'}, {"pairs", required_argument, NULL, 'p'},
         {"reps", required_argument, NULL, 'r'}, {"json", required_argument, NULL, 'j'},
-        {"no-generic", no_argument, NULL, 'G'}, {"help", no_argument, NULL, 'h'},
+        {"no-generic", no_argument, NULL, 'G'}, {"keep", required_argument, NULL, 'k'},
+        {"corrupt", required_argument, NULL, 'c'}, {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
@@ -681,6 +739,8 @@ int main(int argc, char **argv)
         case 'p': o.pairs = optarg; break;
         case 'j': o.json = optarg; break;
         case 'G': o.generic = 0; break;
+        case 'k': g_keep_dir = optarg; break;
+        case 'c': g_corrupt = optarg; break;
         case 'r': {
             char *end;
             long v = strtol(optarg, &end, 10);
@@ -710,14 +770,11 @@ int main(int argc, char **argv)
                 }
             }
             pair_spec p = {0};
-            const char *ba = strrchr(argv[i], '/'), *bb = strrchr(argv[i + 1], '/');
-            char label[600];
-            snprintf(label, sizeof label, "%s->%s", ba ? ba + 1 : argv[i], bb ? bb + 1 : argv[i + 1]);
-            p.label = xstrdup(label);
             p.oldp = xstrdup(argv[i]);
             p.newp = xstrdup(argv[i + 1]);
             p.old_step = step_number(argv[i]);
             p.new_step = step_number(argv[i + 1]);
+            p.label = file_pair_label(p.oldp, p.newp, p.old_step, p.new_step);
             pairs_push(&pl, p);
         }
     } else if (discover_pairs(o.data, o.pairs, &pl)) {

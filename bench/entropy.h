@@ -107,8 +107,9 @@ static inline int order0_compute(const bench_pair *p, order0_result *r, bench_er
                 hist[b] = 0;
             }
         } else if (k) {
-            other = realloc(other, (size_t)k * sizeof *other);
-            if (!other) { free(pos); rc = bench_fail(err, "out of memory"); break; }
+            order0_sym *no = realloc(other, (size_t)k * sizeof *other);
+            if (!no) { free(pos); rc = bench_fail(err, "out of memory"); break; }
+            other = no;
             if (n_pool_other + k > cap_pool_other) {
                 cap_pool_other = 2 * (n_pool_other + k);
                 order0_sym *np = realloc(pool_other, (size_t)cap_pool_other * sizeof *np);
