@@ -36,7 +36,7 @@ LIBS     := $(CORE_LIBS)
 CPPFLAGS += -DFERRY_NO_NET
 else
 LIB_SRC  := $(CORE_SRC) $(NET_SRC)
-LIBS     := $(CORE_LIBS) -lcurl
+LIBS     := $(CORE_LIBS) -lcurl -lcrypto
 endif
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 

@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential clang pkg-config libzstd-dev libxxhash-dev libjansson-dev
       libcurl4-openssl-dev openmpi-bin libopenmpi-dev python3-numpy python3-torch
-      zstd xdelta3 libclang-rt-14-dev awscli)
+      zstd xdelta3 libclang-rt-14-dev awscli libssl-dev)
 # node/npm may come from elsewhere (the image's nodesource build): only ask
 # Debian for them when the commands are absent.
 command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)

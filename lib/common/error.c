@@ -40,6 +40,19 @@ const char *ferry_strerror(int code)
     case FERRY_ERR_SHAPE_MISMATCH: return "patch: structure change not allowed in place";
     /* The outer layers' codes (store, sync, dock, loco) are named here too,
      * so that one table covers every code a caller can see. */
+    /* store (include/ferry_store.h; numbers, as this file sees only ferry.h) */
+    case 60: return "store: malformed or unsupported URL";
+    case 61: return "store: invalid key";
+    case 62: return "store: no such object";
+    case 63: return "store: compare-and-swap conflict";
+    case 64: return "store: authentication failed";
+    case 65: return "store: deadline passed";
+    case 66: return "store: unexpected HTTP status";
+    case 67: return "store: network error";
+    case 68: return "store: read-only store";
+    case 69: return "store: corrupt or malformed answer";
+    case 70: return "store: range past the end of the object";
+    case 71: return "store: canceled";
     default: return "unknown error";
     }
 }
