@@ -42,7 +42,11 @@
  *
  * The loops are single-threaded and branch-free in their bodies so that the
  * compiler can vectorise them; the counter-based generator keeps every
- * element independent of every other (no sequential PRNG state).
+ * element independent of every other (no sequential PRNG state).  (With the
+ * project's -O2 and baseline x86-64 they run scalar; -O3 -march=native
+ * vectorises the gradient loops, and -fno-math-errno the update loop too.)
+ * Measured: ~50-70 M params/s per step for update + cast, ~2 min for a 1G-
+ * param model's initial weights plus two steps, on a shared 2-core VM.
  *
  * Only the public API (include/ferry.h) is used.
  */
@@ -52,6 +56,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -409,15 +414,29 @@ static int build_layout(sim *s)
  * Initialisation: weights like a freshly initialised (or briefly warmed-up)
  * Llama-style model; per-row/column gradient structure drawn once.
  * ====================================================================== */
+/* The big per-parameter arrays: 2 MiB-aligned and marked for transparent
+ * huge pages, because at 1G params the first-touch faults on 4 KiB pages
+ * cost more system time than the simulation costs user time. */
+static void *big_alloc(size_t bytes)
+{
+    void *p = NULL;
+    size_t align = bytes >= ((size_t)4 << 20) ? ((size_t)2 << 20) : 64;
+    if (posix_memalign(&p, align, bytes ? bytes : 1)) return NULL;
+#ifdef MADV_HUGEPAGE
+    if (align > 64) (void)madvise(p, bytes, MADV_HUGEPAGE); /* advisory only */
+#endif
+    return p;
+}
+
 static int init_tensor(sim *s, size_t ti)
 {
     const sim_opts *o = &s->o;
     tensor_state *t = &s->t[ti];
     size_t n = (size_t)t->n, esz = t->out_dtype == FERRY_F32 ? 4 : 2;
-    t->w = malloc(n * sizeof(float));
-    t->m = calloc(n, sizeof(float));
-    t->v = calloc(n, sizeof(float));
-    t->out = malloc(n * esz);
+    t->w = big_alloc(n * sizeof(float));
+    t->m = big_alloc(n * sizeof(float));
+    t->v = big_alloc(n * sizeof(float));
+    t->out = big_alloc(n * esz);
     t->row_scale = malloc(t->rows * sizeof(float));
     t->row_persist = malloc(t->rows * sizeof(float));
     t->row_active_p = malloc(t->rows * sizeof(float));
@@ -425,6 +444,8 @@ static int init_tensor(sim *s, size_t ti)
     if (!t->w || !t->m || !t->v || !t->out || !t->row_scale || !t->row_persist ||
         !t->row_active_p || !t->col_scale)
         return -1;
+    memset(t->m, 0, n * sizeof(float));
+    memset(t->v, 0, n * sizeof(float));
 
     uint64_t k = key_of(o->seed, ti, S_INIT, 0);
     if (t->kind == K_NORM) {
