@@ -2,6 +2,8 @@
 # Smoke test of bench/codec on one small pair (rl-b step 000 -> 001): it must
 # exit 0, ferry's apply must hash to NEW, and each peer format (trl, pulse,
 # skyrl, slime) and generic baseline (zstd, xdelta3) must round-trip to NEW.
+# The same on a synthetic pair of edge cases (F32/F64/U8/F4/0-D/empty
+# tensors, a gap over 65535, row deltas over 255, columns over 65535).
 # Also: the checks must bite: a bit flipped in a peer's patch (--corrupt) and
 # a pair of two different models must each make it exit non-zero.
 # Prints "N passed, N failed"; builds the bench program if it is missing.
@@ -25,7 +27,9 @@ if [ ! -f "$old" ] || [ ! -f "$new" ]; then
     echo "0 passed, 1 failed"
     exit 1
 fi
-if [ ! -x "$codec" ] || [ "$FERRY_BUILD/libferry.a" -nt "$codec" ]; then
+# (Re)build only when missing or older than its sources: `make test` builds
+# `all`, which does not include the benches.
+if [ ! -x "$codec" ] || [ -n "$(find bench/codec.c bench/*.h "$FERRY_BUILD/libferry.a" -newer "$codec" 2>/dev/null)" ]; then
     make --no-print-directory -s BUILD="$BUILD" SAN="${SAN:-}" "$BUILD/bench/codec" >&2
 fi
 if [ ! -x "$codec" ]; then
@@ -57,6 +61,50 @@ grep -qE '^rl-b:000->001 +[0-9]+ +[0-9.]+% +[0-9]+ +[0-9]+' "$tmp/stdout"; check
 rc=$?
 [ $rc -ne 0 ] && grep -q "the peer formats need the same tensors" "$tmp/stderr2"
 check "different models: non-zero exit and a clear line" $?
+
+# Synthetic pair, pure-stdlib Python (any python3).
+mkdir -p "$tmp/synth"
+python3 - "$tmp/synth" <<'PY'
+import json, random, struct, sys
+rnd = random.Random(7)
+def save(path, ts):
+    hdr, off, blobs = {}, 0, []
+    for name in sorted(ts):
+        dt, shape, b = ts[name]
+        hdr[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(b)]}
+        off += len(b); blobs.append(b)
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+A, B = {}, {}
+def add(name, dt, shape, width, n, changes):
+    a = bytearray(rnd.getrandbits(8) for _ in range(n * width))
+    if dt in ("F32", "F64"):  # finite floats
+        fmt = "<f" if dt == "F32" else "<d"
+        for i in range(n): a[i*width:(i+1)*width] = struct.pack(fmt, rnd.uniform(-1, 1))
+    b = bytearray(a)
+    for i in changes: b[i * width] ^= 1
+    A[name] = (dt, shape, bytes(a)); B[name] = (dt, shape, bytes(b))
+add("a.widecols", "BF16", [2, 70000], 2, 140000, [0, 69999, 70005])
+add("b.rows", "BF16", [400, 4], 2, 1600, [1, 1599])
+add("c.gap", "BF16", [100000], 2, 100000, [0, 99999])
+add("d.f32", "F32", [3, 5], 4, 15, [7, 14])
+add("e.f4", "F4", [16], 1, 8, [3])
+add("f.scalar", "F32", [], 4, 1, [0])
+add("g.u8", "U8", [10], 1, 10, [9])
+add("h.f64", "F64", [4], 8, 4, [2])
+add("i.empty", "BF16", [0, 5], 2, 0, [])
+add("j.3d", "BF16", [4, 3, 5], 2, 60, [29, 45])
+add("k.same", "BF16", [7], 2, 7, [])
+save(sys.argv[1] + "/step-000.safetensors", A)
+save(sys.argv[1] + "/step-001.safetensors", B)
+PY
+"$codec" --reps 1 --no-generic "$tmp/synth/step-000.safetensors" "$tmp/synth/step-001.safetensors" \
+    >/dev/null 2>"$tmp/stderr4"
+rc=$?
+[ $rc -eq 0 ] && grep -q "ferry ok trl ok pulse ok skyrl ok slime ok" "$tmp/stderr4"
+check "edge-case pair (dtypes, wide gaps/rows/cols) round-trips" $?
+[ $rc -eq 0 ] || sed 's/^/    | /' "$tmp/stderr4"
 
 for p in trl pulse skyrl slime; do
     "$codec" --reps 1 --no-generic --corrupt "$p" "$old" "$new" >/dev/null 2>"$tmp/stderr3"
