@@ -336,7 +336,7 @@ static inline int trl_encode(const peer_ctx *ctx, const bench_pair *pair, bench_
             ix->count = k;
             va->name = trl_join(t->name, ".val");
             va->dtype = trl_value_dtype(t);
-            va->count = k * (t->width * 8 / ferry_dtype_bits(va->dtype));
+            va->count = k; /* one value of t->width bytes each (U8 for sub-byte dtypes) */
             if (!ix->name || !va->name || peer_put_gaps(&ix->bytes, pos, k, gw) ||
                 peer_put_values(&va->bytes, t, pos, k))
                 rc = bench_fail(err, "out of memory");
