@@ -9,10 +9,11 @@
  *   c  a's successor with the same structure (names, dtypes, shapes,
  *      metadata) and sparse changes only: its patch applies in place.
  *
- * tests/tools/mkgolden.c writes them to tests/golden/ (the test reads the
- * files, never this code, so editing this header cannot silently move the
- * golden bytes: regenerating them is a deliberate act) and
- * tests/fuzz/fuzz_patch.c uses a as its base.  Uses the public API only. */
+ * tests/tools/mkgolden.c writes them to tests/golden/, and
+ * tests/fuzz/fuzz_patch.c uses a as its base.  The golden tests read the
+ * files, not this code (except to check that the fuzzer's base is a), so
+ * editing this header cannot silently move the golden bytes: regenerating
+ * them is a deliberate act.  Uses the public API only. */
 #ifndef FERRY_GOLDEN_MODEL_H
 #define FERRY_GOLDEN_MODEL_H
 #include <stdint.h>

@@ -9,6 +9,8 @@
  *                                   damaged and hostile patches for base a,
  *                                   each failing ferry_apply with exactly
  *                                   FERRY_ERR_<ERRNAME>
+ *   golden/real.txt                 size and XXH3-128 of ferry_diff on a few
+ *                                   pairs of ../shared/data ($FERRY_DATA)
  *   fuzz/corpus/patch/seed-*, err-* the patch fuzzer's seeds
  *
  * Hostile tables are made by decomposing a valid patch (header, parsed
@@ -745,6 +747,51 @@ static void golden_patch(const ferry_model *from, const ferry_model *to, const c
     printf("  %-60s %6zu bytes\n", rel ? rel : srel, *n);
 }
 
+/* golden/real.txt: size and XXH3-128 of ferry_diff on pairs of the shared
+ * checkpoints ($FERRY_DATA, default ../shared/data); kept as is when the
+ * data is absent. */
+static void real_pairs(void)
+{
+    static const char *const pairs[][2] = {
+        {"rl-b/step-000.safetensors", "rl-b/step-001.safetensors"},
+        {"rl-a/step-007.safetensors", "rl-a/step-008.safetensors"},
+        {"rl-a/step-000.safetensors", "rl-a/step-008.safetensors"},
+        {"rl-a/master-000.safetensors", "rl-a/master-001.safetensors"},
+    };
+    const char *data = getenv("FERRY_DATA");
+    if (!data || !*data) data = "../shared/data";
+    ferry_buf txt = {0};
+    const char *head = "# ferry_diff(OLD, NEW, default options) on the shared checkpoints ($FERRY_DATA):\n"
+                       "# OLD NEW patch-bytes XXH3-128-of-the-patch (canonical hex).  Written by mkgolden.\n";
+    buf_put(&txt, head, strlen(head));
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        char pa[1024], pb[1024], line[512], hex[33];
+        snprintf(pa, sizeof pa, "%s/%s", data, pairs[i][0]);
+        snprintf(pb, sizeof pb, "%s/%s", data, pairs[i][1]);
+        ferry_model *a = NULL, *b = NULL;
+        if (ferry_model_open(pa, &a) || ferry_model_open(pb, &b)) {
+            fprintf(stderr, "mkgolden: %s: %s; golden/real.txt kept as it is\n", data, ferry_last_error());
+            ferry_model_free(a);
+            ferry__buf_release(&txt);
+            return;
+        }
+        void *p;
+        size_t n;
+        if (ferry_diff(a, b, NULL, &p, &n)) die("diff of %s", pa);
+        XXH128_canonical_t h;
+        XXH128_canonicalFromHash(&h, XXH3_128bits(p, n));
+        for (int k = 0; k < 16; k++) snprintf(hex + 2 * k, 3, "%02x", h.digest[k]);
+        snprintf(line, sizeof line, "%s %s %zu %s\n", pairs[i][0], pairs[i][1], n, hex);
+        buf_put(&txt, line, strlen(line));
+        printf("  real: %s", line);
+        ferry_free(p);
+        ferry_model_free(a);
+        ferry_model_free(b);
+    }
+    put_file("golden/real.txt", txt.data, txt.size);
+    ferry__buf_release(&txt);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2 || argv[1][0] == '-') {
@@ -797,6 +844,7 @@ int main(int argc, char **argv)
     base_match_cases(P);
     decode_cases(P, S);
     printf("%d must-fail patches\n", g_files);
+    real_pairs();
 
     ferry_free(ab);
     ferry_free(ba);
