@@ -422,8 +422,16 @@ static int run_peer(const char *label, const peer_format *pf, const peer_ctx *ct
 }
 
 /* =====================================================================
- * One pair, all measurements.  Returns the number of failures.
+ * One pair, all measurements.  Returns the number of failures.  Each
+ * failure prints its own line at once; one status line per pair follows
+ * ("codec: rl-b:000->001: ferry ok trl ok ... xdelta3 ok").
  * ===================================================================== */
+static void status_add(char *st, size_t cap, const char *name, int ok)
+{
+    size_t l = strlen(st);
+    snprintf(st + l, cap - l, " %s %s", name, ok ? "ok" : "FAILED");
+}
+
 static int measure_pair(const pair_spec *ps, const options *o, pair_result *r)
 {
     int failures = 0;
@@ -438,20 +446,19 @@ static int measure_pair(const pair_spec *ps, const options *o, pair_result *r)
         return 1;
     }
     r->model_bytes = ferry_model_nbytes(b);
-    fprintf(stderr, "codec: %s:", ps->label);
+    char st[256] = "";
 
     /* ferry first: it handles any pair, the peers only same-structure ones. */
     if (run_ferry(ps->label, a, b, o->reps, r, &err)) {
-        fprintf(stderr, " ferry FAILED\ncodec: %s: ferry: %s\n", ps->label, err.msg);
+        fprintf(stderr, "codec: %s: ferry: %s\n", ps->label, err.msg);
         failures++;
-    } else {
-        fprintf(stderr, " ferry ok");
     }
+    status_add(st, sizeof st, "ferry", r->ferry_ok);
 
     bench_pair pair = {0}, base = {0};
     uint8_t **out = NULL;
     if (pair_view(a, b, &pair, &err)) {
-        fprintf(stderr, "\ncodec: %s: %s\n", ps->label, err.msg);
+        fprintf(stderr, "codec: %s: %s\n", ps->label, err.msg);
         failures++;
         goto done;
     }
@@ -460,27 +467,25 @@ static int measure_pair(const pair_spec *ps, const options *o, pair_result *r)
     base = pair;
     base.t = malloc((pair.count ? pair.count : 1) * sizeof *base.t);
     out = calloc(pair.count ? pair.count : 1, sizeof *out);
-    if (!base.t || !out) { fprintf(stderr, "\ncodec: out of memory\n"); exit(1); }
+    if (!base.t || !out) { fprintf(stderr, "codec: out of memory\n"); exit(1); }
     for (size_t i = 0; i < pair.count; i++) {
         base.t[i] = pair.t[i];
         base.t[i].cur = NULL; /* decoders see OLD and the patch only */
         out[i] = malloc(pair.t[i].nbytes ? (size_t)pair.t[i].nbytes : 1);
-        if (!out[i]) { fprintf(stderr, "\ncodec: out of memory\n"); exit(1); }
+        if (!out[i]) { fprintf(stderr, "codec: out of memory\n"); exit(1); }
     }
 
     peer_ctx ctx = {g_tmpdir};
     for (size_t k = 0; k < PEER_COUNT; k++) {
         if (run_peer(ps->label, &peer_formats[k], &ctx, &pair, &base, out, r, k, &err)) {
-            fprintf(stderr, " %s FAILED\ncodec: %s: %s: round-trip failed: %s\n", peer_formats[k].name,
-                    ps->label, peer_formats[k].name, err.msg);
+            fprintf(stderr, "codec: %s: %s: round-trip failed: %s\n", ps->label, peer_formats[k].name, err.msg);
             failures++;
-        } else {
-            fprintf(stderr, " %s ok", peer_formats[k].name);
         }
+        status_add(st, sizeof st, peer_formats[k].name, r->peer_ok[k]);
     }
 
     if (order0_compute(&pair, &r->o0, &err)) {
-        fprintf(stderr, "\ncodec: %s: order0: %s\n", ps->label, err.msg);
+        fprintf(stderr, "codec: %s: order0: %s\n", ps->label, err.msg);
         failures++;
     } else {
         r->o0_ok = 1;
@@ -492,29 +497,29 @@ static int measure_pair(const pair_spec *ps, const options *o, pair_result *r)
         uint8_t *want = NULL;
         size_t wn = 0;
         if (bench_read_file(ps->newp, &want, &wn, &err)) {
-            fprintf(stderr, "\ncodec: %s: %s\n", ps->label, err.msg);
+            fprintf(stderr, "codec: %s: %s\n", ps->label, err.msg);
             failures += 2;
             goto done;
         }
         if (baseline_zstd(ps->oldp, ps->newp, want, wn, g_tmpdir, &r->zstd, &err)) {
-            fprintf(stderr, " zstd FAILED\ncodec: %s: zstd: %s\n", ps->label, err.msg);
+            fprintf(stderr, "codec: %s: zstd: %s\n", ps->label, err.msg);
             failures++;
         } else {
             r->zstd_ok = 1;
-            fprintf(stderr, " zstd ok");
         }
+        status_add(st, sizeof st, "zstd", r->zstd_ok);
         if (baseline_xdelta3(ps->oldp, ps->newp, want, wn, g_tmpdir, &r->xdelta, &err)) {
-            fprintf(stderr, " xdelta3 FAILED\ncodec: %s: xdelta3: %s\n", ps->label, err.msg);
+            fprintf(stderr, "codec: %s: xdelta3: %s\n", ps->label, err.msg);
             failures++;
         } else {
             r->xdelta_ok = 1;
-            fprintf(stderr, " xdelta3 ok");
         }
+        status_add(st, sizeof st, "xdelta3", r->xdelta_ok);
         free(want);
     }
-    fprintf(stderr, "\n");
 
 done:
+    fprintf(stderr, "codec: %s:%s\n", ps->label, st);
     for (size_t i = 0; out && i < pair.count; i++) free(out[i]);
     free(out);
     free(base.t);

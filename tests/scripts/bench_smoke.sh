@@ -50,7 +50,7 @@ fi
 rc=$?
 check "codec exits 0 on rl-b 000->001" $rc
 [ $rc -eq 0 ] || sed 's/^/    | /' "$tmp/stderr"
-line=$(grep -E '^codec: rl-b:000->001:' "$tmp/stderr" | head -n 1)
+line=$(grep -E '^codec: rl-b:000->001:' "$tmp/stderr" | tail -n 1)
 for f in $formats; do
     grep -qE "(^|: | )$f ok( |$)" <<<"$line"; check "$f round-trips to NEW" $?
 done
