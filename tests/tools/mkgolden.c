@@ -11,7 +11,8 @@
  *                                   FERRY_ERR_<ERRNAME>
  *   golden/real.txt                 size and XXH3-128 of ferry_diff on a few
  *                                   pairs of ../shared/data ($FERRY_DATA)
- *   fuzz/corpus/patch/seed-*, err-* the patch fuzzer's seeds
+ *   fuzz/corpus/patch/seed-*, err-* the patch fuzzer's seeds (seed-rawtab-*
+ *                                   in its raw-table mode)
  *
  * Hostile tables are made by decomposing a valid patch (header, parsed
  * table, one payload per entry), editing fields, re-serialising the table,
@@ -792,6 +793,29 @@ static void real_pairs(void)
     ferry__buf_release(&txt);
 }
 
+/* A fuzz seed in the patch fuzzer's raw-table mode (tests/fuzz/fuzz_patch.c):
+ * the table uncompressed, table_zsize = its length, trailer ending in 0x03. */
+static void rawtab_seed(const char *seed, const void *patch, size_t n)
+{
+    gp g;
+    ferry_buf tab = {0}, out = {0};
+    gp_load(&g, patch, n);
+    gp_table(&g, &k_real, &tab);
+    buf_put(&out, g.hdr, PATCH_HEADER_SIZE);
+    buf_put(&out, tab.data, tab.size);
+    for (size_t i = 0; i < g.t.n; i++) buf_put(&out, g.pay[i].data, g.pay[i].size);
+    buf_put(&out, "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\3", 16);
+    ferry__put64(out.data + 48, out.size);
+    ferry__put32(out.data + 56, (uint32_t)tab.size);
+    ferry__put32(out.data + 60, (uint32_t)tab.size);
+    char rel[256];
+    snprintf(rel, sizeof rel, "fuzz/corpus/patch/seed-rawtab-%s.patch", seed);
+    put_file(rel, out.data, out.size);
+    ferry__buf_release(&out);
+    ferry__buf_release(&tab);
+    gp_free(&g);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2 || argv[1][0] == '-') {
@@ -837,6 +861,9 @@ int main(int argc, char **argv)
         ferry__buf_release(&r);
         gp_free(&g);
     }
+
+    rawtab_seed("ab", ab, nab);
+    rawtab_seed("ac", ac, nac);
 
     framing_cases(P, X);
     header_table_cases(P);
