@@ -672,10 +672,10 @@ static int verify_outputs(const sim *s, const step_record *rec)
     char path[4096];
     ferry_model *prev = NULL;
     int bad = 0;
-    size_t maxcols = 1;
+    size_t maxn = 1; /* the cast of the largest tensor: 2 bytes x its elements */
     for (size_t i = 0; i < s->nt; i++)
-        if (s->t[i].n > maxcols) maxcols = (size_t)s->t[i].n;
-    uint16_t *cast = malloc(maxcols * sizeof *cast);
+        if (s->t[i].n > maxn) maxn = (size_t)s->t[i].n;
+    uint16_t *cast = malloc(maxn * sizeof *cast);
     if (!cast) { fprintf(stderr, "adamw_sim: out of memory\n"); return -1; }
 
     for (int k = 0; k <= o->steps && !bad; k++) {

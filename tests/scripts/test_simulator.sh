@@ -10,6 +10,8 @@ cd "$(dirname "$0")/../.."
 BUILD_DIR=${FERRY_BUILD:-$PWD/build}
 SIM=$BUILD_DIR/examples/adamw_sim
 PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
+# The independent format check needs a Python (stdlib only).
+command -v "$PY" >/dev/null || FERRY_SKIP_NPM=1 bash scripts/install-deps.sh >&2 || true
 passed=0 failed=0
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
