@@ -28,6 +28,12 @@ int ferry__st_open_file(const char *path, ferry_model **out);
  * (st_index.c). */
 int ferry__st_open_index(const char *index_path, ferry_model **out);
 
+/* The header ferry_model_save writes for m (JSON, space-padded to a
+ * multiple of 8 bytes, without the u64 length in front), in a new buffer
+ * of *len bytes released with free().  The file is then u64 *len, the
+ * header, and every tensor's bytes in name order. */
+int ferry__st_header(const ferry_model *m, char **out, size_t *len);
+
 /* Moves every mapping of src to dst, all or nothing: afterwards dst unmaps
  * them and src only forgets them (src's tensors still point into them, so
  * src must be freed before dst). */

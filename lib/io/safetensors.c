@@ -351,7 +351,9 @@ static int open_fail(const char *path, const char *what)
 int ferry__st_open_file(const char *path, ferry_model **out)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO planted where a shard should be must not hang
+     * the open; the S_ISREG check below then rejects it. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return open_fail(path, "cannot open");
     struct stat st;
     if (fstat(fd, &st)) {
@@ -447,6 +449,7 @@ int ferry_model_open(const char *path, ferry_model **out)
     struct stat st;
     if (stat(path, &st)) return open_fail(path, "cannot open");
     if (S_ISDIR(st.st_mode)) return open_dir(path, out);
+    if (!S_ISREG(st.st_mode)) return ferry__fail(FERRY_ERR_IO, "%s: not a regular file or directory", path);
     if (ends_with(path, ".index.json")) return ferry__st_open_index(path, out);
     return ferry__st_open_file(path, out);
 }

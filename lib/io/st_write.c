@@ -106,8 +106,7 @@ static int build_header(const ferry_model *m, json_t **out)
     return FERRY_OK;
 }
 
-/* Serialized header, space-padded to a multiple of 8; freed by the caller. */
-static int header_bytes(const ferry_model *m, char **out, size_t *len)
+int ferry__st_header(const ferry_model *m, char **out, size_t *len)
 {
     json_t *root = NULL;
     int rc = build_header(m, &root);
@@ -137,7 +136,7 @@ int ferry_model_save(const ferry_model *m, const char *path)
     if (!m || !path) return ferry__fail(FERRY_ERR_ARG, "ferry_model_save: NULL argument");
     char *hdr = NULL;
     size_t hlen = 0;
-    int rc = header_bytes(m, &hdr, &hlen);
+    int rc = ferry__st_header(m, &hdr, &hlen);
     if (rc) return ferry__context(rc, "%s", path);
 
     /* One write part per tensor: the data goes straight from the model

@@ -73,6 +73,8 @@ static void expect_header(const char *header, size_t data_len, int want, const c
     ferry_model_free(expect_open(img, build_st(img, sizeof img, header, data_len), want, fragment));
 }
 
+static void write_text(const char *path, const char *fmt, ...);
+
 static void hash_of(const ferry_model *m, uint8_t h[16])
 {
     memset(h, 0, 16);
@@ -365,6 +367,20 @@ static void test_open_missing_and_empty(void)
     CHECK_RC(ferry_model_open(NULL, &m), FERRY_ERR_ARG);
     expect_open((const uint8_t *)"", 0, FERRY_ERR_ST_TRUNCATED, "too short");
     CHECK_RC(ferry__st_parse_buffer(NULL, 0, NULL, &m), FERRY_ERR_ST_TRUNCATED);
+    CHECK_RC(ferry_model_open("/dev/null", &m), FERRY_ERR_IO);
+
+    /* a FIFO, opened directly or as a shard, fails at once instead of
+     * waiting for a writer */
+    char fifo[512], idx[512];
+    tmp_path(fifo, sizeof fifo, "fifo.safetensors");
+    CHECK(mkfifo(fifo, 0600) == 0);
+    CHECK_RC(ferry_model_open(fifo, &m), FERRY_ERR_IO);
+    tmp_path(idx, sizeof idx, "fifo.index.json");
+    write_text(idx, "{\"weight_map\":{\"w\":\"fifo.safetensors\"}}");
+    CHECK_RC(ferry_model_open(idx, &m), FERRY_ERR_IO);
+    CHECK(m == NULL);
+    unlink(idx);
+    unlink(fifo);
 }
 
 /* ---------------------------------------------------------------------- *
