@@ -77,6 +77,7 @@ typedef struct sim_opts {
     double init_std;      /* 0: 1/sqrt(fan_in) */
     double norm_jitter;   /* spread of the RMSNorm gains around 1.0 */
     double persist;       /* size of the persistent gradient part vs fresh noise */
+    double persist_sigma; /* log-normal spread of it across rows and columns */
     double drift_steps;   /* steps over which the persistent part turns over */
     double scale_sigma;   /* log-normal sigma of per-row and per-column scales */
     double embed_active;  /* mean fraction of embedding rows in a batch */
@@ -128,6 +129,8 @@ static void usage(FILE *f)
 "\n"
 "gradients (RL-like: mostly fresh noise each step):\n"
 "  --persist X          persistent part relative to the fresh noise (default 0.1)\n"
+"  --persist-sigma X    its log-normal spread over rows and over columns, e.g.\n"
+"                       hidden dims with outlier activations (default 0.5)\n"
 "  --drift-steps X      steps over which the persistent part turns over (default 50)\n"
 "  --scale-sigma X      log-normal sigma of per-row/column scales (default 1.0)\n"
 "  --embed-active X     mean fraction of embedding rows with a gradient per step\n"
@@ -175,7 +178,7 @@ static int parse_args(int argc, char **argv, sim_opts *o)
     *o = (sim_opts){.steps = 8, .dim = 192, .layers = 4, .vocab = 2048, .pos = 32,
                     .lr = 3e-6, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .wd = 0.01,
                     .seed = 1, .norm_dtype = FERRY_BF16, .init_std = 0.02,
-                    .norm_jitter = 0.002, .persist = 0.1, .drift_steps = 50,
+                    .norm_jitter = 0.002, .persist = 0.1, .persist_sigma = 0.5, .drift_steps = 50,
                     .scale_sigma = 1.0, .embed_active = 0.12, .pos_active = 0.4};
     int vocab_set = 0;
     for (int i = 1; i < argc; i++) {
@@ -207,6 +210,7 @@ static int parse_args(int argc, char **argv, sim_opts *o)
         else if (!strcmp(a, "--init-std")) bad = parse_double(v, &o->init_std) || o->init_std < 0;
         else if (!strcmp(a, "--norm-jitter")) bad = parse_double(v, &o->norm_jitter) || o->norm_jitter < 0;
         else if (!strcmp(a, "--persist")) bad = parse_double(v, &o->persist) || o->persist < 0;
+        else if (!strcmp(a, "--persist-sigma")) bad = parse_double(v, &o->persist_sigma) || o->persist_sigma < 0;
         else if (!strcmp(a, "--drift-steps")) bad = parse_double(v, &o->drift_steps) || o->drift_steps <= 0;
         else if (!strcmp(a, "--scale-sigma")) bad = parse_double(v, &o->scale_sigma) || o->scale_sigma < 0;
         else if (!strcmp(a, "--embed-active")) bad = parse_double(v, &o->embed_active) || o->embed_active < 0 || o->embed_active > 1;
@@ -257,7 +261,7 @@ static inline uint64_t mix64(uint64_t z)
 }
 
 enum { S_INIT = 1, S_NOISE, S_PERSIST, S_ROWSCALE, S_COLSCALE, S_ROWPERSIST,
-       S_ROWACTIVE_P, S_ACTIVE };
+       S_ROWACTIVE_P, S_ACTIVE, S_COLPERSIST };
 
 static uint64_t key_of(uint64_t seed, uint64_t tensor, uint64_t purpose, uint64_t step)
 {
@@ -325,7 +329,7 @@ typedef struct tensor_state {
     ferry_dtype out_dtype;    /* dtype in the step files */
     float *w, *m, *v;         /* FP32 master and Adam moments */
     void *out;                /* the step image: uint16 BF16 or the F32 bits */
-    float *row_scale, *col_scale, *row_persist, *row_active_p;
+    float *row_scale, *col_scale, *row_persist, *col_persist, *row_active_p;
     uint64_t active_rows;     /* rows that ever get a gradient (K_POS prefix) */
 } tensor_state;
 
@@ -441,8 +445,9 @@ static int init_tensor(sim *s, size_t ti)
     t->row_persist = malloc(t->rows * sizeof(float));
     t->row_active_p = malloc(t->rows * sizeof(float));
     t->col_scale = malloc(t->cols * sizeof(float));
+    t->col_persist = malloc(t->cols * sizeof(float));
     if (!t->w || !t->m || !t->v || !t->out || !t->row_scale || !t->row_persist ||
-        !t->row_active_p || !t->col_scale)
+        !t->row_active_p || !t->col_scale || !t->col_persist)
         return -1;
     memset(t->m, 0, n * sizeof(float));
     memset(t->v, 0, n * sizeof(float));
@@ -457,16 +462,24 @@ static int init_tensor(sim *s, size_t ti)
 
     uint64_t kr = key_of(o->seed, ti, S_ROWSCALE, 0), kc = key_of(o->seed, ti, S_COLSCALE, 0);
     uint64_t kp = key_of(o->seed, ti, S_ROWPERSIST, 0), ka = key_of(o->seed, ti, S_ROWACTIVE_P, 0);
+    const double ps = o->persist_sigma;
     for (uint64_t r = 0; r < t->rows; r++) {
         t->row_scale[r] = (float)lognormal(kr, r, o->scale_sigma);
-        /* Per-row signal-to-noise varies too (mean o->persist). */
-        t->row_persist[r] = (float)(o->persist * lognormal(kp, r, 0.5) * exp(-0.125));
+        /* Signal-to-noise varies by row and by column (product of the two,
+         * mean o->persist): an input dim with a consistently large
+         * activation gives its whole column a persistent gradient, which
+         * shows in the real lm_head as columns that change more often. */
+        t->row_persist[r] = (float)(o->persist * lognormal(kp, r, ps) * exp(-0.5 * ps * ps));
         /* Token frequencies are skewed: some rows are in nearly every
          * batch, most in few (mean o->embed_active before clipping). */
         double p = o->embed_active * lognormal(ka, r, 1.0) * exp(-0.5);
         t->row_active_p[r] = (float)(p > 1 ? 1 : p);
     }
-    for (uint64_t c = 0; c < t->cols; c++) t->col_scale[c] = (float)lognormal(kc, c, o->scale_sigma);
+    uint64_t kq = key_of(o->seed, ti, S_COLPERSIST, 0);
+    for (uint64_t c = 0; c < t->cols; c++) {
+        t->col_scale[c] = (float)lognormal(kc, c, o->scale_sigma);
+        t->col_persist[c] = (float)(lognormal(kq, c, ps) * exp(-0.5 * ps * ps));
+    }
     t->active_rows = t->rows;
     if (t->kind == K_POS) {
         t->active_rows = (uint64_t)ceil(o->pos_active * (double)t->rows);
@@ -478,7 +491,7 @@ static int init_tensor(sim *s, size_t ti)
 static void free_tensor(tensor_state *t)
 {
     free(t->w), free(t->m), free(t->v), free(t->out);
-    free(t->row_scale), free(t->col_scale), free(t->row_persist), free(t->row_active_p);
+    free(t->row_scale), free(t->col_scale), free(t->row_persist), free(t->col_persist), free(t->row_active_p);
 }
 
 /* ======================================================================
@@ -572,11 +585,11 @@ static void step_tensor(sim *s, size_t ti, int step, float *g, uint16_t *tmp, st
         const uint64_t base = r * t->cols;
         if (active) {
             const float rs = (float)s->grad_scale * t->row_scale[r], p = t->row_persist[r];
-            const float *cs = t->col_scale;
+            const float *cs = t->col_scale, *cp = t->col_persist;
             if (p > 0) {
                 for (size_t c = 0; c < cols; c++) {
                     float mu = ca * normal_ih4(k0, base + c) + sa * normal_ih4(k1, base + c);
-                    g[c] = rs * cs[c] * (normal_ih4(kz, base + c) + p * mu);
+                    g[c] = rs * cs[c] * (normal_ih4(kz, base + c) + p * cp[c] * mu);
                 }
             } else {
                 for (size_t c = 0; c < cols; c++) g[c] = rs * cs[c] * normal_ih4(kz, base + c);
