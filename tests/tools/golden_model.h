@@ -3,7 +3,8 @@
  *   a  the base of every golden patch and of the patch fuzzer;
  *   b  a's successor with everything a patch can carry: sparse BF16 changes
  *      of +-1/+-2 ULP (and a few far ones) with sign crossings around zero,
- *      an F32 norm vector changed everywhere, sparse F16 and I8 changes, an
+ *      an F32 norm vector changed everywhere, sparse F16, I8, U8 and F64
+ *      changes (every word width of the sparse coder), an
  *      unchanged tensor, an empty tensor, a tensor removed, a tensor added, a
  *      re-shaped tensor, a changed scalar, and changed metadata;
  *   c  a's successor with the same structure (names, dtypes, shapes,
@@ -74,6 +75,8 @@ enum {
     GOLDEN_OLD = 16,
     GOLDEN_NEW = 8,
     GOLDEN_RESHAPED = 6 * 16,
+    GOLDEN_MASK = 64,
+    GOLDEN_F64 = 16,
 };
 
 /* Model 'a', 'b' or 'c' (NULL on an allocation failure or a bad letter). */
@@ -82,6 +85,7 @@ static inline ferry_model *golden_model(char which)
     if (which != 'a' && which != 'b' && which != 'c') return NULL;
     uint8_t embed[2 * GOLDEN_EMBED], wq[2 * GOLDEN_WQ], ln[2 * GOLDEN_LN], norm[4 * GOLDEN_NORM], f16[2 * GOLDEN_F16];
     uint8_t i8[GOLDEN_I8], old[2 * GOLDEN_OLD], newb[4 * GOLDEN_NEW], resh[2 * GOLDEN_RESHAPED], scale[4];
+    uint8_t mask[GOLDEN_MASK], f64[8 * GOLDEN_F64];
     uint64_t s = 0x6F6C64656E2D61ull; /* "golden-a" */
 
     /* ---- a ---- */
@@ -111,6 +115,12 @@ static inline ferry_model *golden_model(char which)
     for (size_t i = 0; i < GOLDEN_RESHAPED; i++) golden_st16(resh, i, (uint16_t)(0x3C00 + 0x10 * (i % 7)));
     float half = 0.5f;
     memcpy(scale, &half, 4);
+    for (size_t i = 0; i < GOLDEN_MASK; i++) mask[i] = (uint8_t)(golden_rnd(&s) & 0x0F);
+    for (size_t i = 0; i < GOLDEN_F64; i++) {
+        double f = 1.0;
+        for (size_t k = 0; k < i; k++) f *= 0.5623413251903491; /* 10000^(-1/16) */
+        memcpy(f64 + 8 * i, &f, 8);
+    }
 
     /* ---- b / c: changes drawn from their own streams ---- */
     uint64_t t = which == 'b' ? 0x6F6C64656E2D62ull : 0x6F6C64656E2D63ull;
@@ -139,6 +149,14 @@ static inline ferry_model *golden_model(char which)
             if (golden_rnd(&t) % 100 < 4) golden_st16(f16, i, (uint16_t)golden_fstep(golden_ld16(f16, i), 16, golden_delta(&t)));
         for (size_t i = 4; i < GOLDEN_I8; i++)
             if (golden_rnd(&t) % 100 < 5) i8[i] = (uint8_t)(i8[i] + (golden_rnd(&t) & 1 ? 1 : -1) * (int)(1 + golden_rnd(&t) % 3));
+        mask[5] = (uint8_t)(mask[5] + 1);
+        mask[40] = (uint8_t)(mask[40] ^ 0x80);
+        for (size_t i = 3; i < GOLDEN_F64; i += 9) {
+            uint64_t u;
+            memcpy(&u, f64 + 8 * i, 8);
+            u = golden_fstep(u, 64, i & 1 ? 1 : -1);
+            memcpy(f64 + 8 * i, &u, 8);
+        }
         i8[0] = 0x81; /* -128 -> -127 */
         i8[2] = 0x01; /* -1 -> 1, across zero */
         golden_st32(scale, 0, (uint32_t)golden_fstep(golden_ld32(scale, 0), 32, 1));
@@ -149,6 +167,13 @@ static inline ferry_model *golden_model(char which)
         for (size_t i = 3; i < GOLDEN_NORM; i += 8) golden_st32(norm, i, (uint32_t)golden_fstep(golden_ld32(norm, i), 32, 1));
         i8[10] = (uint8_t)(i8[10] + 1);
         i8[99] = (uint8_t)(i8[99] - 2);
+        mask[63] = (uint8_t)(mask[63] - 1);
+        {
+            uint64_t u;
+            memcpy(&u, f64 + 8 * 7, 8);
+            u = golden_fstep(u, 64, 2);
+            memcpy(f64 + 8 * 7, &u, 8);
+        }
         /* the scalar stays: a changed scalar is wholly changed, and ferry_diff
          * then carries it WHOLE, which ferry_apply_inplace refuses */
     }
@@ -158,9 +183,11 @@ static inline ferry_model *golden_model(char which)
     const uint64_t s_embed[2] = {32, 48}, s_wq[2] = {24, 24}, s_ln[1] = {GOLDEN_LN}, s_norm[1] = {GOLDEN_NORM};
     const uint64_t s_f16[2] = {16, 8}, s_i8[1] = {GOLDEN_I8}, s_old[1] = {GOLDEN_OLD}, s_new[1] = {GOLDEN_NEW};
     const uint64_t s_resh_a[2] = {6, 16}, s_resh_b[2] = {16, 6}, s_empty[2] = {0, 4};
+    const uint64_t s_mask[1] = {GOLDEN_MASK}, s_f64[1] = {GOLDEN_F64};
     int rc = ferry_model_add(m, "embed.weight", FERRY_BF16, 2, s_embed, embed, sizeof embed, FERRY_ADD_COPY);
     if (!rc) rc = ferry_model_add(m, "layers.0.attn.wq", FERRY_BF16, 2, s_wq, wq, sizeof wq, FERRY_ADD_COPY);
     if (!rc) rc = ferry_model_add(m, "layers.0.empty", FERRY_BF16, 2, s_empty, NULL, 0, FERRY_ADD_COPY);
+    if (!rc) rc = ferry_model_add(m, "layers.0.mask", FERRY_U8, 1, s_mask, mask, sizeof mask, FERRY_ADD_COPY);
     if (!rc) rc = ferry_model_add(m, "layers.0.ln.bias", FERRY_BF16, 1, s_ln, ln, sizeof ln, FERRY_ADD_COPY);
     if (!rc) rc = ferry_model_add(m, "layers.0.norm.weight", FERRY_F32, 1, s_norm, norm, sizeof norm, FERRY_ADD_COPY);
     if (!rc) rc = ferry_model_add(m, "layers.0.proj.f16", FERRY_F16, 2, s_f16, f16, sizeof f16, FERRY_ADD_COPY);
@@ -168,6 +195,7 @@ static inline ferry_model *golden_model(char which)
     if (!rc && which != 'b') rc = ferry_model_add(m, "old.bias", FERRY_BF16, 1, s_old, old, sizeof old, FERRY_ADD_COPY);
     if (!rc && which == 'b') rc = ferry_model_add(m, "new.bias", FERRY_F32, 1, s_new, newb, sizeof newb, FERRY_ADD_COPY);
     if (!rc) rc = ferry_model_add(m, "reshaped.weight", FERRY_BF16, 2, which == 'b' ? s_resh_b : s_resh_a, resh, sizeof resh, FERRY_ADD_COPY);
+    if (!rc) rc = ferry_model_add(m, "rope.freqs", FERRY_F64, 1, s_f64, f64, sizeof f64, FERRY_ADD_COPY);
     if (!rc) rc = ferry_model_add(m, "scale", FERRY_F32, 0, NULL, scale, sizeof scale, FERRY_ADD_COPY);
     if (!rc) rc = ferry_model_set_metadata(m, "format", "pt");
     if (!rc) rc = ferry_model_set_metadata(m, "step", which == 'b' ? "1" : "0");

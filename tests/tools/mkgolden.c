@@ -9,6 +9,8 @@
  *                                   damaged and hostile patches for base a,
  *                                   each failing ferry_apply with exactly
  *                                   FERRY_ERR_<ERRNAME>
+ *   golden-errors/patch-pending/    known bugs: patches that should fail so
+ *                                   and do not yet (not checked)
  *   golden/real.txt                 size and XXH3-128 of ferry_diff on a few
  *                                   pairs of ../shared/data ($FERRY_DATA)
  *   fuzz/corpus/patch/seed-*, err-* the patch fuzzer's seeds (seed-rawtab-*
@@ -721,6 +723,65 @@ static void decode_cases(src P, src S)
     emit_gp(86, "metadata-not-the-target", "TARGET_MISMATCH", &g);
 }
 
+/* Known bugs (tests/golden/README.md, "Pending"): patches that should fail
+ * with the code in their name but do not yet.  Written to
+ * golden-errors/patch-pending/ without the check; move a case into
+ * decode_cases() once the library passes it. */
+static void emit_pending(int nn, const char *what, const char *err, ferry_buf *b)
+{
+    char rel[512];
+    snprintf(rel, sizeof rel, "golden-errors/patch-pending/%02d-%s.%s.patch", nn, what, err);
+    put_file(rel, b->data, b->size);
+    printf("  pending %-52s %6zu bytes  (not run here: may abort under ASan)\n", rel + 28, b->size);
+    ferry__buf_release(b);
+}
+
+static void pending_cases(src P, src S, const ferry_model *c)
+{
+    gp g;
+    ferry_buf b;
+
+    /* A WHOLE entry declaring 4 TiB: apply allocates the tensor before it
+     * checks that the payload can fill it (FERRY_ERR_NOMEM; ASan aborts). */
+    gp_load(&g, P.p, P.n);
+    g.t.e[gp_find(&g, "new.bias")].shape[0] = (uint64_t)1 << 40;
+    gp_build(&g, &k_real, &b);
+    gp_free(&g);
+    emit_pending(90, "whole-shape-larger-than-payload", "PATCH_CORRUPT", &b);
+
+    /* A WHOLE tensor named with 5000 bytes (the table allows 65535, models
+     * FERRY_MAX_NAME), hashes correct: apply fails with FERRY_ERR_ARG. */
+    gp_load(&g, S.p, S.n);
+    {
+        char name[5001];
+        memset(name, 'z', 5000);
+        name[5000] = 0;
+        patch_entry like = g.t.e[gp_find(&g, "scale")];
+        like.kind = PK_WHOLE;
+        like.codec = WHOLE_RAW;
+        gp_insert(&g, g.t.n, &like, name);
+        size_t i = g.t.n - 1, k = 0;
+        float v = 1.0f;
+        buf_put(&g.pay[i], &v, 4);
+        gp_sync(&g);
+        ferry__tensor_hash_parts(name, FERRY_F32, 0, NULL, &v, 4, g.t.e[i].hash);
+        uint8_t(*th)[16] = calloc(g.t.n, 16), mh[16];
+        if (!th) die("%s", "out of memory");
+        for (size_t j = 0; j < g.t.n; j++) {
+            const ferry_tensor *t = ferry_model_find(c, g.t.e[j].name);
+            if (t) ferry_tensor_hash(t, th[k++]);
+            else memcpy(th[k++], g.t.e[j].hash, 16);
+        }
+        ferry__model_hash_from((const uint8_t(*)[16])th, k, g.t.nmeta, (const char *const *)g.t.meta_key,
+                               (const char *const *)g.t.meta_val, mh);
+        memcpy(g.hdr + 32, mh, 16);
+        free(th);
+    }
+    gp_build(&g, &k_real, &b);
+    gp_free(&g);
+    emit_pending(91, "name-longer-than-FERRY_MAX_NAME", "PATCH_CORRUPT", &b);
+}
+
 /* ---------------------------------------------------------------------- */
 
 static void save_model(const ferry_model *m, const char *rel)
@@ -871,6 +932,9 @@ int main(int argc, char **argv)
     base_match_cases(P);
     decode_cases(P, S);
     printf("%d must-fail patches\n", g_files);
+    mkdirs("golden-errors/patch-pending");
+    clear_dir("golden-errors/patch-pending", "");
+    pending_cases(P, S, c);
     real_pairs();
 
     ferry_free(ab);

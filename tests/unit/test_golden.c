@@ -121,7 +121,8 @@ static void test_golden_patch_contents(void)
         if (t->kind == FERRY_PT_SPARSE) dtypes[t->dtype]++;
     }
     CHECK(kinds[FERRY_PT_SPARSE] >= 4 && kinds[FERRY_PT_WHOLE] >= 2 && kinds[FERRY_PT_REMOVED] == 1 && kinds[FERRY_PT_SAME] >= 2);
-    CHECK(dtypes[FERRY_BF16] >= 2 && dtypes[FERRY_F32] >= 1 && dtypes[FERRY_F16] == 1 && dtypes[FERRY_I8] == 1);
+    CHECK(dtypes[FERRY_BF16] >= 2 && dtypes[FERRY_F32] >= 1 && dtypes[FERRY_F16] == 1 && dtypes[FERRY_I8] == 1 &&
+          dtypes[FERRY_U8] == 1 && dtypes[FERRY_F64] == 1); /* word widths 16, 32, 8 signed and unsigned, 64 */
     ferry_patch_info_free(pi);
     ferry_free(p);
 }
