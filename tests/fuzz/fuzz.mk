@@ -26,6 +26,7 @@ $(FUZZ_BUILD)/%.o: %.c $(wildcard include/*.h lib/*/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CPPFLAGS) $(CFLAGS) $(SAN_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
-$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_OBJ)
+# (tests/tools/*.h: golden_model.h, fuzz_patch's base)
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_OBJ) $(wildcard tests/tools/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CPPFLAGS) $(CFLAGS) $(SAN_FLAGS) -fsanitize=fuzzer -o $@ $< $(LIB_OBJ) $(LIBS)

@@ -23,7 +23,12 @@
  *                which is zstd-compressed here (and the header's table_zsize
  *                and patch size fixed) before resealing, so mutations edit
  *                table fields instead of breaking the zstd frame.
- * Seeds: tests/fuzz/corpus/patch (written by tests/tools/mkgolden). */
+ * Seeds: tests/fuzz/corpus/patch (seed-* and err-* are written by
+ * tests/tools/mkgolden; other files are inputs the fuzzer found, kept by
+ * -merge=1).  Run, from the repository root after `make fuzz`:
+ *   mkdir -p /tmp/fz && ./build-fuzz/fuzz_patch -max_total_time=600 -max_len=4096 \
+ *       -dict=tests/fuzz/fuzz_patch.dict /tmp/fz tests/fuzz/corpus/patch
+ * (new inputs go to the first directory; `make test` replays the corpus). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -780,6 +780,16 @@ static void pending_cases(src P, src S, const ferry_model *c)
     gp_build(&g, &k_real, &b);
     gp_free(&g);
     emit_pending(91, "name-longer-than-FERRY_MAX_NAME", "PATCH_CORRUPT", &b);
+
+    /* Valid: ac.patch with embed.weight coded in chunks of 2^28 words (one
+     * chunk, as before).  It applies, but ferry_apply_inplace allocates its
+     * scratch as 8 << chunk_log2 bytes, 2 GiB for a 1536-word tensor (found
+     * by fuzz_patch: libFuzzer's malloc limit). */
+    gp_load(&g, S.p, S.n);
+    g.t.e[gp_find(&g, "embed.weight")].chunk_log2 = SP_CHUNK_LOG2_MAX;
+    gp_build(&g, &k_real, &b);
+    gp_free(&g);
+    emit_pending(92, "inplace-scratch-sized-by-chunk-not-tensor", "OK", &b);
 }
 
 /* ---------------------------------------------------------------------- */
