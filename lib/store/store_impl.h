@@ -202,6 +202,8 @@ typedef struct ferry__resp {
     char err_code[64];             /* S3 <Code> of an error body, if any */
     char err_msg[256];             /* S3 <Message> */
     unsigned attempts;
+    int resent;                    /* the request may have reached the server more than
+                                      once (a retry, or libcurl rewound the upload) */
 } ferry__resp;
 
 /* Deadline (absolute ferry__now_ms) of a call starting now. */

@@ -319,6 +319,7 @@ static int on_seek(void *ud, curl_off_t off, int origin)
 {
     xfer *x = ud;
     if (origin != SEEK_SET || off < 0 || (uint64_t)off > x->req->body_len) return CURL_SEEKFUNC_FAIL;
+    if (x->up_off) x->resp->resent = 1; /* libcurl sends the body again */
     x->up_off = (size_t)off;
     return CURL_SEEKFUNC_OK;
 }
@@ -371,7 +372,7 @@ static int attempt_headers(xfer *x, const char *resume_etag, struct curl_slist *
         x->asked_range = 1;
     }
     if (!rc && x->asked_range && written && resume_etag[0]) rc = ferry__hdr_add(&h, "If-Match: \"%s\"", resume_etag);
-    if (!rc && q->has_body && !q->sign) rc = ferry__hdr_add(&h, "Expect:");
+    if (!rc && q->has_body) rc = ferry__hdr_add(&h, "Expect:");
     if (rc) {
         curl_slist_free_all(h);
         return rc;
@@ -509,6 +510,7 @@ int ferry__net_call(ferry_store *s, const ferry__req *q, ferry__resp *r)
         }
         attempt_no++;
         r->attempts = attempt_no;
+        if (attempt_no > 1) r->resent = 1;
         ferry__buf_release(&r->body);
         r->status = 0;
         r->has_length = r->has_range = 0;

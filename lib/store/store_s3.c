@@ -242,7 +242,7 @@ static int put_multipart(ferry_store *s, const char *key, const uint8_t *data, s
             }
             rc = ferry__fail(FERRY_ERR_STORE_HTTP, "%s: CompleteMultipartUpload: error in a 200 answer: %s", rq.what,
                              code[0] ? code : "(unparsable)");
-        } else if (!rc && r.status == 404 && r.attempts > 1 && !strcmp(r.err_code, "NoSuchUpload")) {
+        } else if (!rc && r.status == 404 && r.resent && !strcmp(r.err_code, "NoSuchUpload")) {
             /* An earlier attempt completed the upload but its answer was
              * lost: the object is there if it has our size. */
             ferry__resp_release(&r);
@@ -479,9 +479,11 @@ static int s3_cas(ferry_store *s, const char *key, const char *expected, const v
         rc = need_etag(&rq, "PUT (cas)", &r);
         if (!rc) memcpy(etag, r.etag, FERRY_STORE_ETAG_MAX);
     } else if (!rc && (r.status == 412 || r.status == 409)) {
-        /* After a retry, the 412 may answer our own first attempt, which
-         * landed while its answer was lost: then the object is ours. */
-        if (r.attempts > 1 && holds(s, key, data, size, deadline, etag)) rc = FERRY_OK;
+        /* If the request went out more than once (our retry, or libcurl's
+         * own resend on a reused connection that died), the 412 may answer
+         * our first copy, which landed while its answer was lost: then the
+         * object holds exactly our bytes, and the swap did happen. */
+        if (r.resent && holds(s, key, data, size, deadline, etag)) rc = FERRY_OK;
         else
             rc = ferry__fail(FERRY_ERR_STORE_CONFLICT, "%s: cas: precondition failed (HTTP %ld%s%s): another writer won",
                              what, r.status, r.err_code[0] ? " " : "", r.err_code);

@@ -1,0 +1,80 @@
+# Helpers for the store test scripts (sourced, not run): case counting,
+# servers started on 127.0.0.1 and always stopped, bounded waits.
+# A script sets TEST_NAME, sources this file, and calls finish at the end.
+
+STORE_TOOL=${FERRY_BUILD:-$PWD/build}/tools/store_tool
+PY=/usr/bin/python3
+S3RVER_JS=$PWD/tests/npm/node_modules/s3rver/bin/s3rver.js
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/ferry-store-test.XXXXXX")
+PIDS=()
+n_ok=0
+n_fail=0
+
+cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do
+        kill "$p" 2>/dev/null && wait "$p" 2>/dev/null
+    done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+ok() { n_ok=$((n_ok + 1)); echo "ok   $*"; }
+bad() { n_fail=$((n_fail + 1)); echo "FAIL $*"; }
+# check NAME COMMAND...: one case, passes when the command succeeds.
+check() {
+    local name=$1; shift
+    if "$@"; then ok "$name"; else bad "$name"; fi
+}
+# check_rc NAME WANT COMMAND...: passes when the command exits with WANT.
+check_rc() {
+    local name=$1 want=$2 rc; shift 2
+    "$@"; rc=$?
+    if [ "$rc" -eq "$want" ]; then ok "$name"; else bad "$name (exit $rc, want $want)"; fi
+}
+finish() {
+    echo "$n_ok passed, $n_fail failed"
+    [ "$n_fail" -eq 0 ]
+}
+skip_all() {
+    echo "skipped: $*"
+    echo "0 passed, 0 failed"
+    exit 0
+}
+
+# Runs the tool with a hard time limit (no test may hang); exported for
+# the "bash -c" of compound checks.
+tool() { timeout 60 "$STORE_TOOL" "$@"; }
+export STORE_TOOL
+export -f tool
+
+# wait_for FILE REGEX [TENTHS]: until a line of FILE matches (default 10 s).
+wait_for() {
+    local i
+    for ((i = 0; i < ${3:-100}; i++)); do
+        grep -qE "$2" "$1" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "timed out waiting for /$2/ in $1:" >&2
+    tail -n 20 "$1" >&2
+    return 1
+}
+
+free_port() {
+    $PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# start_s3rver DIR PORT LOG: s3rver 3.7.1 with bucket "bkt"; sets S3RVER_PID.
+# --openssl-legacy-provider: s3rver encrypts its ListObjectsV2 continuation
+# tokens with DES, which Node >= 17 (OpenSSL 3) refuses without it.
+start_s3rver() {
+    node --openssl-legacy-provider "$S3RVER_JS" -d "$1" -a 127.0.0.1 -p "$2" --configure-bucket bkt >"$3" 2>&1 &
+    S3RVER_PID=$!
+    PIDS+=("$S3RVER_PID")
+    wait_for "$3" "S3rver listening" 150
+}
+stop_pid() {
+    kill "$1" 2>/dev/null
+    wait "$1" 2>/dev/null
+    return 0
+}
