@@ -6,7 +6,8 @@ Each hostile file is named NN-description.ERRNAME.safetensors, where ERRNAME
 is the FERRY_ERR_ suffix ferry_model_open must return for it
 (tests/unit/test_safetensors.c checks every file).  The seed corpus
 (tests/fuzz/corpus/safetensors) gets a few small valid files plus a copy of
-every hostile one.  Run from anywhere:
+every hostile one; its fuzz-*.safetensors files are inputs the fuzzer found,
+kept by hand and left alone here.  Run from anywhere:
 
     python3 tests/golden-errors/safetensors/make.py
 """
