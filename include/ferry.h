@@ -213,9 +213,16 @@ FERRY_API void ferry_tensor_hash(const ferry_tensor *t, uint8_t out[16]);
  * Patches: turn model A into model B exactly.
  * ====================================================================== */
 typedef struct ferry_diff_options {
-    int level;      /* entropy effort, 1..19 (default 0 = 3) */
+    int level;      /* zstd level for tensors carried whole, 1..19 (0 = 3) */
     int threads;    /* worker threads, 0 = 1 */
+    int cast_bf16;  /* FP32 master gate: every F32 tensor of B is taken as its
+                       BF16 cast (ferry_f32_to_bf16, bit-identical to PyTorch),
+                       computed on the fly; the target model holds BF16 */
 } ferry_diff_options;
+
+typedef struct ferry_apply_options {
+    int threads;    /* worker threads, 0 = 1 */
+} ferry_apply_options;
 
 /* Encodes the patch A -> B into a new buffer (*patch, *size), released with
  * ferry_free().  opts may be NULL.  The patch names A's and B's model
@@ -229,12 +236,17 @@ FERRY_API int ferry_diff(const ferry_model *a, const ferry_model *b,
  * does not hash to the declared target.  Never returns a partial model. */
 FERRY_API int ferry_apply(const ferry_model *base, const void *patch, size_t size,
                           ferry_model **out);
+/* ferry_apply with options (NULL = defaults). */
+FERRY_API int ferry_apply_ex(const ferry_model *base, const void *patch, size_t size,
+                             const ferry_apply_options *opts, ferry_model **out);
 
 /* Applies a patch into base's own writable memory (same names, dtypes and
  * shapes before and after, no metadata change; else FERRY_ERR_SHAPE_MISMATCH).
  * Decodes and verifies the whole result first (per-tensor and model hashes),
  * and only then writes the changed elements: on any error base is untouched. */
 FERRY_API int ferry_apply_inplace(ferry_model *base, const void *patch, size_t size);
+FERRY_API int ferry_apply_inplace_ex(ferry_model *base, const void *patch, size_t size,
+                                     const ferry_apply_options *opts);
 
 /* What a patch holds, without a base. */
 typedef struct ferry_patch_tensor_info {

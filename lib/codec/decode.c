@@ -1,30 +1,36 @@
-/* ferry_apply / ferry_apply_inplace: patch v1 decoding.  The base is
- * verified before any work and the result after it; nothing partial is ever
- * returned or written. */
+/* ferry_apply / ferry_apply_inplace.  The base is verified before any
+ * work and the result after it; nothing partial is ever returned or
+ * written.  Chunks and tensors are decoded and hashed in parallel. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <zstd.h>
 #include "model.h"
+#include "parallel.h"
 #include "patch.h"
 #include "sparse.h"
 
-typedef struct dec_ctx {
-    const uint8_t *patch;
-    const patch_table *t;
-    const ferry_model *base;
-    uint8_t (*bh)[16];       /* base tensor hashes */
-    sp_models models;
-    bool have_models;
-    ferry_dtype models_dt;
-    sp_dscratch scratch;
-} dec_ctx;
+typedef struct chunk_ref {
+    size_t entry;
+    uint64_t lo, n;          /* first word, words */
+    uint64_t off, len;       /* bytes in the patch */
+} chunk_ref;
 
-static void dec_release(dec_ctx *d)
-{
-    free(d->bh);
-    if (d->have_models) sp_models_release(&d->models);
-    sp_dscratch_release(&d->scratch);
-}
+typedef struct dec {
+    const uint8_t *patch;
+    patch_table t;
+    const ferry_model *base;
+    int threads;
+    uint8_t (*bh)[16];       /* base tensor hashes */
+    long *bi;                /* entry -> base tensor index, or -1 */
+    uint8_t (*th)[16];       /* result tensor hashes, per entry */
+    uint8_t **out;           /* result buffers, per entry (ferry_apply) */
+    chunk_ref *ch;
+    size_t nch;
+    size_t *ent_first;       /* entry -> first chunk */
+    sp_coder *coder;         /* per worker */
+    uint8_t **tmp;           /* per worker: one chunk of words (in-place hashing) */
+    size_t *tmpcap;
+} dec;
 
 static int mismatch(int code, const char *what, const uint8_t got[16], const uint8_t want[16])
 {
@@ -36,36 +42,29 @@ static int mismatch(int code, const char *what, const uint8_t got[16], const uin
     return ferry__fail(code, "%s hash %s, patch expects %s", what, g, w);
 }
 
-/* Hashes the base and checks it is the model the patch was made from. */
-static int verify_base(dec_ctx *d)
+static const ferry_tensor *base_of(const dec *d, size_t j) { return ferry_model_tensor(d->base, (size_t)d->bi[j]); }
+
+static int base_hash_job(void *ctx, size_t j, int w)
 {
-    size_t n = ferry_model_count(d->base);
-    d->bh = ferry__malloc((n ? n : 1) * 16);
-    if (!d->bh) return FERRY_ERR_NOMEM;
-    for (size_t i = 0; i < n; i++) ferry_tensor_hash(ferry_model_tensor(d->base, i), d->bh[i]);
-    uint8_t h[16];
-    int rc = ferry__model_hash_tensors(d->base, (const uint8_t (*)[16])d->bh, h);
-    if (rc) return rc;
-    if (memcmp(h, d->t->base_hash, 16)) return mismatch(FERRY_ERR_BASE_MISMATCH, "base model", h, d->t->base_hash);
+    (void)w;
+    dec *d = ctx;
+    ferry_tensor_hash(ferry_model_tensor(d->base, j), d->bh[j]);
     return FERRY_OK;
 }
 
-/* Matches every entry to its base tensor (index or -1) and checks that the
- * table accounts for every base tensor. */
-static int match_base(dec_ctx *d, long *bi)
+/* Matches every entry to its base tensor and checks that the table
+ * accounts for every base tensor with a consistent dtype and shape. */
+static int match_base(dec *d)
 {
     size_t nb = ferry_model_count(d->base), i = 0;
-    for (size_t j = 0; j < d->t->n; j++) {
-        const patch_entry *e = &d->t->e[j];
-        while (i < nb && strcmp(ferry_model_tensor(d->base, i)->name, e->name) < 0) {
-            return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "patch does not account for base tensor '%s'",
-                               ferry_model_tensor(d->base, i)->name);
-        }
-        bi[j] = i < nb && strcmp(ferry_model_tensor(d->base, i)->name, e->name) == 0 ? (long)i++ : -1;
-        if (bi[j] < 0 && e->kind != PK_WHOLE)
+    for (size_t j = 0; j < d->t.n; j++) {
+        const patch_entry *e = &d->t.e[j];
+        if (i < nb && strcmp(ferry_model_tensor(d->base, i)->name, e->name) < 0) break;
+        d->bi[j] = i < nb && strcmp(ferry_model_tensor(d->base, i)->name, e->name) == 0 ? (long)i++ : -1;
+        if (d->bi[j] < 0 && e->kind != PK_WHOLE)
             return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "tensor '%s': patch needs it in the base, which lacks it", e->name);
-        if ((e->kind == PK_SAME || e->kind == PK_SPARSE)) {
-            const ferry_tensor *b = ferry_model_tensor(d->base, (size_t)bi[j]);
+        if (e->kind == PK_SAME || e->kind == PK_SPARSE) {
+            const ferry_tensor *b = base_of(d, j);
             if (b->dtype != e->dtype || b->ndim != e->ndim || memcmp(b->shape, e->shape, e->ndim * sizeof *e->shape))
                 return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "tensor '%s': dtype or shape differs from the base", e->name);
         }
@@ -75,154 +74,187 @@ static int match_base(dec_ctx *d, long *bi)
     return FERRY_OK;
 }
 
-static int models_for(dec_ctx *d, ferry_dtype dt, const sp_dtype *st)
+/* Lists the chunks of every SPARSE entry with their payload ranges. */
+static int index_chunks(dec *d)
 {
-    if (d->have_models && d->models_dt == dt) return FERRY_OK;
-    if (d->have_models) sp_models_release(&d->models);
-    d->have_models = false;
-    int rc = sp_models_alloc(&d->models, st);
-    if (rc) return rc;
-    d->have_models = true;
-    d->models_dt = dt;
-    return FERRY_OK;
-}
-
-/* Decodes a SPARSE entry chunk by chunk; for each chunk calls
- * fn(ctx, first_word, words_in_chunk, pos, val, k). */
-typedef int (*chunk_fn)(void *ctx, const sp_dtype *st, uint64_t lo, size_t n, const uint32_t *pos, const uint64_t *val, size_t k);
-
-static int decode_sparse(dec_ctx *d, const patch_entry *e, const ferry_tensor *b, chunk_fn fn, void *ctx)
-{
-    sp_dtype st = sp_dtype_of(e->dtype);
-    int rc = models_for(d, e->dtype, &st);
-    if (rc) return rc;
-    uint64_t nchunks = patch_chunks(e), csize = (uint64_t)1 << e->chunk_log2;
-    if (nchunks > e->payload_size / 4) return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "chunk table larger than the payload");
-    const uint8_t *p = d->patch + e->payload_off, *sizes = p;
-    uint64_t off = nchunks * 4, total = 0;
-    for (uint64_t c = 0; c < nchunks; c++) {
-        uint64_t len = ferry__le32(sizes + 4 * c);
-        if (len > e->payload_size - off) return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "chunk %llu past the payload", (unsigned long long)c);
-        uint64_t lo = c * csize, n = e->nwords - lo < csize ? e->nwords - lo : csize;
-        size_t k;
-        rc = sp_decode_chunk(&st, (const uint8_t *)b->data + lo * st.W / 8, (size_t)n, p + off, (size_t)len, &d->models,
-                             &d->scratch, &k);
-        if (rc) return ferry__context(rc, "chunk %llu", (unsigned long long)c);
-        if ((rc = fn(ctx, &st, lo, (size_t)n, d->scratch.pos, d->scratch.val, k))) return rc;
-        off += len;
-        total += k;
+    size_t total = 0;
+    for (size_t j = 0; j < d->t.n; j++) {
+        const patch_entry *e = &d->t.e[j];
+        if (e->kind != PK_SPARSE) continue;
+        uint64_t nc = patch_chunks(e);
+        if (nc > e->payload_size / 5) /* 4 size bytes + at least 1 byte each */
+            return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "tensor '%s': chunk table larger than its payload", e->name);
+        total += (size_t)nc;
     }
-    if (off != e->payload_size) return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "%llu unread payload bytes", (unsigned long long)(e->payload_size - off));
-    if (total != e->changed)
-        return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "%llu changes decoded, table says %llu", (unsigned long long)total,
-                           (unsigned long long)e->changed);
+    d->ch = ferry__calloc(total + 1, sizeof *d->ch);
+    d->ent_first = ferry__calloc(d->t.n + 1, sizeof *d->ent_first);
+    if (!d->ch || !d->ent_first) return FERRY_ERR_NOMEM;
+    for (size_t j = 0; j < d->t.n; j++) {
+        const patch_entry *e = &d->t.e[j];
+        d->ent_first[j] = d->nch;
+        if (e->kind != PK_SPARSE) continue;
+        uint64_t nc = patch_chunks(e), csize = (uint64_t)1 << e->chunk_log2, off = 4 * nc;
+        const uint8_t *sizes = d->patch + e->payload_off;
+        for (uint64_t c = 0; c < nc; c++) {
+            uint64_t len = ferry__le32(sizes + 4 * c);
+            if (len > e->payload_size - off)
+                return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "tensor '%s': chunk %llu past its payload", e->name, (unsigned long long)c);
+            uint64_t lo = c * csize;
+            d->ch[d->nch++] = (chunk_ref){j, lo, e->nwords - lo < csize ? e->nwords - lo : csize, e->payload_off + off, len};
+            off += len;
+        }
+        if (off != e->payload_size)
+            return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "tensor '%s': %llu payload bytes after its last chunk", e->name,
+                               (unsigned long long)(e->payload_size - off));
+    }
     return FERRY_OK;
 }
 
-static int write_changes(void *ctx, const sp_dtype *st, uint64_t lo, size_t n, const uint32_t *pos, const uint64_t *val, size_t k)
+/* Decodes chunk c into the worker's scratch (positions and new words). */
+static int decode_chunk(dec *d, const chunk_ref *c, int w, size_t *k)
 {
-    (void)n;
-    uint8_t *out = (uint8_t *)ctx + lo * st->W / 8;
-    for (size_t j = 0; j < k; j++) sp_store(out, pos[j], st->W, val[j]);
+    const patch_entry *e = &d->t.e[c->entry];
+    sp_dtype st = sp_dtype_of(e->dtype);
+    const uint8_t *a = (const uint8_t *)base_of(d, c->entry)->data + c->lo * st.W / 8;
+    int rc = sp_decode_chunk(&st, a, (size_t)c->n, d->patch + c->off, (size_t)c->len, &d->coder[w], k);
+    return rc ? ferry__context(rc, "tensor '%s', chunk at word %llu", e->name, (unsigned long long)c->lo) : FERRY_OK;
+}
+
+static void write_changes(uint8_t *dst, unsigned W, const sp_scratch *s, size_t k)
+{
+    for (size_t j = 0; j < k; j++) sp_store(dst, s->pos[j], W, s->val[j]);
+}
+
+static int begin(dec *d, const ferry_model *base, const void *patch, size_t size, const ferry_apply_options *opts)
+{
+    memset(d, 0, sizeof *d);
+    d->patch = patch;
+    d->base = base;
+    d->threads = ferry__threads(opts ? opts->threads : 1);
+    int rc = patch_table_parse(patch, size, &d->t);
+    if (rc) return rc;
+    size_t nb = ferry_model_count(base), n = d->t.n + 1;
+    d->bh = ferry__malloc((nb + 1) * 16);
+    d->bi = ferry__malloc(n * sizeof *d->bi);
+    d->th = ferry__calloc(n, 16);
+    d->coder = ferry__calloc((size_t)d->threads, sizeof *d->coder);
+    if (!d->bh || !d->bi || !d->th || !d->coder) return FERRY_ERR_NOMEM;
+    /* The base must be the model the patch was made from. */
+    if ((rc = ferry__parallel(d->threads, nb, base_hash_job, d))) return rc;
+    uint8_t h[16];
+    if ((rc = ferry__model_hash_tensors(base, (const uint8_t (*)[16])d->bh, h))) return rc;
+    if (memcmp(h, d->t.base_hash, 16)) return mismatch(FERRY_ERR_BASE_MISMATCH, "base model", h, d->t.base_hash);
+    if ((rc = match_base(d))) return rc;
+    return index_chunks(d);
+}
+
+static void end(dec *d)
+{
+    for (int w = 0; d->coder && w < d->threads; w++) sp_coder_release(&d->coder[w]);
+    for (int w = 0; d->tmp && w < d->threads; w++) free(d->tmp[w]);
+    for (size_t j = 0; d->out && j < d->t.n; j++) free(d->out[j]);
+    free(d->tmp);
+    free(d->tmpcap);
+    free(d->out);
+    free(d->bh);
+    free(d->bi);
+    free(d->th);
+    free(d->ch);
+    free(d->ent_first);
+    free(d->coder);
+    patch_table_release(&d->t);
+}
+
+/* The result's model hash from its tensor hashes and the table's metadata. */
+static int check_target(const dec *d)
+{
+    uint8_t (*th)[16] = ferry__malloc((d->t.n + 1) * 16), h[16];
+    if (!th) return FERRY_ERR_NOMEM;
+    size_t n = 0;
+    for (size_t j = 0; j < d->t.n; j++)
+        if (d->t.e[j].kind != PK_REMOVED) memcpy(th[n++], d->th[j], 16);
+    ferry__model_hash_from((const uint8_t (*)[16])th, n, d->t.nmeta, (const char *const *)d->t.meta_key,
+                           (const char *const *)d->t.meta_val, h);
+    free(th);
+    if (memcmp(h, d->t.target_hash, 16)) return mismatch(FERRY_ERR_TARGET_MISMATCH, "result model", h, d->t.target_hash);
     return FERRY_OK;
 }
 
-static int decode_whole(dec_ctx *d, const patch_entry *e, uint8_t *out)
+/* ---- ferry_apply: into new buffers ---- */
+
+/* Jobs: every chunk (copy the base words, then the changes), then every
+ * other non-removed entry (copy or decompress). */
+static int build_job(void *ctx, size_t j, int w)
 {
+    dec *d = ctx;
+    if (j < d->nch) {
+        const chunk_ref *c = &d->ch[j];
+        unsigned W = sp_dtype_of(d->t.e[c->entry].dtype).W;
+        uint8_t *dst = d->out[c->entry] + c->lo * W / 8;
+        memcpy(dst, (const uint8_t *)base_of(d, c->entry)->data + c->lo * W / 8, (size_t)c->n * W / 8);
+        size_t k;
+        int rc = decode_chunk(d, c, w, &k);
+        if (!rc) write_changes(dst, W, &d->coder[w].s, k);
+        return rc;
+    }
+    size_t e_ix = j - d->nch;
+    const patch_entry *e = &d->t.e[e_ix];
+    if (e->kind == PK_SAME) memcpy(d->out[e_ix], base_of(d, e_ix)->data, (size_t)e->nbytes);
+    if (e->kind != PK_WHOLE) return FERRY_OK;
     const uint8_t *src = d->patch + e->payload_off;
     if (e->codec == WHOLE_RAW) {
         if (e->payload_size != e->nbytes)
-            return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "raw payload of %llu bytes for %llu", (unsigned long long)e->payload_size,
-                               (unsigned long long)e->nbytes);
-        memcpy(out, src, (size_t)e->nbytes);
+            return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "tensor '%s': raw payload of %llu bytes for %llu", e->name,
+                               (unsigned long long)e->payload_size, (unsigned long long)e->nbytes);
+        memcpy(d->out[e_ix], src, (size_t)e->nbytes);
         return FERRY_OK;
     }
-    size_t got = ZSTD_decompress(out, (size_t)e->nbytes, src, (size_t)e->payload_size);
-    if (ZSTD_isError(got) || got != e->nbytes)
-        return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "zstd payload does not decode to %llu bytes", (unsigned long long)e->nbytes);
+    unsigned long long want = ZSTD_getFrameContentSize(src, (size_t)e->payload_size);
+    size_t got = want == e->nbytes ? ZSTD_decompress(d->out[e_ix], (size_t)e->nbytes, src, (size_t)e->payload_size) : 0;
+    if (want != e->nbytes || ZSTD_isError(got) || got != e->nbytes)
+        return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "tensor '%s': zstd payload does not decode to %llu bytes", e->name,
+                           (unsigned long long)e->nbytes);
     return FERRY_OK;
 }
 
-static int check_tensor_hash(const patch_entry *e, const void *data, uint8_t out[16])
+static int result_hash_job(void *ctx, size_t j, int w)
 {
-    ferry__tensor_hash_parts(e->name, e->dtype, e->ndim, e->shape, data, e->nbytes, out);
-    if (memcmp(out, e->hash, 16)) return mismatch(FERRY_ERR_TARGET_MISMATCH, "result tensor", out, e->hash);
+    (void)w;
+    dec *d = ctx;
+    const patch_entry *e = &d->t.e[j];
+    if (e->kind == PK_REMOVED) return FERRY_OK;
+    if (e->kind == PK_SAME) memcpy(d->th[j], d->bh[d->bi[j]], 16);
+    else ferry__tensor_hash_parts(e->name, e->dtype, e->ndim, e->shape, d->out[j], e->nbytes, d->th[j]);
+    if (memcmp(d->th[j], e->hash, 16))
+        return ferry__context(mismatch(e->kind == PK_SAME ? FERRY_ERR_PATCH_CORRUPT : FERRY_ERR_TARGET_MISMATCH,
+                                       "result tensor", d->th[j], e->hash),
+                              "tensor '%s'", e->name);
     return FERRY_OK;
 }
 
-static int check_target(const patch_table *t, const uint8_t (*th)[16], size_t n)
-{
-    uint8_t h[16];
-    ferry__model_hash_from(th, n, t->nmeta, (const char *const *)t->meta_key, (const char *const *)t->meta_val, h);
-    if (memcmp(h, t->target_hash, 16)) return mismatch(FERRY_ERR_TARGET_MISMATCH, "result model", h, t->target_hash);
-    return FERRY_OK;
-}
-
-static int build_entry(dec_ctx *d, const patch_entry *e, long bi, ferry_model *m, uint8_t th[16])
-{
-    const ferry_tensor *b = bi >= 0 ? ferry_model_tensor(d->base, (size_t)bi) : NULL;
-    uint8_t *buf = ferry__malloc((size_t)e->nbytes);
-    if (!buf) return FERRY_ERR_NOMEM;
-    int rc = FERRY_OK;
-    if (e->kind == PK_WHOLE) rc = decode_whole(d, e, buf);
-    else {
-        memcpy(buf, b->data, (size_t)e->nbytes);
-        if (e->kind == PK_SPARSE) rc = decode_sparse(d, e, b, write_changes, buf);
-    }
-    if (!rc) {
-        if (e->kind == PK_SAME) {
-            memcpy(th, d->bh[bi], 16);
-            if (memcmp(th, e->hash, 16)) rc = mismatch(FERRY_ERR_PATCH_CORRUPT, "unchanged tensor", th, e->hash);
-        } else {
-            rc = check_tensor_hash(e, buf, th);
-        }
-    }
-    if (rc) {
-        free(buf);
-        return rc;
-    }
-    return ferry__model_add_owned(m, e->name, e->dtype, e->ndim, e->shape, buf, e->nbytes);
-}
-
-static int begin(dec_ctx *d, patch_table *t, const ferry_model *base, const void *patch, size_t size, long **bi)
-{
-    memset(d, 0, sizeof *d);
-    int rc = patch_table_parse(patch, size, t);
-    if (rc) return rc;
-    d->patch = patch;
-    d->t = t;
-    d->base = base;
-    if ((rc = verify_base(d))) return rc;
-    *bi = ferry__malloc((t->n ? t->n : 1) * sizeof **bi);
-    if (!*bi) return FERRY_ERR_NOMEM;
-    return match_base(d, *bi);
-}
-
-int ferry_apply(const ferry_model *base, const void *patch, size_t size, ferry_model **out)
+int ferry_apply_ex(const ferry_model *base, const void *patch, size_t size, const ferry_apply_options *opts,
+                   ferry_model **out)
 {
     if (!base || !patch || !out) return ferry__fail(FERRY_ERR_ARG, "ferry_apply: NULL argument");
     *out = NULL;
-    patch_table t;
-    dec_ctx d;
-    long *bi = NULL;
+    dec d;
     ferry_model *m = NULL;
-    uint8_t (*th)[16] = NULL;
-    int rc = begin(&d, &t, base, patch, size, &bi);
+    int rc = begin(&d, base, patch, size, opts);
+    if (!rc && !(d.out = ferry__calloc(d.t.n + 1, sizeof *d.out))) rc = FERRY_ERR_NOMEM;
+    for (size_t j = 0; !rc && j < d.t.n; j++)
+        if (d.t.e[j].kind != PK_REMOVED && !(d.out[j] = ferry__malloc((size_t)d.t.e[j].nbytes))) rc = FERRY_ERR_NOMEM;
+    if (!rc) rc = ferry__parallel(d.threads, d.nch + d.t.n, build_job, &d);
+    if (!rc) rc = ferry__parallel(d.threads, d.t.n, result_hash_job, &d);
+    if (!rc) rc = check_target(&d);
     if (!rc) rc = ferry_model_create(&m);
-    if (!rc && !(th = ferry__malloc((t.n ? t.n : 1) * 16))) rc = FERRY_ERR_NOMEM;
-    size_t nt = 0;
-    for (size_t j = 0; !rc && j < t.n; j++) {
-        const patch_entry *e = &t.e[j];
+    for (size_t i = 0; !rc && i < d.t.nmeta; i++) rc = ferry_model_set_metadata(m, d.t.meta_key[i], d.t.meta_val[i]);
+    for (size_t j = 0; !rc && j < d.t.n; j++) {
+        const patch_entry *e = &d.t.e[j];
         if (e->kind == PK_REMOVED) continue;
-        rc = build_entry(&d, e, bi[j], m, th[nt++]);
-        if (rc) rc = ferry__context(rc, "tensor '%s'", e->name);
+        rc = ferry__model_add_owned(m, e->name, e->dtype, e->ndim, e->shape, d.out[j], e->nbytes);
+        d.out[j] = NULL; /* owned by m now, or freed by the failed add */
     }
-    for (size_t i = 0; !rc && i < t.nmeta; i++) rc = ferry_model_set_metadata(m, t.meta_key[i], t.meta_val[i]);
-    if (!rc) rc = check_target(&t, (const uint8_t (*)[16])th, nt);
-    free(th);
-    free(bi);
-    dec_release(&d);
-    patch_table_release(&t);
+    end(&d);
     if (rc) {
         ferry_model_free(m);
         return rc;
@@ -231,80 +263,96 @@ int ferry_apply(const ferry_model *base, const void *patch, size_t size, ferry_m
     return FERRY_OK;
 }
 
-/* In place, pass 1 hashes each changed tensor as it will be, streaming the
- * base chunk by chunk through a scratch copy; pass 2 writes. */
-typedef struct hash_ctx {
-    XXH3_state_t st;
-    const uint8_t *base;
-    uint8_t *tmp;
-} hash_ctx;
-
-static int hash_changes(void *ctx, const sp_dtype *st, uint64_t lo, size_t n, const uint32_t *pos, const uint64_t *val, size_t k)
+int ferry_apply(const ferry_model *base, const void *patch, size_t size, ferry_model **out)
 {
-    hash_ctx *h = ctx;
-    size_t bytes = n * st->W / 8;
-    memcpy(h->tmp, h->base + lo * st->W / 8, bytes);
-    write_changes(h->tmp, st, 0, n, pos, val, k);
-    XXH3_128bits_update(&h->st, h->tmp, bytes);
+    return ferry_apply_ex(base, patch, size, NULL, out);
+}
+
+/* ---- ferry_apply_inplace: verify everything, then write ---- */
+
+/* Pass 1, one job per SPARSE entry: hash the tensor as it will be,
+ * streaming each chunk of the base through a scratch copy. */
+static int verify_job(void *ctx, size_t j, int w)
+{
+    dec *d = ctx;
+    const patch_entry *e = &d->t.e[j];
+    if (e->kind == PK_SAME) {
+        memcpy(d->th[j], d->bh[d->bi[j]], 16);
+        return memcmp(d->th[j], e->hash, 16) ? mismatch(FERRY_ERR_PATCH_CORRUPT, "unchanged tensor", d->th[j], e->hash) : FERRY_OK;
+    }
+    unsigned W = sp_dtype_of(e->dtype).W;
+    const uint8_t *b = base_of(d, j)->data;
+    XXH3_state_t st;
+    ferry__tensor_hash_begin(&st, e->name, e->dtype, e->ndim, e->shape);
+    for (size_t c = d->ent_first[j]; c < d->nch && d->ch[c].entry == j; c++) {
+        const chunk_ref *cr = &d->ch[c];
+        size_t k, bytes = (size_t)cr->n * W / 8;
+        if (bytes > d->tmpcap[w]) {
+            uint8_t *t = ferry__realloc(d->tmp[w], bytes);
+            if (!t) return FERRY_ERR_NOMEM;
+            d->tmp[w] = t;
+            d->tmpcap[w] = bytes;
+        }
+        int rc = decode_chunk(d, cr, w, &k);
+        if (rc) return rc;
+        memcpy(d->tmp[w], b + cr->lo * W / 8, bytes);
+        write_changes(d->tmp[w], W, &d->coder[w].s, k);
+        XXH3_128bits_update(&st, d->tmp[w], bytes);
+    }
+    ferry__hash_digest(&st, d->th[j]);
+    if (memcmp(d->th[j], e->hash, 16))
+        return ferry__context(mismatch(FERRY_ERR_TARGET_MISMATCH, "result tensor", d->th[j], e->hash), "tensor '%s'", e->name);
     return FERRY_OK;
+}
+
+/* Pass 2: decoding is deterministic, so it reproduces what pass 1 hashed. */
+static int write_job(void *ctx, size_t j, int w)
+{
+    dec *d = ctx;
+    const chunk_ref *c = &d->ch[j];
+    unsigned W = sp_dtype_of(d->t.e[c->entry].dtype).W;
+    size_t k;
+    int rc = decode_chunk(d, c, w, &k);
+    if (!rc) write_changes((uint8_t *)base_of(d, c->entry)->data + c->lo * W / 8, W, &d->coder[w].s, k);
+    return rc;
+}
+
+static int check_inplace(const dec *d, ferry_model *base)
+{
+    for (size_t j = 0; j < d->t.n; j++) {
+        const patch_entry *e = &d->t.e[j];
+        if (e->kind == PK_WHOLE || e->kind == PK_REMOVED)
+            return ferry__fail(FERRY_ERR_SHAPE_MISMATCH, "tensor '%s' is added, removed or re-shaped: cannot apply in place", e->name);
+        if (e->kind == PK_SPARSE && !ferry_model_data_mut(base, (size_t)d->bi[j]))
+            return ferry__fail(FERRY_ERR_ARG, "tensor '%s' is read-only (a mapped file): cannot apply in place", e->name);
+    }
+    if (d->t.nmeta != ferry_model_metadata_count(base)) return ferry__fail(FERRY_ERR_SHAPE_MISMATCH, "metadata changes: cannot apply in place");
+    for (size_t i = 0; i < d->t.nmeta; i++) {
+        const char *k, *v;
+        ferry_model_metadata(base, i, &k, &v);
+        if (strcmp(k, d->t.meta_key[i]) || strcmp(v, d->t.meta_val[i]))
+            return ferry__fail(FERRY_ERR_SHAPE_MISMATCH, "metadata '%s' changes: cannot apply in place", d->t.meta_key[i]);
+    }
+    return FERRY_OK;
+}
+
+int ferry_apply_inplace_ex(ferry_model *base, const void *patch, size_t size, const ferry_apply_options *opts)
+{
+    if (!base || !patch) return ferry__fail(FERRY_ERR_ARG, "ferry_apply_inplace: NULL argument");
+    dec d;
+    int rc = begin(&d, base, patch, size, opts);
+    if (!rc) rc = check_inplace(&d, base);
+    if (!rc && (!(d.tmp = ferry__calloc((size_t)d.threads, sizeof *d.tmp)) ||
+                !(d.tmpcap = ferry__calloc((size_t)d.threads, sizeof *d.tmpcap))))
+        rc = FERRY_ERR_NOMEM;
+    if (!rc) rc = ferry__parallel(d.threads, d.t.n, verify_job, &d);
+    if (!rc) rc = check_target(&d);
+    if (!rc) rc = ferry__parallel(d.threads, d.nch, write_job, &d);
+    end(&d);
+    return rc;
 }
 
 int ferry_apply_inplace(ferry_model *base, const void *patch, size_t size)
 {
-    if (!base || !patch) return ferry__fail(FERRY_ERR_ARG, "ferry_apply_inplace: NULL argument");
-    patch_table t;
-    dec_ctx d;
-    long *bi = NULL;
-    uint8_t (*th)[16] = NULL;
-    hash_ctx h = {0};
-    int rc = begin(&d, &t, base, patch, size, &bi);
-    /* Structure must stay: no added, removed or whole tensors, same metadata. */
-    for (size_t j = 0; !rc && j < t.n; j++)
-        if (t.e[j].kind == PK_WHOLE || t.e[j].kind == PK_REMOVED)
-            rc = ferry__fail(FERRY_ERR_SHAPE_MISMATCH, "tensor '%s' is added, removed or re-shaped: cannot apply in place", t.e[j].name);
-    if (!rc && t.nmeta != ferry_model_metadata_count(base)) rc = ferry__fail(FERRY_ERR_SHAPE_MISMATCH, "metadata changes: cannot apply in place");
-    for (size_t i = 0; !rc && i < t.nmeta; i++) {
-        const char *k, *v;
-        ferry_model_metadata(base, i, &k, &v);
-        if (strcmp(k, t.meta_key[i]) || strcmp(v, t.meta_val[i]))
-            rc = ferry__fail(FERRY_ERR_SHAPE_MISMATCH, "metadata '%s' changes: cannot apply in place", t.meta_key[i]);
-    }
-    for (size_t j = 0; !rc && j < t.n; j++)
-        if (t.e[j].kind == PK_SPARSE && !ferry_model_data_mut(base, (size_t)bi[j]))
-            rc = ferry__fail(FERRY_ERR_ARG, "tensor '%s' is read-only (a mapped file): cannot apply in place", t.e[j].name);
-    if (!rc && !(th = ferry__malloc((t.n ? t.n : 1) * 16))) rc = FERRY_ERR_NOMEM;
-    if (!rc && !(h.tmp = ferry__malloc(((size_t)8) << SP_CHUNK_LOG2_DEFAULT))) rc = FERRY_ERR_NOMEM;
-    for (size_t j = 0; !rc && j < t.n; j++) {
-        const patch_entry *e = &t.e[j];
-        const ferry_tensor *b = ferry_model_tensor(base, (size_t)bi[j]);
-        if (e->kind == PK_SAME) {
-            memcpy(th[j], d.bh[bi[j]], 16);
-            if (memcmp(th[j], e->hash, 16)) rc = mismatch(FERRY_ERR_PATCH_CORRUPT, "unchanged tensor", th[j], e->hash);
-            continue;
-        }
-        if (e->chunk_log2 > SP_CHUNK_LOG2_DEFAULT) {
-            free(h.tmp);
-            if (!(h.tmp = ferry__malloc(((size_t)8) << e->chunk_log2))) { rc = FERRY_ERR_NOMEM; break; }
-        }
-        ferry__tensor_hash_begin(&h.st, e->name, e->dtype, e->ndim, e->shape);
-        h.base = b->data;
-        rc = decode_sparse(&d, e, b, hash_changes, &h);
-        if (!rc) {
-            ferry__hash_digest(&h.st, th[j]);
-            if (memcmp(th[j], e->hash, 16)) rc = mismatch(FERRY_ERR_TARGET_MISMATCH, "result tensor", th[j], e->hash);
-        }
-        if (rc) rc = ferry__context(rc, "tensor '%s'", e->name);
-    }
-    if (!rc) rc = check_target(&t, (const uint8_t (*)[16])th, t.n);
-    /* Verified: now write.  Decoding is deterministic, so pass 2 reproduces
-     * exactly what pass 1 hashed. */
-    for (size_t j = 0; !rc && j < t.n; j++)
-        if (t.e[j].kind == PK_SPARSE)
-            rc = decode_sparse(&d, &t.e[j], ferry_model_tensor(base, (size_t)bi[j]), write_changes, ferry_model_data_mut(base, (size_t)bi[j]));
-    free(h.tmp);
-    free(th);
-    free(bi);
-    dec_release(&d);
-    patch_table_release(&t);
-    return rc;
+    return ferry_apply_inplace_ex(base, patch, size, NULL);
 }

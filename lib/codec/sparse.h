@@ -1,14 +1,15 @@
 /* The sparse tensor codec shared by encoder and decoder: word access,
- * value classes, order keys and the context models.  docs/FORMAT.md,
- * "Sparse payload", is the normative description.
+ * value classes, order keys, the scan/walk that relate positions to
+ * class-local ranks, and the context models.  docs/FORMAT.md, "Sparse
+ * payload", is the normative description.
  *
  * A tensor is a sequence of W-bit words (W = 8, 16, 32 or 64; sub-byte
- * dtypes are coded as bytes).  Each element has a *class*, computed from its
- * BASE word, that both ends know: the exponent field for float dtypes, else
- * 0.  Elements of one class flip at similar rates (the BF16 rounding cell
- * is proportional to |w|), so positions are coded per class as gaps between
- * changed elements counted among that class's elements only, and deltas are
- * coded with the class as context. */
+ * dtypes are coded as bytes).  Each word has a *class* computed from its
+ * BASE value, which both ends know: for float dtypes one of 8 buckets of the
+ * exponent counted down from a per-chunk origin `top`, else 0.  Words of one
+ * class flip at similar rates (the BF16 rounding cell is proportional to
+ * |w|), so positions are coded per class, as gaps between the *ranks* of
+ * changed words among that class's words; deltas use the class as context. */
 #ifndef FERRY_SPARSE_H
 #define FERRY_SPARSE_H
 #include "common.h"
@@ -16,15 +17,20 @@
 #include "rc.h"
 
 /* Chunk size: each chunk of a tensor is coded independently (parallel
- * decode, bounded memory).  Positions inside a chunk fit in 32 bits. */
+ * coding, bounded memory).  Positions inside a chunk fit in 32 bits. */
 #define SP_CHUNK_LOG2_MIN 10
 #define SP_CHUNK_LOG2_MAX 28
 #define SP_CHUNK_LOG2_DEFAULT 22
+#define SP_NCLASS 8   /* exponent buckets of float dtypes (positions) */
+#define SP_NDCLASS 16 /* exponent buckets of float dtypes (deltas) */
+
+/* Chunk codecs (first byte of a chunk). */
+enum { SP_CODEC_EMPTY = 0, SP_CODEC_ADAPTIVE = 1, SP_CODEC_RANS = 2 };
 
 typedef struct sp_dtype {
     unsigned W;          /* word bits: 8, 16, 32, 64 */
-    unsigned cls_shift;  /* class = (word >> cls_shift) & cls_mask */
-    uint32_t cls_mask;   /* 0: a single class */
+    unsigned exp_shift;  /* exponent = (word >> exp_shift) & exp_mask */
+    uint32_t exp_mask;   /* 0: no exponent, a single class */
     int is_float;        /* order key: sign-magnitude total order */
     int is_signed;       /* order key: two's complement (flip the sign bit) */
 } sp_dtype;
@@ -49,6 +55,7 @@ static inline sp_dtype sp_dtype_of(ferry_dtype dt)
     }
 }
 
+static inline uint32_t sp_nclass(const sp_dtype *t) { return t->exp_mask ? SP_NCLASS : 1; }
 static inline uint64_t sp_wmask(unsigned W) { return W == 64 ? ~(uint64_t)0 : ((uint64_t)1 << W) - 1; }
 
 static inline uint64_t sp_load(const uint8_t *p, size_t i, unsigned W)
@@ -84,16 +91,95 @@ static inline uint64_t sp_key_inv(const sp_dtype *t, uint64_t k)
     if (t->is_signed) return k ^ ((uint64_t)1 << (t->W - 1));
     return k;
 }
-static inline uint32_t sp_class(const sp_dtype *t, uint64_t u) { return (uint32_t)(u >> t->cls_shift) & t->cls_mask; }
 static inline unsigned sp_sign(const sp_dtype *t, uint64_t u) { return (unsigned)(u >> (t->W - 1)) & 1u; }
+
+/* Class of a base word: bucket min(7, max(0, top - exponent)). */
+static inline uint32_t sp_class(const sp_dtype *t, uint32_t top, uint64_t u)
+{
+    if (!t->exp_mask) return 0;
+    int32_t d = (int32_t)top - (int32_t)((u >> t->exp_shift) & t->exp_mask);
+    return d <= 0 ? 0 : d >= SP_NCLASS - 1 ? SP_NCLASS - 1 : (uint32_t)d;
+}
+
+/* Delta class: min(15, max(0, top - exponent)).  Deltas scale with the
+ * rounding cell (a weight half as large moves twice as many ULPs for the
+ * same step), so they need finer buckets than positions. */
+static inline uint32_t sp_dclass(const sp_dtype *t, uint32_t top, uint64_t u)
+{
+    if (!t->exp_mask) return 0;
+    int32_t d = (int32_t)top - (int32_t)((u >> t->exp_shift) & t->exp_mask);
+    return d <= 0 ? 0 : d >= SP_NDCLASS - 1 ? SP_NDCLASS - 1 : (uint32_t)d;
+}
+
+/* Where the target words come from: the target tensor itself, or FP32
+ * masters cast to BF16 on the fly (the FP32 gate). */
+typedef struct sp_src {
+    const uint8_t *p;
+    int f32_to_bf16;
+} sp_src;
+
+static inline uint64_t sp_src_load(const sp_src *s, size_t i, unsigned W)
+{
+    if (s->f32_to_bf16) {
+        uint32_t u;
+        memcpy(&u, s->p + 4 * i, 4);
+        return ferry__bf16_from_bits(u);
+    }
+    return sp_load(s->p, i, W);
+}
+
+/* Per-thread scratch of the coders; grows as needed, reused across chunks. */
+typedef struct sp_scratch {
+    uint32_t *pos, *cls, *rank; /* per change, in position order */
+    uint32_t *order;            /* ranks grouped by class (encoder) */
+    uint64_t *val;              /* new words (decoder) */
+    uint8_t *lut;               /* rANS decoder: slot -> symbol, per table */
+    uint8_t *syms;              /* rANS encoder: (table, symbol) pairs */
+    size_t cap;
+    uint32_t start[SP_NCLASS + 1]; /* class c's changes: order[start[c] .. start[c+1]) */
+} sp_scratch;
+int sp_scratch_fit(sp_scratch *s, size_t need);
+void sp_scratch_release(sp_scratch *s);
+
+/* Chooses the bucket origin of a chunk from a sample of its base words: the
+ * exponent below which 99% of the sampled words lie. */
+uint32_t sp_choose_top(const sp_dtype *t, const uint8_t *a, size_t n);
+
+/* Encoder scan: the k changed words of the chunk, their classes and ranks,
+ * in position order (s->pos, s->cls, s->rank), then grouped by class
+ * (s->order, s->start). */
+int sp_scan(const sp_dtype *t, uint32_t top, const uint8_t *a, const sp_src *b, size_t n, sp_scratch *s, size_t *k);
+
+/* Decoder walk: given the k ranks grouped by class (s->order, s->start; each
+ * class's ranks strictly increasing), finds their positions by walking the
+ * base words; fills s->pos and s->cls in position order.  Fails if a rank
+ * lies beyond its class's population. */
+int sp_walk(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k);
+
+/* Signed delta of a change as a magnitude 1..2^(W-1) and a sign. */
+static inline uint64_t sp_delta(const sp_dtype *t, uint64_t x, uint64_t y, unsigned *neg)
+{
+    uint64_t d = (sp_key(t, y) - sp_key(t, x)) & sp_wmask(t->W);
+    *neg = d >= ((uint64_t)1 << (t->W - 1));
+    return *neg ? ((~d + 1) & sp_wmask(t->W)) : d;
+}
+/* Inverse; false if the magnitude is out of range for W. */
+static inline bool sp_undelta(const sp_dtype *t, uint64_t x, unsigned neg, uint64_t mag, uint64_t *y)
+{
+    uint64_t half = (uint64_t)1 << (t->W - 1);
+    if (mag == 0 || mag > half || (!neg && mag == half)) return false;
+    uint64_t delta = neg ? (~mag + 1) : mag;
+    *y = sp_key_inv(t, (sp_key(t, x) + delta) & sp_wmask(t->W));
+    return true;
+}
+
+/* ---- adaptive binary coding (small chunks) ---- */
 
 /* Adaptive Elias-gamma model for unsigned integers v < 2^64 - 1: x = v + 1
  * has bit length L+1; L is sent in unary (context per step), then the top
  * SP_MANT_CTX bits below the leading one with context (L, bit index), then
  * the rest as equiprobable bits. */
-#ifndef SP_MANT_CTX
 #define SP_MANT_CTX 3
-#endif
 typedef struct sp_num {
     rc_prob un[65];
     rc_prob mant[64][SP_MANT_CTX];
@@ -138,53 +224,46 @@ static inline bool sp_num_get(rc_dec *d, sp_num *m, uint64_t *v)
     return true;
 }
 
-/* Delta magnitudes: |d| - 1 in unary over SP_MAG_UNARY steps with context
- * (class, step), then an escape coded with a shared sp_num. */
-#define SP_MAG_UNARY 4
-typedef struct sp_dctx {
-    rc_prob sign[2];            /* by the base word's sign bit */
-    rc_prob mag[SP_MAG_UNARY];
-} sp_dctx;
-
-/* Everything one chunk's coder needs; sized for the dtype's class count. */
+/* Deltas: the sign with context (delta class, sign of the base word), then
+ * the magnitude - 1 with the delta class's own integer model. */
 typedef struct sp_models {
-    sp_num meta;      /* active class count, class id gaps, per-class counts */
-    sp_num esc;       /* large delta magnitudes */
-    sp_num *gap;      /* per class (allocated for all classes, initialised lazily) */
-    sp_dctx *dctx;    /* per class */
-    uint32_t nclass;
+    sp_num meta;                 /* active class count, class id gaps, per-class counts */
+    sp_num gap[SP_NCLASS];
+    sp_num mag[SP_NDCLASS];
+    rc_prob sign[SP_NDCLASS][2];
 } sp_models;
-
-int sp_models_alloc(sp_models *m, const sp_dtype *t);
 void sp_models_reset(sp_models *m);
-void sp_models_release(sp_models *m);
 
-/* Encodes one chunk of n elements (a = base, b = target words) and appends
- * the range-coded bytes to out; *changed receives the number of changed
- * elements.  Scratch arrays are reused across calls through *scratch. */
-typedef struct sp_scratch {
-    uint32_t *pos, *loc, *cls, *order;
-    size_t cap;
-    uint32_t *cnt, *start; /* per class */
-    size_t ncls_cap;
-} sp_scratch;
-void sp_scratch_release(sp_scratch *s);
+int sp_adaptive_encode(const sp_dtype *t, uint32_t top, const uint8_t *a, const sp_src *b, sp_scratch *s, size_t k,
+                       sp_models *m, ferry_buf *out);
+/* Fills s->order/s->start (ranks), walks, then s->val; *k changes. */
+int sp_adaptive_decode(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, const uint8_t *src, size_t len,
+                       sp_scratch *s, sp_models *m, size_t *k);
 
-int sp_encode_chunk(const sp_dtype *t, const uint8_t *a, const uint8_t *b, size_t n,
-                    sp_models *m, sp_scratch *s, ferry_buf *out, uint64_t *changed);
+/* ---- static rANS coding (large chunks) ---- */
+int sp_rans_encode(const sp_dtype *t, uint32_t top, const uint8_t *a, const sp_src *b, sp_scratch *s, size_t k, ferry_buf *out);
+int sp_rans_decode(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, const uint8_t *src, size_t len,
+                   sp_scratch *s, size_t *k);
 
-/* Decodes one chunk: on success *k changes at positions pos[0..k) (strictly
- * increasing, < n) with new words val[0..k).  The arrays are owned by *s
- * and valid until the next call.  Any inconsistency is PATCH_CORRUPT. */
-typedef struct sp_dscratch {
-    uint32_t *pos, *loc;
-    uint64_t *val;
-    size_t cap;
-    uint32_t *ptr, *end, *cnt, *act; /* per class */
-    size_t ncls_cap;
-} sp_dscratch;
-void sp_dscratch_release(sp_dscratch *s);
+/* ---- chunks ---- */
 
-int sp_decode_chunk(const sp_dtype *t, const uint8_t *a, size_t n, const uint8_t *src, size_t srclen,
-                    sp_models *m, sp_dscratch *s, size_t *k);
+/* Per-thread coder state. */
+typedef struct sp_coder {
+    sp_scratch s;
+    sp_models m;
+} sp_coder;
+void sp_coder_release(sp_coder *c);
+
+/* Encodes one chunk of n words (base a, target b) and appends it to out;
+ * *changed receives the number of changed words. */
+int sp_encode_chunk(const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t n, sp_coder *c, ferry_buf *out,
+                    uint64_t *changed);
+
+/* Decodes one chunk: on success *k changes at c->s.pos[0..k) (strictly
+ * increasing, < n) with new words c->s.val[0..k), valid until the next call.
+ * Any inconsistency is FERRY_ERR_PATCH_CORRUPT. */
+int sp_decode_chunk(const sp_dtype *t, const uint8_t *a, size_t n, const uint8_t *src, size_t len, sp_coder *c,
+                    size_t *k);
+
+int sp_corrupt(const char *what);
 #endif

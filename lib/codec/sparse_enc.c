@@ -1,136 +1,75 @@
-/* Sparse chunk encoder: find changed words, code their positions as
- * per-class gaps and their values as order-key deltas (docs/FORMAT.md). */
+/* Sparse chunk encoder: scan the chunk, then code it with the adaptive
+ * binary coder (few changes) or static rANS (many changes). */
 #include <stdlib.h>
 #include "sparse.h"
 
-static int grow_u32(uint32_t **p, size_t n)
+/* Below this many changes the static tables of rANS cost more than the
+ * adaptive coder's learning (measured on ../shared/data, docs/FORMAT.md). */
+#ifndef SP_RANS_MIN_CHANGES
+#define SP_RANS_MIN_CHANGES 32768
+#endif
+
+void sp_models_reset(sp_models *m) { rc_probs_init(&m->meta.un[0], sizeof *m / sizeof(rc_prob)); }
+
+void sp_coder_release(sp_coder *c) { sp_scratch_release(&c->s); }
+
+static void put_delta(rc_enc *e, const sp_dtype *t, sp_models *m, uint32_t dc, uint64_t x, uint64_t y)
 {
-    uint32_t *q = ferry__realloc(*p, n * sizeof *q);
-    if (!q) return FERRY_ERR_NOMEM;
-    *p = q;
-    return FERRY_OK;
+    unsigned neg;
+    uint64_t mag = sp_delta(t, x, y, &neg);
+    rc_encode(e, &m->sign[dc][sp_sign(t, x)], neg);
+    sp_num_put(e, &m->mag[dc], mag - 1);
 }
 
-static int scratch_fit(sp_scratch *s, size_t need, uint32_t nclass)
+int sp_adaptive_encode(const sp_dtype *t, uint32_t top, const uint8_t *a, const sp_src *b, sp_scratch *s, size_t k,
+                       sp_models *m, ferry_buf *out)
 {
-    if (need > s->cap) {
-        size_t cap = s->cap ? s->cap : 1024;
-        while (cap < need) cap *= 2;
-        if (grow_u32(&s->pos, cap) || grow_u32(&s->loc, cap) || grow_u32(&s->cls, cap) || grow_u32(&s->order, cap))
-            return FERRY_ERR_NOMEM;
-        s->cap = cap;
-    }
-    if (nclass > s->ncls_cap) {
-        if (grow_u32(&s->cnt, nclass) || grow_u32(&s->start, nclass + 1)) return FERRY_ERR_NOMEM;
-        s->ncls_cap = nclass;
-    }
-    return FERRY_OK;
-}
-
-/* Scans the chunk: records each changed element's position, class and its
- * index among the elements of its class (the class-local index). */
-static inline __attribute__((always_inline)) int scan(const sp_dtype *t, const uint8_t *a, const uint8_t *b, size_t n, unsigned W,
-                       sp_scratch *s, uint32_t nclass, size_t *kout)
-{
-    uint32_t *cnt = s->cnt;
-    memset(cnt, 0, nclass * sizeof *cnt);
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t x = sp_load(a, i, W);
-        uint32_t c = sp_class(t, x);
-        if (FERRY_UNLIKELY(x != sp_load(b, i, W))) {
-            if (k == s->cap && scratch_fit(s, k + 1, nclass)) return FERRY_ERR_NOMEM;
-            s->pos[k] = (uint32_t)i;
-            s->cls[k] = c;
-            s->loc[k] = cnt[c];
-            k++;
-        }
-        cnt[c]++;
-    }
-    *kout = k;
-    return FERRY_OK;
-}
-
-static void put_delta(rc_enc *e, const sp_dtype *t, sp_models *m, uint64_t x, uint64_t y)
-{
-    uint64_t d = (sp_key(t, y) - sp_key(t, x)) & sp_wmask(t->W);
-    uint64_t half = (uint64_t)1 << (t->W - 1);
-    unsigned neg = d >= half && d != 0;
-    uint64_t mag = neg ? ((~d + 1) & sp_wmask(t->W)) : d; /* 1 .. 2^(W-1) */
-    sp_dctx *c = &m->dctx[sp_class(t, x)];
-    rc_encode(e, &c->sign[sp_sign(t, x)], neg);
-    uint64_t v = mag - 1;
-    for (unsigned i = 0; i < SP_MAG_UNARY; i++) {
-        if (v == i) {
-            rc_encode(e, &c->mag[i], 0);
-            return;
-        }
-        rc_encode(e, &c->mag[i], 1);
-    }
-    sp_num_put(e, &m->esc, v - SP_MAG_UNARY);
-}
-
-static inline __attribute__((always_inline)) int encode_w(const sp_dtype *t, const uint8_t *a, const uint8_t *b, size_t n, unsigned W,
-                    sp_models *m, sp_scratch *s, ferry_buf *out, uint64_t *changed)
-{
-    uint32_t nclass = m->nclass;
-    int rc = scratch_fit(s, 1024, nclass);
-    if (rc) return rc;
-    size_t k;
-    if ((rc = scan(t, a, b, n, W, s, nclass, &k))) return rc;
-    *changed = k;
-
-    /* Bucket the changes by class (counting sort keeps each class's
-     * class-local indices increasing). */
-    uint32_t *start = s->start;
-    memset(start, 0, (nclass + 1) * sizeof *start);
-    for (size_t j = 0; j < k; j++) start[s->cls[j] + 1]++;
-    uint32_t nact = 0;
-    for (uint32_t c = 0; c < nclass; c++) {
-        nact += start[c + 1] != 0;
-        start[c + 1] += start[c];
-    }
-    /* reuse cnt as the fill cursor */
-    memcpy(s->cnt, start, nclass * sizeof *start);
-    for (size_t j = 0; j < k; j++) s->order[s->cnt[s->cls[j]]++] = s->loc[j];
-
     rc_enc e;
     rc_enc_init(&e, out);
     sp_models_reset(m);
+    uint32_t nact = 0, nclass = sp_nclass(t);
+    for (uint32_t c = 0; c < nclass; c++) nact += s->start[c + 1] > s->start[c];
     sp_num_put(&e, &m->meta, nact);
     uint32_t prev_c = 0;
-    int first = 1;
+    bool first = true;
     for (uint32_t c = 0; c < nclass; c++) {
-        uint32_t kc = start[c + 1] - start[c];
-        if (!kc) continue;
+        uint32_t lo = s->start[c], hi = s->start[c + 1];
+        if (lo == hi) continue;
         sp_num_put(&e, &m->meta, first ? c : c - prev_c - 1);
-        sp_num_put(&e, &m->meta, kc - 1);
-        first = 0;
+        sp_num_put(&e, &m->meta, hi - lo - 1);
+        first = false;
         prev_c = c;
         sp_num *g = &m->gap[c];
-        sp_num_init(g);
         uint32_t last = 0;
-        for (uint32_t j = start[c]; j < start[c + 1]; j++) {
-            uint32_t l = s->order[j];
-            sp_num_put(&e, g, j == start[c] ? l : l - last - 1);
-            last = l;
+        for (uint32_t j = lo; j < hi; j++) {
+            uint32_t r = s->order[j];
+            sp_num_put(&e, g, j == lo ? r : r - last - 1);
+            last = r;
         }
     }
     for (size_t j = 0; j < k; j++) {
         size_t i = s->pos[j];
-        put_delta(&e, t, m, sp_load(a, i, W), sp_load(b, i, W));
+        uint64_t x = sp_load(a, i, t->W);
+        put_delta(&e, t, m, sp_dclass(t, top, x), x, sp_src_load(b, i, t->W));
     }
     return rc_enc_finish(&e);
 }
 
-int sp_encode_chunk(const sp_dtype *t, const uint8_t *a, const uint8_t *b, size_t n,
-                    sp_models *m, sp_scratch *s, ferry_buf *out, uint64_t *changed)
+int sp_encode_chunk(const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t n, sp_coder *c, ferry_buf *out,
+                    uint64_t *changed)
 {
-    /* Constant word widths let the compiler specialise the scan loop. */
-    switch (t->W) {
-    case 8: return encode_w(t, a, b, n, 8, m, s, out, changed);
-    case 16: return encode_w(t, a, b, n, 16, m, s, out, changed);
-    case 32: return encode_w(t, a, b, n, 32, m, s, out, changed);
-    default: return encode_w(t, a, b, n, 64, m, s, out, changed);
-    }
+    uint32_t top = sp_choose_top(t, a, n);
+    size_t k;
+    int rc = sp_scan(t, top, a, b, n, &c->s, &k);
+    if (rc) return rc;
+    *changed = k;
+    uint8_t head[2] = {SP_CODEC_EMPTY, (uint8_t)top};
+    if (k == 0) return ferry__buf_append(out, head, 1);
+    head[0] = k >= SP_RANS_MIN_CHANGES ? SP_CODEC_RANS : SP_CODEC_ADAPTIVE;
+    /* top fits a byte for every dtype but F64, whose 11-bit exponent
+     * takes a second byte */
+    if ((rc = ferry__buf_append(out, head, 2))) return rc;
+    if (t->exp_mask > 0xFF && (rc = ferry__buf_append(out, &(uint8_t){(uint8_t)(top >> 8)}, 1))) return rc;
+    if (head[0] == SP_CODEC_RANS) return sp_rans_encode(t, top, a, b, &c->s, k, out);
+    return sp_adaptive_encode(t, top, a, b, &c->s, k, &c->m, out);
 }

@@ -1,0 +1,151 @@
+/* Static-model rANS for large chunks: two interleaved 32-bit states with
+ * 16-bit renormalisation and 12-bit probabilities, per-context frequency
+ * tables sent with the chunk, and a side stream of raw bits.
+ *
+ * Decoder safety: reads past the end return zeros and set `overrun`; a
+ * table whose frequencies do not sum to RANS_M is rejected; at the end both
+ * states must be back at their initial value and every byte consumed. */
+#ifndef FERRY_RANS_H
+#define FERRY_RANS_H
+#include "common.h"
+
+#define RANS_BITS 12
+#define RANS_M (1u << RANS_BITS)
+#define RANS_L (1u << 16)
+
+#define GAP_NSYM 72    /* gaps < 16 as themselves, then (bit length, next bit) pairs */
+#define DELTA_NSYM 128 /* magnitude 1, 2, 3, then (bit length, next bit) pairs */
+#define DELTA_NCTX 16  /* delta class */
+#define RANS_MAXSYM 128
+
+typedef struct rans_table {
+    uint16_t freq[RANS_MAXSYM], start[RANS_MAXSYM];
+    uint8_t nsym;
+} rans_table;
+
+/* ---- raw bits, LSB-first within little-endian bytes ---- */
+typedef struct bitw {
+    ferry_buf *out;
+    uint64_t acc;
+    unsigned n;
+    int err;
+} bitw;
+
+static inline void bitw_put(bitw *w, uint64_t v, unsigned nbits)
+{
+    while (nbits) {
+        unsigned take = nbits > 32 ? 32 : nbits;
+        w->acc |= (v & ((1ull << take) - 1)) << w->n;
+        w->n += take;
+        v >>= take;
+        nbits -= take;
+        while (w->n >= 8) {
+            if (w->out->size == w->out->cap && ferry__buf_reserve(w->out, 1)) { w->err = FERRY_ERR_NOMEM; return; }
+            w->out->data[w->out->size++] = (uint8_t)w->acc;
+            w->acc >>= 8;
+            w->n -= 8;
+        }
+    }
+}
+static inline int bitw_flush(bitw *w)
+{
+    if (w->n) bitw_put(w, 0, 8 - w->n);
+    return w->err;
+}
+
+typedef struct bitr {
+    const uint8_t *p, *end;
+    uint64_t acc;
+    unsigned n;
+    int overrun;
+} bitr;
+
+static inline uint64_t bitr_get(bitr *r, unsigned nbits)
+{
+    uint64_t v = 0;
+    unsigned got = 0;
+    while (got < nbits) {
+        if (r->n == 0) {
+            if (r->p < r->end) r->acc = *r->p++;
+            else { r->acc = 0; r->overrun = 1; }
+            r->n = 8;
+        }
+        unsigned take = nbits - got < r->n ? nbits - got : r->n;
+        v |= (r->acc & ((1ull << take) - 1)) << got;
+        r->acc >>= take;
+        r->n -= take;
+        got += take;
+    }
+    return v;
+}
+
+/* ---- symbol mapping ---- */
+static inline unsigned gap_sym(uint64_t g, uint64_t *raw, unsigned *nraw)
+{
+    if (g < 16) { *nraw = 0; return (unsigned)g; }
+    uint64_t x = g + 1;
+    unsigned L = 63u - (unsigned)__builtin_clzll(x); /* >= 4 */
+    *nraw = L - 1;
+    *raw = x & ((1ull << (L - 1)) - 1);
+    return 16 + 2 * (L - 4) + (unsigned)((x >> (L - 1)) & 1);
+}
+
+/* Delta magnitude symbol (1..2^63): 0, 1, 2 for 1, 2, 3; then for
+ * x = mag >= 4 of bit length L + 1, 3 + 2 (L - 2) + the bit below the
+ * leading one, and the L - 1 lower bits raw.  The sign is a raw bit (deltas
+ * are symmetric to within a few percent). */
+static inline unsigned delta_sym(uint64_t mag, uint64_t *raw, unsigned *nraw)
+{
+    if (mag <= 3) { *nraw = 0; return (unsigned)mag - 1; }
+    unsigned L = 63u - (unsigned)__builtin_clzll(mag); /* >= 2 */
+    *nraw = L - 1;
+    *raw = mag & ((1ull << (L - 1)) - 1);
+    return 3 + 2 * (L - 2) + (unsigned)((mag >> (L - 1)) & 1);
+}
+
+/* ---- tables ---- */
+int rans_table_build(rans_table *t, const uint32_t *count, unsigned nsym);
+int rans_table_write(const rans_table *t, ferry_buf *out);
+/* Parses one table (alphabet of at most max_nsym symbols) from *p. */
+int rans_table_read(rans_table *t, const uint8_t **p, const uint8_t *end, unsigned max_nsym);
+void rans_table_lut(const rans_table *t, uint8_t *lut /* RANS_M entries */);
+
+/* ---- coder ---- */
+static inline void rans_put(uint32_t *x, uint16_t **out, uint32_t start, uint32_t freq)
+{
+    /* 64-bit: a symbol of frequency RANS_M would overflow 32 bits */
+    uint64_t xmax = (uint64_t)((RANS_L >> RANS_BITS) << 16) * freq;
+    if (*x >= xmax) {
+        *--*out = (uint16_t)*x;
+        *x >>= 16;
+    }
+    *x = ((*x / freq) << RANS_BITS) + (*x % freq) + start;
+}
+
+typedef struct rans_dec {
+    const uint8_t *p, *end;
+    uint32_t x[2];
+    int overrun;
+} rans_dec;
+
+static inline uint16_t rans_read16(rans_dec *d)
+{
+    if (d->end - d->p >= 2) {
+        uint16_t v = (uint16_t)(d->p[0] | d->p[1] << 8);
+        d->p += 2;
+        return v;
+    }
+    d->overrun = 1;
+    return 0;
+}
+
+static inline unsigned rans_get(rans_dec *d, unsigned lane, const rans_table *t, const uint8_t *lut)
+{
+    uint32_t x = d->x[lane], slot = x & (RANS_M - 1);
+    unsigned s = lut[slot];
+    x = t->freq[s] * (x >> RANS_BITS) + slot - t->start[s];
+    if (x < RANS_L) x = (x << 16) | rans_read16(d);
+    d->x[lane] = x;
+    return s;
+}
+#endif

@@ -1,0 +1,141 @@
+/* Positions <-> class-local ranks: the encoder's scan and the decoder's
+ * walk over the base words of a chunk, plus the shared scratch.  These are
+ * the only passes over every word, so they are the codec's speed: the
+ * portable loops below define the result, and vectorised versions
+ * (scan_avx2.c) must produce exactly the same arrays. */
+#include <stdlib.h>
+#include "sparse.h"
+#include "simd.h"
+
+int sp_corrupt(const char *what) { return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "sparse chunk: %s", what); }
+
+static int grow(void **p, size_t n, size_t size)
+{
+    void *q = ferry__realloc(*p, n * size);
+    if (!q) return FERRY_ERR_NOMEM;
+    *p = q;
+    return FERRY_OK;
+}
+
+int sp_scratch_fit(sp_scratch *s, size_t need)
+{
+    if (need <= s->cap) return FERRY_OK;
+    size_t cap = s->cap ? s->cap : 4096;
+    while (cap < need) cap *= 2;
+    if (grow((void **)&s->pos, cap, 4) || grow((void **)&s->cls, cap, 4) || grow((void **)&s->rank, cap, 4) ||
+        grow((void **)&s->order, cap, 4) || grow((void **)&s->val, cap, 8))
+        return FERRY_ERR_NOMEM;
+    s->cap = cap;
+    return FERRY_OK;
+}
+
+void sp_scratch_release(sp_scratch *s)
+{
+    free(s->pos);
+    free(s->cls);
+    free(s->rank);
+    free(s->order);
+    free(s->val);
+    free(s->lut);
+    free(s->syms);
+    memset(s, 0, sizeof *s);
+}
+
+uint32_t sp_choose_top(const sp_dtype *t, const uint8_t *a, size_t n)
+{
+    if (!t->exp_mask || n == 0) return 0;
+    static _Thread_local uint32_t hist[2048];
+    memset(hist, 0, (t->exp_mask + 1) * sizeof *hist);
+    size_t step = n / 4096 ? n / 4096 : 1, samples = 0;
+    for (size_t i = 0; i < n; i += step, samples++) hist[(sp_load(a, i, t->W) >> t->exp_shift) & t->exp_mask]++;
+    size_t above = 0;
+    for (uint32_t e = t->exp_mask;; e--) {
+        above += hist[e];
+        if (above * 100 > samples || e == 0) return e;
+    }
+}
+
+/* Groups the ranks by class: order[start[c] ..] are class c's ranks, in
+ * increasing order (a stable counting sort). */
+static void group(sp_scratch *s, size_t k)
+{
+    uint32_t fill[SP_NCLASS];
+    memset(s->start, 0, sizeof s->start);
+    for (size_t j = 0; j < k; j++) s->start[s->cls[j] + 1]++;
+    for (int c = 0; c < SP_NCLASS; c++) s->start[c + 1] += s->start[c];
+    memcpy(fill, s->start, sizeof fill);
+    for (size_t j = 0; j < k; j++) s->order[fill[s->cls[j]]++] = s->rank[j];
+}
+
+static inline __attribute__((always_inline)) int scan_w(const sp_dtype *t, uint32_t top, const uint8_t *a,
+                                                        const sp_src *b, size_t n, unsigned W, sp_scratch *s,
+                                                        size_t *kout)
+{
+    uint32_t cnt[SP_NCLASS] = {0};
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t x = sp_load(a, i, W);
+        uint32_t c = sp_class(t, top, x);
+        if (FERRY_UNLIKELY(x != sp_src_load(b, i, W))) {
+            if (k == s->cap && sp_scratch_fit(s, k + 1)) return FERRY_ERR_NOMEM;
+            s->pos[k] = (uint32_t)i;
+            s->cls[k] = c;
+            s->rank[k] = cnt[c];
+            k++;
+        }
+        cnt[c]++;
+    }
+    *kout = k;
+    return FERRY_OK;
+}
+
+int sp_scan(const sp_dtype *t, uint32_t top, const uint8_t *a, const sp_src *b, size_t n, sp_scratch *s, size_t *k)
+{
+    int rc = sp_scratch_fit(s, 4096);
+    if (rc) return rc;
+#if FERRY_HAVE_AVX2
+    if (t->W == 16 && ferry__cpu_avx2()) rc = sp_scan16_avx2(t, top, a, b, n, s, k);
+    else
+#endif
+    switch (t->W) {
+    case 8: rc = scan_w(t, top, a, b, n, 8, s, k); break;
+    case 16: rc = scan_w(t, top, a, b, n, 16, s, k); break;
+    case 32: rc = scan_w(t, top, a, b, n, 32, s, k); break;
+    default: rc = scan_w(t, top, a, b, n, 64, s, k); break;
+    }
+    if (!rc) group(s, *k);
+    return rc;
+}
+
+static inline __attribute__((always_inline)) int walk_w(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n,
+                                                        unsigned W, sp_scratch *s, size_t k)
+{
+    uint32_t cnt[SP_NCLASS] = {0}, ptr[SP_NCLASS], end[SP_NCLASS];
+    memcpy(ptr, s->start, sizeof ptr);
+    memcpy(end, s->start + 1, sizeof end);
+    size_t got = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t c = sp_class(t, top, sp_load(a, i, W));
+        if (FERRY_UNLIKELY(ptr[c] < end[c]) && s->order[ptr[c]] == cnt[c]) {
+            s->pos[got] = (uint32_t)i;
+            s->cls[got] = c;
+            got++;
+            ptr[c]++;
+        }
+        cnt[c]++;
+    }
+    return got == k ? FERRY_OK : sp_corrupt("a change lies past its class's last word");
+}
+
+int sp_walk(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k)
+{
+#if FERRY_HAVE_AVX2
+    if (t->W == 16 && ferry__cpu_avx2()) return sp_walk16_avx2(t, top, a, n, s, k);
+#endif
+    switch (t->W) {
+    case 8: return walk_w(t, top, a, n, 8, s, k);
+    case 16: return walk_w(t, top, a, n, 16, s, k);
+    case 32: return walk_w(t, top, a, n, 32, s, k);
+    default: return walk_w(t, top, a, n, 64, s, k);
+    }
+}

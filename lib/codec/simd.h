@@ -1,0 +1,18 @@
+/* Run-time dispatch to vectorised kernels.  The portable code is the
+ * definition; each kernel must produce identical results (tests compare
+ * them with FERRY_NO_SIMD=1 in the environment, which disables them). */
+#ifndef FERRY_SIMD_H
+#define FERRY_SIMD_H
+#include "sparse.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define FERRY_HAVE_AVX2 1
+/* True when the CPU has AVX2 and FERRY_NO_SIMD is not set. */
+bool ferry__cpu_avx2(void);
+int sp_scan16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, const sp_src *b, size_t n, sp_scratch *s,
+                   size_t *k);
+int sp_walk16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k);
+#else
+#define FERRY_HAVE_AVX2 0
+#endif
+#endif
