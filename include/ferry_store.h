@@ -38,7 +38,9 @@
  * Deadlines.  Every call has its own deadline (options.deadline_ms, default
  * 300 s) that covers all its retries.  When it passes, the call fails with
  * FERRY_ERR_STORE_TIMEOUT and a message naming the operation, the number of
- * attempts and the last error.  No call can hang forever.
+ * attempts and the last error.  No network call can hang forever.  On the
+ * file backend the deadline bounds the wait for the CAS lock; local reads
+ * and writes themselves are not interruptible.
  */
 #ifndef FERRY_STORE_H
 #define FERRY_STORE_H
@@ -175,8 +177,9 @@ FERRY_API const char *ferry_store_url(const ferry_store *s);
 FERRY_API int ferry_store_key_check(const char *key);
 
 /* Writes an object atomically: readers see the old object or the whole new
- * one, never a part.  Replaces any object under key.  etag_out (may be NULL)
- * receives the new object's etag.
+ * one, never a part (on the file backend and on S3; s3rver writes in
+ * place, see docs/STORE.md).  Replaces any object under key.  etag_out (may
+ * be NULL) receives the new object's etag ("" if the server sent none).
  * file: temporary file in the key's directory, fsync, rename, fsync of the
  * directory; missing directories are created.  s3: one PUT up to
  * part_size, else a multipart upload (aborted on failure).
@@ -223,8 +226,7 @@ FERRY_API int ferry_store_head(ferry_store *s, const char *key, ferry_store_stat
 /* One entry of a listing. */
 typedef struct ferry_store_entry {
     const char *key;             /* relative to the store root; owned by the listing */
-    ferry_store_stat stat;       /* etag may be "" on the file backend for
-                                    objects over 1 MiB (see docs/STORE.md) */
+    ferry_store_stat stat;       /* as ferry_store_head would give it */
 } ferry_store_entry;
 
 typedef struct ferry_store_listing {
@@ -264,9 +266,12 @@ FERRY_API int ferry_store_delete(ferry_store *s, const char *key);
  *   Atomic against every other CAS on the same root (also across processes
  *   and, with working flock, across NFS clients); a plain put to the same key
  *   does not take the lock.
- * s3: see FERRY_STORE_CAS_* for the guarantees.  A retried conditional PUT
- *   whose first attempt did land (the answer was lost) is recognised by
- *   reading the object back, and reported as success.
+ * s3: see FERRY_STORE_CAS_* for the guarantees.  A conditional PUT that
+ *   was sent more than once (a retry after a lost answer) and then meets
+ *   412 is checked by reading the object back: if it holds exactly data,
+ *   the first copy landed and the call succeeds.  (Byte-identical data
+ *   from another writer would pass this check too: make pointer contents
+ *   unique per writer, e.g. with a writer id, if that matters.)
  * http(s): FERRY_ERR_STORE_READONLY. */
 FERRY_API int ferry_store_cas(ferry_store *s, const char *key, const char *expected_etag,
                               const void *data, size_t size, char new_etag[FERRY_STORE_ETAG_MAX]);

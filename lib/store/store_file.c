@@ -325,7 +325,6 @@ typedef struct walk {
     size_t plen;
     ferry_store_listing *out;
     size_t cap;
-    int saved_err;
 } walk;
 
 /* Walks the directory open as dfd (taken over and closed), whose path

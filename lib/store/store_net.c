@@ -372,6 +372,9 @@ static int attempt_headers(xfer *x, const char *resume_etag, struct curl_slist *
         x->asked_range = 1;
     }
     if (!rc && x->asked_range && written && resume_etag[0]) rc = ferry__hdr_add(&h, "If-Match: \"%s\"", resume_etag);
+    /* No "Expect: 100-continue": it costs a round trip per upload (and a
+     * 1 s stall with servers that never answer 100); signed requests stay
+     * valid without it (checked by tests/scripts/store_sigv4.sh). */
     if (!rc && q->has_body) rc = ferry__hdr_add(&h, "Expect:");
     if (rc) {
         curl_slist_free_all(h);
@@ -498,7 +501,7 @@ int ferry__net_call(ferry_store *s, const ferry__req *q, ferry__resp *r)
     char errbuf[CURL_ERROR_SIZE];
     char last[400] = "";
     char resume_etag[FERRY_STORE_ETAG_MAX] = "";
-    int last_code = FERRY_ERR_STORE_NET, rc = FERRY_OK;
+    int rc = FERRY_OK;
     unsigned attempt_no = 0;
     for (;;) {
         uint64_t now = ferry__now_ms();
@@ -563,7 +566,6 @@ int ferry__net_call(ferry_store *s, const ferry__req *q, ferry__resp *r)
                 break;
             }
             snprintf(last, sizeof last, "HTTP %ld%s%s", r->status, r->err_code[0] ? " " : "", r->err_code);
-            last_code = FERRY_ERR_STORE_HTTP;
         } else {
             snprintf(last, sizeof last, "%s%s%s", curl_easy_strerror(cc), errbuf[0] ? ": " : "", errbuf);
             size_t ll = strlen(last);
@@ -575,9 +577,8 @@ int ferry__net_call(ferry_store *s, const ferry__req *q, ferry__resp *r)
                                  "%s: %s: %s", q->what, q->op, last);
                 break;
             }
-            last_code = FERRY_ERR_STORE_NET;
             if (attempt_no >= s->max_attempts) {
-                rc = ferry__fail(last_code, "%s: %s: failed after %u attempts; last error: %s", q->what, q->op,
+                rc = ferry__fail(FERRY_ERR_STORE_NET, "%s: %s: failed after %u attempts; last error: %s", q->what, q->op,
                                  attempt_no, last);
                 break;
             }
@@ -594,7 +595,6 @@ int ferry__net_call(ferry_store *s, const ferry__req *q, ferry__resp *r)
         now = ferry__now_ms();
         if (now < deadline) ferry__sleep_ms(d < deadline - now ? d : deadline - now);
     }
-    (void)last_code;
     pool_put(s, c);
     return rc;
 }
@@ -611,7 +611,12 @@ int ferry__net_status_error(const ferry__req *q, const ferry__resp *r)
     case 416: code = FERRY_ERR_STORE_RANGE; break;
     default: code = FERRY_ERR_STORE_HTTP; break;
     }
-    const char *msg = r->err_msg[0] ? r->err_msg : code == FERRY_ERR_STORE_NOT_FOUND ? "no such object" : "";
+    const char *msg = r->err_msg[0] ? r->err_msg
+                    : code == FERRY_ERR_STORE_NOT_FOUND ? "no such object"
+                    : code == FERRY_ERR_STORE_AUTH
+                        ? "access refused without detail (check the keys, session token, region and clock; on AWS a "
+                          "missing object reads as 403 without s3:ListBucket)"
+                        : "";
     return ferry__fail(code, "%s: %s: HTTP %ld%s%s%s%s", q->what, q->op, r->status, r->err_code[0] ? " " : "",
                        r->err_code, msg[0] ? ": " : "", msg);
 }
