@@ -51,6 +51,12 @@ TOOL_SRC := $(wildcard tests/tools/*.c)
 TOOL_BIN := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tools/%)
 EXAMPLE_SRC := $(wildcard examples/*.c)
 EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
+# examples/rl: the reference RL workload — module objects (not part of
+# libferry) plus drivers examples/rl/rl_*.c, one program each.
+RL_DRV_SRC := $(wildcard examples/rl/rl_*.c)
+RL_SRC   := $(filter-out $(RL_DRV_SRC),$(wildcard examples/rl/*.c))
+RL_OBJ   := $(RL_SRC:%.c=$(BUILD)/%.o)
+RL_BIN   := $(RL_DRV_SRC:examples/rl/%.c=$(BUILD)/examples/%)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
@@ -63,7 +69,7 @@ all: lib cli tests examples
 lib: $(STATIC) $(SHARED)
 cli: $(BUILD)/ferry
 tests: $(TEST_BIN) $(REPLAY_BIN) $(TOOL_BIN)
-examples: $(EXAMPLE_BIN)
+examples: $(EXAMPLE_BIN) $(RL_BIN)
 benches: $(BENCH_BIN)
 
 $(BUILD)/%.o: %.c $(wildcard include/*.h lib/*/*.h)
@@ -98,6 +104,16 @@ $(BUILD)/tools/%: tests/tools/%.c $(STATIC)
 $(BUILD)/examples/%: examples/%.c $(STATIC)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(STATIC) $(LDFLAGS) $(LIBS)
+
+# The RL module and its users (programs and tests/unit/test_rl.c).
+$(RL_OBJ): $(wildcard examples/rl/*.h)
+$(BUILD)/examples/rl_%: examples/rl/rl_%.c $(RL_OBJ) $(STATIC) $(wildcard examples/rl/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Iexamples/rl $(CFLAGS) -o $@ $< $(RL_OBJ) $(STATIC) $(LDFLAGS) $(LIBS)
+
+$(BUILD)/tests/test_rl: tests/unit/test_rl.c tests/unit/check.h $(RL_OBJ) $(STATIC) $(wildcard examples/rl/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests/unit -Iexamples/rl $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(RL_OBJ) $(STATIC) $(LDFLAGS) $(LIBS)
 
 $(BUILD)/bench/%: bench/%.c $(wildcard bench/*.h) $(STATIC)
 	@mkdir -p $(dir $@)
