@@ -104,7 +104,8 @@ typedef int (*ferry_store_progress_fn)(void *user, uint64_t done, uint64_t total
  * are copied by ferry_store_open. */
 typedef struct ferry_store_options {
     /* --- every backend --- */
-    uint64_t deadline_ms;        /* per call, all retries included; 0 = 300000 */
+    uint64_t deadline_ms;        /* per call, all retries included; 0 = 300000;
+                                    at most 30 days */
     uint64_t max_object_size;    /* bound on ferry_store_get; 0 = 1 GiB; larger
                                     objects fail with FERRY_ERR_LIMIT */
     ferry_store_progress_fn progress; /* optional; called on long transfers */

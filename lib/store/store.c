@@ -155,6 +155,7 @@ int ferry_store_open(const char *url, const ferry_store_options *opts, ferry_sto
     ferry_store *s = ferry__calloc(1, sizeof *s);
     if (!s) return FERRY_ERR_NOMEM;
     s->deadline_ms = o->deadline_ms ? o->deadline_ms : FERRY__DEFAULT_DEADLINE_MS;
+    if (s->deadline_ms > FERRY__MAX_DEADLINE_MS) s->deadline_ms = FERRY__MAX_DEADLINE_MS; /* no overflow anywhere */
     s->max_object = o->max_object_size ? o->max_object_size : FERRY__DEFAULT_MAX_OBJECT;
     s->connect_ms = o->connect_timeout_ms ? o->connect_timeout_ms : FERRY__DEFAULT_CONNECT_MS;
     s->stall_ms = o->stall_timeout_ms ? o->stall_timeout_ms : FERRY__DEFAULT_STALL_MS;

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #define FERRY__DEFAULT_DEADLINE_MS 300000u
+#define FERRY__MAX_DEADLINE_MS (30ull * 24 * 3600 * 1000) /* 30 days */
 #define FERRY__DEFAULT_MAX_OBJECT (1ull << 30)
 #define FERRY__DEFAULT_CONNECT_MS 10000u
 #define FERRY__DEFAULT_STALL_MS 30000u

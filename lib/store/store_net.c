@@ -197,6 +197,8 @@ static void decide(xfer *x)
     if (r->has_length && r->length > k->max)
         set_err(x, FERRY_ERR_LIMIT, "object of %llu bytes exceeds the limit of %llu", (unsigned long long)r->length,
                 (unsigned long long)k->max);
+    else if (r->has_length && k->buf && r->length < SIZE_MAX)
+        ferry__buf_reserve(k->buf, (size_t)r->length + 1); /* one allocation; on failure, growth reports it */
 }
 
 static size_t on_header(char *line, size_t size, size_t nitems, void *ud)

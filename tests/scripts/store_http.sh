@@ -6,6 +6,7 @@ TEST_NAME=store_http
 source tests/tools/store_env.sh
 
 [ -x "$STORE_TOOL" ] || { echo "missing $STORE_TOOL (make tests)"; echo "0 passed, 1 failed"; exit 1; }
+store_built || skip_all "store layer not built (NO_NET=1)"
 mkdir -p "$WORK/www/v1/sub dir"
 head -c 300000 /dev/urandom >"$WORK/www/v1/blob.bin"
 echo "pointer 1" >"$WORK/www/v1/latest"

@@ -12,6 +12,7 @@ source tests/tools/store_env.sh
 command -v node >/dev/null || skip_all "node is not installed"
 [ -f "$S3RVER_JS" ] || skip_all "s3rver is not installed (scripts/install-deps.sh runs npm install in tests/npm)"
 [ -x "$STORE_TOOL" ] || { echo "missing $STORE_TOOL (make tests)"; echo "0 passed, 1 failed"; exit 1; }
+store_built || skip_all "store layer not built (NO_NET=1)"
 
 PORT=$(free_port)
 EP=http://127.0.0.1:$PORT

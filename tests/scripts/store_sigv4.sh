@@ -12,6 +12,7 @@ TEST_NAME=store_sigv4
 source tests/tools/store_env.sh
 
 [ -x "$STORE_TOOL" ] || { echo "missing $STORE_TOOL (make tests)"; echo "0 passed, 1 failed"; exit 1; }
+store_built || skip_all "store layer not built (NO_NET=1)"
 KEY=AKIAFERRYTEST
 SECRET='wJalr/K7MDENG+bPxRfi=ferry'
 TOKEN='IQoJb3JpZ2luX2VjEFERRY/session+token=='

@@ -42,6 +42,13 @@ skip_all() {
     exit 0
 }
 
+# A core-only build (make NO_NET=1) has a store_tool that exits 77.
+store_built() {
+    [ -x "$STORE_TOOL" ] || return 1
+    "$STORE_TOOL" >/dev/null 2>&1
+    [ $? -ne 77 ]
+}
+
 # Runs the tool with a hard time limit (no test may hang); exported for
 # the "bash -c" of compound checks.
 tool() { timeout 60 "$STORE_TOOL" "$@"; }

@@ -2,6 +2,15 @@
  * scanner and ListObjectsV2 parser (valid pages, hostile documents, a
  * bounded mutation fuzz), URL and option parsing, credentials from the
  * environment, URI encoding, etags, dates, numbers, UTF-8. */
+#ifdef FERRY_NO_NET /* a core-only build (make NO_NET=1) has no store layer */
+#include <stdio.h>
+int main(void)
+{
+    puts("store layer not built (NO_NET=1)");
+    puts("0 passed, 0 failed");
+    return 0;
+}
+#else
 #include <stdlib.h>
 
 #include "check.h"
@@ -401,3 +410,4 @@ int main(void)
     RUN(test_http_urls);
     return CHECK_SUMMARY();
 }
+#endif /* FERRY_NO_NET */
