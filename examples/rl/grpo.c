@@ -41,6 +41,8 @@ int rl_grpo_accumulate(const rl_policy *p, const rl_batch *b, double scale, rl_w
         if (b->prompts[i] >= V) return FERRY_ERR_ARG;
     for (size_t i = 0; i < n * T; i++)
         if (b->completions[i] >= V) return FERRY_ERR_ARG;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(b->rewards[i])) return FERRY_ERR_ARG;
 
     float *adv = malloc(n * sizeof *adv);
     size_t *act = malloc(n * sizeof *act); /* completions with A != 0 */

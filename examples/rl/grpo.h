@@ -40,7 +40,8 @@ void rl_grpo_advantages(const float *rewards, uint32_t groups, uint32_t group_si
  * the batch's completions, and adds scale · L' and the counts to *st
  * (st may be NULL).  Use scale = 1/N for the mean over N completions (of
  * one batch or of several the trainer consumes together).  FERRY_ERR_ARG if
- * the batch does not fit the policy (vocab, window), FERRY_ERR_NOMEM. */
+ * the batch does not fit the policy (vocab, window, a token out of range)
+ * or holds a non-finite reward; FERRY_ERR_NOMEM. */
 int rl_grpo_accumulate(const rl_policy *p, const rl_batch *b, double scale, rl_work *ws,
                        float *grad, rl_grpo_stats *st);
 

@@ -8,6 +8,7 @@
 #include "gemm.h"
 #include "policy.h"
 #include "rng.h"
+#include "task.h"
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF /* see gemm.c */
@@ -21,6 +22,43 @@ rl_policy_config rl_policy_config_default(void)
 {
     return (rl_policy_config){.vocab = 32, .window = 11, .embed = 32, .heads = 2, .hidden = 800,
                               .layers = 2};
+}
+
+rl_policy_config rl_policy_config_for_task(const rl_task *t)
+{
+    rl_policy_config c = rl_policy_config_default();
+    c.window = t->prompt_len + t->completion_len - 1;
+    return c;
+}
+
+/* Dimension d of a named tensor, or 0 if absent or of another rank. */
+static uint64_t dim_of(const ferry_model *m, const char *name, uint32_t ndim, uint32_t d)
+{
+    const ferry_tensor *t = ferry_model_find(m, name);
+    return t && t->ndim == ndim ? t->shape[d] : 0;
+}
+
+int rl_policy_config_from_model(const ferry_model *m, rl_policy_config *out)
+{
+    if (!m || !out) return FERRY_ERR_ARG;
+    if (!ferry_model_find(m, "embed.weight") || !ferry_model_find(m, "mix.weight") ||
+        !ferry_model_find(m, "mlp.0.weight") || !ferry_model_find(m, "head.weight"))
+        return FERRY_ERR_NOT_FOUND;
+    uint64_t v = dim_of(m, "embed.weight", 2, 0), e = dim_of(m, "embed.weight", 2, 1);
+    uint64_t a = dim_of(m, "mix.weight", 3, 0), w = dim_of(m, "mix.weight", 3, 1);
+    uint64_t h = dim_of(m, "mlp.0.weight", 2, 1);
+    uint32_t layers = 0;
+    char name[32];
+    for (; layers <= RL_MAX_LAYERS; layers++) {
+        snprintf(name, sizeof name, "mlp.%u.weight", layers);
+        if (!ferry_model_find(m, name)) break;
+    }
+    if (!v || !e || !a || !w || !h || v > RL_MAX_VOCAB || w > RL_MAX_WINDOW || a > RL_MAX_HEADS ||
+        e > 65536 || h > 65536 || layers < 1 || layers > RL_MAX_LAYERS)
+        return FERRY_ERR_SHAPE_MISMATCH;
+    *out = (rl_policy_config){.vocab = (uint32_t)v, .window = (uint32_t)w, .embed = (uint32_t)e,
+                              .heads = (uint32_t)a, .hidden = (uint32_t)h, .layers = layers};
+    return FERRY_OK;
 }
 
 static int config_ok(const rl_policy_config *c)

@@ -85,8 +85,20 @@ typedef struct rl_policy_config {
 
 /* The default: vocab 32, window = prompt_len + completion_len - 1 of the
  * default task (11), embed 32, 2 heads, 2 hidden layers of 800:
- * 1,000,306 parameters. */
+ * 1,001,298 parameters. */
 rl_policy_config rl_policy_config_default(void);
+
+/* The default dimensions with the window a task needs (prompt_len +
+ * completion_len - 1). */
+struct rl_task;
+rl_policy_config rl_policy_config_for_task(const struct rl_task *t);
+
+/* The configuration a model's tensors imply (embed.weight, mix.weight,
+ * mlp.N.weight, head.weight shapes): lets an island build its policy from
+ * the first BF16 model it receives.  FERRY_ERR_NOT_FOUND or
+ * FERRY_ERR_SHAPE_MISMATCH if the model is not one of these networks (the
+ * full check is rl_policy_load's). */
+int rl_policy_config_from_model(const ferry_model *m, rl_policy_config *out);
 
 /* Parameter count of a configuration, 0 if it is malformed or too big
  * (bound: 2^31 elements). */

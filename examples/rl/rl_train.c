@@ -177,7 +177,7 @@ static int parse_args(int argc, char **argv, opts *o)
         i += takes;
     }
     /* The window covers the longest context: prompt + completion - 1. */
-    o->net.window = o->task.prompt_len + o->task.completion_len - 1;
+    o->net.window = rl_policy_config_for_task(&o->task).window;
     return 0;
 }
 

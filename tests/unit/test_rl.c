@@ -230,6 +230,35 @@ static void test_gradient_accumulates(void)
     rl_policy_release(&p);
 }
 
+static void test_task_rewards(void)
+{
+    rl_task t = {RL_TASK_REVERSE, 4, 4};
+    const uint8_t p[4] = {1 + 3, 1 + 1, 1 + 4, 1 + 1}; /* digits 3 1 4 1 */
+    const uint8_t rev[4] = {2, 5, 2, 4}, half[4] = {2, 5, 9, 31}, none[4] = {0, 0, 0, 0};
+    CHECK_OK(rl_task_check(&t));
+    CHECK(rl_task_reward(&t, p, rev) == 1.0f);
+    CHECK(rl_task_reward(&t, p, half) == 0.5f);
+    CHECK(rl_task_reward(&t, p, none) == 0.0f);
+    t.kind = RL_TASK_COPY;
+    CHECK(rl_task_reward(&t, p, p) == 1.0f);
+    t.kind = RL_TASK_SORT;
+    const uint8_t sorted[4] = {2, 2, 4, 5};
+    CHECK(rl_task_reward(&t, p, sorted) == 1.0f);
+    t.completion_len = 3;
+    CHECK_RC(rl_task_check(&t), FERRY_ERR_ARG);
+    rl_task_kind k;
+    CHECK(rl_task_parse("reverse", &k) == 0 && k == RL_TASK_REVERSE);
+    CHECK(rl_task_parse("nope", &k) == -1);
+    /* Prompts: digits only, a function of (seed, step, index). */
+    rl_task d = rl_task_default();
+    uint8_t a[6], b[6], c[6];
+    rl_task_prompt(&d, 1, 2, 3, a);
+    rl_task_prompt(&d, 1, 2, 3, b);
+    rl_task_prompt(&d, 1, 2, 4, c);
+    CHECK(!memcmp(a, b, 6) && memcmp(a, c, 6));
+    for (int i = 0; i < 6; i++) CHECK(a[i] >= RL_TOK_DIGIT0 && a[i] < RL_TOK_DIGIT0 + 10);
+}
+
 static void test_advantages(void)
 {
     const float r[6] = {0, 1, 0.5f, 0.25f, 0.25f, 0.25f};
@@ -453,9 +482,6 @@ static void test_sampling_deterministic(void)
     CHECK_OK(rl_rollout(&p, &t, &d, &ws, &other));
     CHECK(memcmp(other.prompts, all.prompts, 6 * 6) != 0);
     CHECK(memcmp(other.completions, all.completions, 24 * 6) != 0);
-    /* Different weights (one BF16 ulp everywhere) are allowed to differ; the
-     * same BF16 image must not: set_bf16 of the cast equals load of the
-     * BF16 model. */
     rl_batch_release(&all);
     rl_batch_release(&again);
     rl_batch_release(&part);
@@ -524,6 +550,17 @@ static void test_models_and_patches(void)
     CHECK_OK(rl_policy_bf16_from_model(&p, out, b2));
     CHECK(!memcmp(b1, b2, n * 2));
     CHECK_RC(rl_policy_bf16_from_model(&p, mf, b2), FERRY_ERR_UNSUPPORTED);
+
+    /* An island can size its policy from the first model it receives. */
+    rl_policy_config got;
+    CHECK_OK(rl_policy_config_from_model(m0, &got));
+    CHECK(!memcmp(&got, &p.cfg, sizeof got));
+    rl_policy_config want = rl_policy_config_for_task(&t);
+    CHECK(want.window == 11 && rl_policy_config_params(&want) == 1001298);
+    ferry_model *empty = NULL;
+    CHECK_OK(ferry_model_create(&empty));
+    CHECK_RC(rl_policy_config_from_model(empty, &got), FERRY_ERR_NOT_FOUND);
+    ferry_model_free(empty);
 
     /* A model of another network is refused, and the policy is untouched. */
     rl_policy other;
@@ -672,6 +709,7 @@ static void test_training_learns(void)
 
 int main(void)
 {
+    RUN(test_task_rewards);
     RUN(test_advantages);
     RUN(test_gradient_matches_finite_differences);
     RUN(test_gradient_accumulates);
