@@ -75,7 +75,9 @@ free_port() {
 # --openssl-legacy-provider: s3rver encrypts its ListObjectsV2 continuation
 # tokens with DES, which Node >= 17 (OpenSSL 3) refuses without it.
 start_s3rver() {
-    node --openssl-legacy-provider "$S3RVER_JS" -d "$1" -a 127.0.0.1 -p "$2" --configure-bucket bkt >"$3" 2>&1 &
+    local legacy=--openssl-legacy-provider
+    [ "$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)" -ge 17 ] || legacy=
+    node $legacy "$S3RVER_JS" -d "$1" -a 127.0.0.1 -p "$2" --configure-bucket bkt >"$3" 2>&1 &
     S3RVER_PID=$!
     PIDS+=("$S3RVER_PID")
     wait_for "$3" "S3rver listening" 150
