@@ -218,10 +218,19 @@ typedef struct ferry_diff_options {
     int cast_bf16;  /* FP32 master gate: every F32 tensor of B is taken as its
                        BF16 cast (ferry_f32_to_bf16, bit-identical to PyTorch),
                        computed on the fly; the target model holds BF16 */
+    const uint8_t *base_hash; /* optional: A's model hash, when the caller
+                       knows it (the target of its previous diff); saves a
+                       pass over A.  A wrong value makes a patch that every
+                       apply refuses. */
 } ferry_diff_options;
 
 typedef struct ferry_apply_options {
     int threads;    /* worker threads, 0 = 1 */
+    const uint8_t *base_hash; /* optional: the caller vouches that base hashes
+                       to this (it is the verified result of its last apply):
+                       the base is then not hashed again, and its tensors
+                       carried unchanged are taken as they are.  The result
+                       of the patch is still verified in full. */
 } ferry_apply_options;
 
 /* Encodes the patch A -> B into a new buffer (*patch, *size), released with

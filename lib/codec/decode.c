@@ -23,13 +23,14 @@ typedef struct dec {
     uint8_t (*bh)[16];       /* base tensor hashes */
     long *bi;                /* entry -> base tensor index, or -1 */
     uint8_t (*th)[16];       /* result tensor hashes, per entry */
+    uint8_t (**blocks)[16];  /* result block digests, per SPARSE entry */
+    bool vouched;            /* base hash given by the caller: bh unknown */
     uint8_t **out;           /* result buffers, per entry (ferry_apply) */
     chunk_ref *ch;
     size_t nch;
     size_t *ent_first;       /* entry -> first chunk */
     sp_coder *coder;         /* per worker */
-    uint8_t **tmp;           /* per worker: one chunk of words (in-place hashing) */
-    size_t *tmpcap;
+    uint8_t **tmp;           /* per worker: one scan piece (in-place hashing) */
 } dec;
 
 static int mismatch(int code, const char *what, const uint8_t got[16], const uint8_t want[16])
@@ -43,14 +44,6 @@ static int mismatch(int code, const char *what, const uint8_t got[16], const uin
 }
 
 static const ferry_tensor *base_of(const dec *d, size_t j) { return ferry_model_tensor(d->base, (size_t)d->bi[j]); }
-
-static int base_hash_job(void *ctx, size_t j, int w)
-{
-    (void)w;
-    dec *d = ctx;
-    ferry_tensor_hash(ferry_model_tensor(d->base, j), d->bh[j]);
-    return FERRY_OK;
-}
 
 /* Matches every entry to its base tensor and checks that the table
  * accounts for every base tensor with a consistent dtype and shape. */
@@ -125,6 +118,56 @@ static void write_changes(uint8_t *dst, unsigned W, const sp_scratch *s, size_t 
     for (size_t j = 0; j < k; j++) sp_store(dst, s->pos[j], W, s->val[j]);
 }
 
+/* Builds the chunk's result piece by piece (into dst, or through the
+ * scratch piece tmp when dst is NULL) and hashes each piece while it is in
+ * cache: block digests into bh (the chunk starts on a block). */
+static void result_pieces(const uint8_t *base, uint8_t *dst, uint8_t *tmp, unsigned W, size_t n, const sp_scratch *s,
+                          size_t k, uint8_t (*bh)[16])
+{
+    XXH3_state_t hs;
+    XXH3_128bits_reset(&hs);
+    uint64_t in_block = 0;
+    size_t j = 0;
+    for (size_t lo = 0; lo < n; lo += SP_SCAN_PIECE) {
+        size_t hi = n - lo < SP_SCAN_PIECE ? n : lo + SP_SCAN_PIECE, bytes = (hi - lo) * W / 8;
+        uint8_t *p = dst ? dst + lo * W / 8 : tmp;
+        memcpy(p, base + lo * W / 8, bytes);
+        for (; j < k && s->pos[j] < hi; j++) sp_store(p, s->pos[j] - lo, W, s->val[j]);
+        XXH3_128bits_update(&hs, p, bytes);
+        in_block += bytes;
+        if (in_block == FERRY_HASH_BLOCK || hi == n) {
+            ferry__hash_digest(&hs, *bh++);
+            XXH3_128bits_reset(&hs);
+            in_block = 0;
+        }
+    }
+}
+
+/* Hash of a SPARSE entry's result from its block digests, checked. */
+static int check_sparse(dec *d, size_t j)
+{
+    const patch_entry *e = &d->t.e[j];
+    ferry__tensor_hash_blocks(e->name, e->dtype, e->ndim, e->shape, e->nbytes, (const uint8_t (*)[16])d->blocks[j], d->th[j]);
+    if (memcmp(d->th[j], e->hash, 16))
+        return ferry__context(mismatch(FERRY_ERR_TARGET_MISMATCH, "result tensor", d->th[j], e->hash), "tensor '%s'", e->name);
+    return FERRY_OK;
+}
+
+/* An unchanged tensor's hash: the base's, which must be the table's; when
+ * the caller vouched for the base, the table's (the base hash matched). */
+static int check_same(dec *d, size_t j)
+{
+    const patch_entry *e = &d->t.e[j];
+    if (d->vouched) {
+        memcpy(d->th[j], e->hash, 16);
+        return FERRY_OK;
+    }
+    memcpy(d->th[j], d->bh[d->bi[j]], 16);
+    if (memcmp(d->th[j], e->hash, 16))
+        return ferry__context(mismatch(FERRY_ERR_PATCH_CORRUPT, "unchanged tensor", d->th[j], e->hash), "tensor '%s'", e->name);
+    return FERRY_OK;
+}
+
 static int begin(dec *d, const ferry_model *base, const void *patch, size_t size, const ferry_apply_options *opts)
 {
     memset(d, 0, sizeof *d);
@@ -140,11 +183,21 @@ static int begin(dec *d, const ferry_model *base, const void *patch, size_t size
     d->coder = ferry__calloc((size_t)d->threads, sizeof *d->coder);
     if (!d->bh || !d->bi || !d->th || !d->coder) return FERRY_ERR_NOMEM;
     /* The base must be the model the patch was made from. */
-    if ((rc = ferry__parallel(d->threads, nb, base_hash_job, d))) return rc;
     uint8_t h[16];
-    if ((rc = ferry__model_hash_tensors(base, (const uint8_t (*)[16])d->bh, h))) return rc;
+    if (opts && opts->base_hash) {
+        memcpy(h, opts->base_hash, 16);
+        d->vouched = true;
+    } else if ((rc = ferry__hash_tensors_mt(base, d->threads, d->bh)) ||
+               (rc = ferry__model_hash_tensors(base, (const uint8_t (*)[16])d->bh, h))) {
+        return rc;
+    }
     if (memcmp(h, d->t.base_hash, 16)) return mismatch(FERRY_ERR_BASE_MISMATCH, "base model", h, d->t.base_hash);
     if ((rc = match_base(d))) return rc;
+    if (!(d->blocks = ferry__calloc(d->t.n + 1, sizeof *d->blocks))) return FERRY_ERR_NOMEM;
+    for (size_t j = 0; j < d->t.n; j++)
+        if (d->t.e[j].kind == PK_SPARSE &&
+            !(d->blocks[j] = ferry__malloc((size_t)(ferry__hash_nblocks(d->t.e[j].nbytes) + 1) * 16)))
+            return FERRY_ERR_NOMEM;
     return index_chunks(d);
 }
 
@@ -154,11 +207,12 @@ static void end(dec *d)
     for (int w = 0; d->tmp && w < d->threads; w++) free(d->tmp[w]);
     for (size_t j = 0; d->out && j < d->t.n; j++) free(d->out[j]);
     free(d->tmp);
-    free(d->tmpcap);
     free(d->out);
     free(d->bh);
     free(d->bi);
     free(d->th);
+    for (size_t j = 0; d->blocks && j < d->t.n; j++) free(d->blocks[j]);
+    free(d->blocks);
     free(d->ch);
     free(d->ent_first);
     free(d->coder);
@@ -190,11 +244,11 @@ static int build_job(void *ctx, size_t j, int w)
     if (j < d->nch) {
         const chunk_ref *c = &d->ch[j];
         unsigned W = sp_dtype_of(d->t.e[c->entry].dtype).W;
-        uint8_t *dst = d->out[c->entry] + c->lo * W / 8;
-        memcpy(dst, (const uint8_t *)base_of(d, c->entry)->data + c->lo * W / 8, (size_t)c->n * W / 8);
         size_t k;
         int rc = decode_chunk(d, c, w, &k);
-        if (!rc) write_changes(dst, W, &d->coder[w].s, k);
+        if (!rc)
+            result_pieces((const uint8_t *)base_of(d, c->entry)->data + c->lo * W / 8, d->out[c->entry] + c->lo * W / 8,
+                          NULL, W, (size_t)c->n, &d->coder[w].s, k, d->blocks[c->entry] + c->lo * W / 8 / FERRY_HASH_BLOCK);
         return rc;
     }
     size_t e_ix = j - d->nch;
@@ -222,14 +276,16 @@ static int result_hash_job(void *ctx, size_t j, int w)
     (void)w;
     dec *d = ctx;
     const patch_entry *e = &d->t.e[j];
-    if (e->kind == PK_REMOVED) return FERRY_OK;
-    if (e->kind == PK_SAME) memcpy(d->th[j], d->bh[d->bi[j]], 16);
-    else ferry__tensor_hash_parts(e->name, e->dtype, e->ndim, e->shape, d->out[j], e->nbytes, d->th[j]);
-    if (memcmp(d->th[j], e->hash, 16))
-        return ferry__context(mismatch(e->kind == PK_SAME ? FERRY_ERR_PATCH_CORRUPT : FERRY_ERR_TARGET_MISMATCH,
-                                       "result tensor", d->th[j], e->hash),
-                              "tensor '%s'", e->name);
-    return FERRY_OK;
+    switch (e->kind) {
+    case PK_SAME: return check_same(d, j);
+    case PK_SPARSE: return check_sparse(d, j);
+    case PK_WHOLE:
+        ferry__tensor_hash_parts(e->name, e->dtype, e->ndim, e->shape, d->out[j], e->nbytes, d->th[j]);
+        if (memcmp(d->th[j], e->hash, 16))
+            return ferry__context(mismatch(FERRY_ERR_TARGET_MISMATCH, "result tensor", d->th[j], e->hash), "tensor '%s'", e->name);
+        return FERRY_OK;
+    default: return FERRY_OK;
+    }
 }
 
 int ferry_apply_ex(const ferry_model *base, const void *patch, size_t size, const ferry_apply_options *opts,
@@ -270,39 +326,27 @@ int ferry_apply(const ferry_model *base, const void *patch, size_t size, ferry_m
 
 /* ---- ferry_apply_inplace: verify everything, then write ---- */
 
-/* Pass 1, one job per SPARSE entry: hash the tensor as it will be,
- * streaming each chunk of the base through a scratch copy. */
+/* Pass 1, one job per chunk: hash the result as it will be, piece by
+ * piece through a scratch copy. */
 static int verify_job(void *ctx, size_t j, int w)
 {
     dec *d = ctx;
-    const patch_entry *e = &d->t.e[j];
-    if (e->kind == PK_SAME) {
-        memcpy(d->th[j], d->bh[d->bi[j]], 16);
-        return memcmp(d->th[j], e->hash, 16) ? mismatch(FERRY_ERR_PATCH_CORRUPT, "unchanged tensor", d->th[j], e->hash) : FERRY_OK;
-    }
-    unsigned W = sp_dtype_of(e->dtype).W;
-    const uint8_t *b = base_of(d, j)->data;
-    XXH3_state_t st;
-    ferry__tensor_hash_begin(&st, e->name, e->dtype, e->ndim, e->shape);
-    for (size_t c = d->ent_first[j]; c < d->nch && d->ch[c].entry == j; c++) {
-        const chunk_ref *cr = &d->ch[c];
-        size_t k, bytes = (size_t)cr->n * W / 8;
-        if (bytes > d->tmpcap[w]) {
-            uint8_t *t = ferry__realloc(d->tmp[w], bytes);
-            if (!t) return FERRY_ERR_NOMEM;
-            d->tmp[w] = t;
-            d->tmpcap[w] = bytes;
-        }
-        int rc = decode_chunk(d, cr, w, &k);
-        if (rc) return rc;
-        memcpy(d->tmp[w], b + cr->lo * W / 8, bytes);
-        write_changes(d->tmp[w], W, &d->coder[w].s, k);
-        XXH3_128bits_update(&st, d->tmp[w], bytes);
-    }
-    ferry__hash_digest(&st, d->th[j]);
-    if (memcmp(d->th[j], e->hash, 16))
-        return ferry__context(mismatch(FERRY_ERR_TARGET_MISMATCH, "result tensor", d->th[j], e->hash), "tensor '%s'", e->name);
-    return FERRY_OK;
+    const chunk_ref *c = &d->ch[j];
+    unsigned W = sp_dtype_of(d->t.e[c->entry].dtype).W;
+    size_t k;
+    if (!d->tmp[w] && !(d->tmp[w] = ferry__malloc(SP_SCAN_PIECE * 8))) return FERRY_ERR_NOMEM;
+    int rc = decode_chunk(d, c, w, &k);
+    if (!rc)
+        result_pieces((const uint8_t *)base_of(d, c->entry)->data + c->lo * W / 8, NULL, d->tmp[w], W, (size_t)c->n,
+                      &d->coder[w].s, k, d->blocks[c->entry] + c->lo * W / 8 / FERRY_HASH_BLOCK);
+    return rc;
+}
+
+static int verify_entry_job(void *ctx, size_t j, int w)
+{
+    (void)w;
+    dec *d = ctx;
+    return d->t.e[j].kind == PK_SAME ? check_same(d, j) : check_sparse(d, j);
 }
 
 /* Pass 2: decoding is deterministic, so it reproduces what pass 1 hashed. */
@@ -342,10 +386,9 @@ int ferry_apply_inplace_ex(ferry_model *base, const void *patch, size_t size, co
     dec d;
     int rc = begin(&d, base, patch, size, opts);
     if (!rc) rc = check_inplace(&d, base);
-    if (!rc && (!(d.tmp = ferry__calloc((size_t)d.threads, sizeof *d.tmp)) ||
-                !(d.tmpcap = ferry__calloc((size_t)d.threads, sizeof *d.tmpcap))))
-        rc = FERRY_ERR_NOMEM;
-    if (!rc) rc = ferry__parallel(d.threads, d.t.n, verify_job, &d);
+    if (!rc && !(d.tmp = ferry__calloc((size_t)d.threads, sizeof *d.tmp))) rc = FERRY_ERR_NOMEM;
+    if (!rc) rc = ferry__parallel(d.threads, d.nch, verify_job, &d);
+    if (!rc) rc = ferry__parallel(d.threads, d.t.n, verify_entry_job, &d);
     if (!rc) rc = check_target(&d);
     if (!rc) rc = ferry__parallel(d.threads, d.nch, write_job, &d);
     end(&d);

@@ -21,6 +21,7 @@ typedef struct enc_entry {
     uint64_t nchunks, first_job; /* chunk jobs of a comparable entry */
     uint64_t changed;
     ferry_buf whole;             /* WHOLE payload */
+    uint8_t (*blocks)[16];       /* B's block digests (comparable entries) */
     uint8_t hash[16];            /* B's tensor hash */
 } enc_entry;
 
@@ -29,7 +30,8 @@ typedef struct enc {
     int level, threads;
     enc_entry *e;
     size_t n;
-    uint8_t (*ha)[16];           /* A's tensor hashes */
+    const uint8_t *base_hash;    /* A's model hash if the caller knows it */
+    uint8_t (*ha)[16];           /* A's tensor hashes (when base_hash is NULL) */
     ferry_buf *chunk;            /* per chunk job */
     uint64_t *chunk_changed;
     size_t *job_entry;           /* chunk job -> entry */
@@ -44,41 +46,44 @@ static int put_u16(ferry_buf *b, uint16_t v) { uint8_t t[2]; ferry__put16(t, v);
 static int put_u32(ferry_buf *b, uint32_t v) { uint8_t t[4]; ferry__put32(t, v); return ferry__buf_append(b, t, 4); }
 static int put_u64(ferry_buf *b, uint64_t v) { uint8_t t[8]; ferry__put64(t, v); return ferry__buf_append(b, t, 8); }
 
-/* B's bytes as patched: the cast of F32 masters is made in blocks, never as
- * a second full copy. */
-#define CAST_BLOCK 16384
-static void cast_block(uint16_t *dst, const uint8_t *src, size_t n)
-{
-    ferry_f32_to_bf16_n(dst, (const float *)(const void *)src, n);
-}
-
-static void hash_target(const enc_entry *e, uint8_t out[16])
+/* Hash of B's tensor as patched, for entries that are not chunk-coded
+ * (those hash their target while scanning it).  F32 masters are cast one
+ * hash block at a time, never as a second full copy. */
+static int hash_target(const enc_entry *e, uint8_t out[16])
 {
     const ferry_tensor *t = e->b;
     if (!e->cast) {
         ferry_tensor_hash(t, out);
-        return;
+        return FERRY_OK;
     }
     XXH3_state_t st;
-    ferry__tensor_hash_begin(&st, t->name, FERRY_BF16, t->ndim, t->shape);
-    uint16_t buf[CAST_BLOCK];
-    for (uint64_t i = 0; i < t->nelem; i += CAST_BLOCK) {
-        size_t m = t->nelem - i < CAST_BLOCK ? (size_t)(t->nelem - i) : CAST_BLOCK;
-        cast_block(buf, (const uint8_t *)t->data + 4 * i, m);
-        XXH3_128bits_update(&st, buf, 2 * m);
+    ferry__tensor_hash_begin(&st, t->name, FERRY_BF16, t->ndim, t->shape, e->nbytes);
+    uint16_t *buf = ferry__malloc(FERRY_HASH_BLOCK);
+    if (!buf) return FERRY_ERR_NOMEM;
+    for (uint64_t i = 0; i < t->nelem; i += FERRY_HASH_BLOCK / 2) {
+        size_t m = t->nelem - i < FERRY_HASH_BLOCK / 2 ? (size_t)(t->nelem - i) : FERRY_HASH_BLOCK / 2;
+        uint8_t d[16];
+        ferry_f32_to_bf16_n(buf, (const float *)t->data + i, m);
+        ferry__block_hash(buf, 2 * m, d);
+        XXH3_128bits_update(&st, d, 16);
     }
+    free(buf);
     ferry__hash_digest(&st, out);
+    return FERRY_OK;
 }
 
 /* Jobs 0..n-1 hash B's tensors; n..n+|A|-1 hash A's. */
-static int hash_job(void *ctx, size_t j, int w)
+/* Jobs: chunks first (the bulk), then hashes of B's entries that are not
+ * chunk-coded. */
+static int chunk_job(void *ctx, size_t j, int w);
+static int scan_job(void *ctx, size_t j, int w)
 {
-    (void)w;
     enc *c = ctx;
+    if (j < c->njobs) return chunk_job(ctx, j, w);
+    j -= c->njobs;
     if (j < c->n) {
-        if (c->e[j].b) hash_target(&c->e[j], c->e[j].hash);
-    } else {
-        ferry_tensor_hash(ferry_model_tensor(c->a, j - c->n), c->ha[j - c->n]);
+        enc_entry *e = &c->e[j];
+        return e->b && !e->comparable ? hash_target(e, e->hash) : FERRY_OK;
     }
     return FERRY_OK;
 }
@@ -91,8 +96,9 @@ static int chunk_job(void *ctx, size_t j, int w)
     uint64_t nwords = e->nbytes * 8 / st.W, csize = (uint64_t)1 << SP_CHUNK_LOG2_DEFAULT;
     uint64_t lo = (j - e->first_job) * csize, n = nwords - lo < csize ? nwords - lo : csize;
     sp_src src = {(const uint8_t *)e->b->data + lo * (e->cast ? 4 : st.W / 8), e->cast};
+    uint64_t block = lo * st.W / 8 / FERRY_HASH_BLOCK;
     int rc = sp_encode_chunk(&st, (const uint8_t *)e->a->data + lo * st.W / 8, &src, (size_t)n, &c->coder[w],
-                             &c->chunk[j], &c->chunk_changed[j]);
+                             &c->chunk[j], &c->chunk_changed[j], e->blocks + block);
     return rc ? ferry__context(rc, "tensor '%s'", e->b->name) : FERRY_OK;
 }
 
@@ -150,6 +156,7 @@ static int plan(enc *c, bool cast)
         e->comparable = e->a && e->a->dtype == e->dtype && e->a->ndim == tb->ndim &&
                         memcmp(e->a->shape, tb->shape, tb->ndim * sizeof *tb->shape) == 0;
         if (e->comparable) {
+            if (!(e->blocks = ferry__malloc((size_t)(ferry__hash_nblocks(e->nbytes) + 1) * 16))) return FERRY_ERR_NOMEM;
             uint64_t nwords = e->nbytes * 8 / sp_dtype_of(e->dtype).W;
             e->nchunks = (nwords + ((uint64_t)1 << SP_CHUNK_LOG2_DEFAULT) - 1) >> SP_CHUNK_LOG2_DEFAULT;
             e->first_job = c->njobs;
@@ -175,6 +182,9 @@ static void classify(enc *c)
     for (size_t k = 0; k < c->n; k++) {
         enc_entry *e = &c->e[k];
         if (!e->b) continue;
+        if (e->comparable)
+            ferry__tensor_hash_blocks(e->b->name, e->dtype, e->b->ndim, e->b->shape, e->nbytes,
+                                      (const uint8_t (*)[16])e->blocks, e->hash);
         if (!e->comparable) {
             e->kind = PK_WHOLE;
             c->dense[c->ndense++] = k;
@@ -255,7 +265,9 @@ static int assemble(enc *c, ferry_buf *out)
     size_t nb = 0;
     for (size_t k = 0; k < c->n; k++)
         if (c->e[k].b) memcpy(hb[nb++], c->e[k].hash, 16);
-    int rc = ferry__model_hash_tensors(c->a, (const uint8_t (*)[16])c->ha, base_hash);
+    int rc = FERRY_OK;
+    if (c->base_hash) memcpy(base_hash, c->base_hash, 16);
+    else rc = ferry__model_hash_tensors(c->a, (const uint8_t (*)[16])c->ha, base_hash);
     if (!rc) rc = ferry__model_hash_tensors(c->b, (const uint8_t (*)[16])hb, target_hash);
     free(hb);
     if (!rc) rc = put_metadata(&tab, c->b);
@@ -293,7 +305,10 @@ static int assemble(enc *c, ferry_buf *out)
 
 static void release(enc *c)
 {
-    for (size_t k = 0; c->e && k < c->n; k++) ferry__buf_release(&c->e[k].whole);
+    for (size_t k = 0; c->e && k < c->n; k++) {
+        ferry__buf_release(&c->e[k].whole);
+        free(c->e[k].blocks);
+    }
     for (size_t j = 0; c->chunk && j < c->njobs; j++) ferry__buf_release(&c->chunk[j]);
     for (int w = 0; c->coder && w < c->threads; w++) sp_coder_release(&c->coder[w]);
     free(c->e);
@@ -311,12 +326,12 @@ int ferry_diff(const ferry_model *a, const ferry_model *b, const ferry_diff_opti
     *patch = NULL;
     *size = 0;
     enc c = {.a = a, .b = b, .level = opts && opts->level ? opts->level : 3,
-             .threads = ferry__threads(opts ? opts->threads : 1)};
+             .threads = ferry__threads(opts ? opts->threads : 1), .base_hash = opts ? opts->base_hash : NULL};
     if (c.level < 1 || c.level > ZSTD_maxCLevel()) return ferry__fail(FERRY_ERR_ARG, "ferry_diff: level %d out of range", c.level);
     ferry_buf out = {0};
     int rc = plan(&c, opts && opts->cast_bf16);
-    if (!rc) rc = ferry__parallel(c.threads, c.n + ferry_model_count(a), hash_job, &c);
-    if (!rc) rc = ferry__parallel(c.threads, c.njobs, chunk_job, &c);
+    if (!rc && !c.base_hash) rc = ferry__hash_tensors_mt(a, c.threads, c.ha);
+    if (!rc) rc = ferry__parallel(c.threads, c.njobs + c.n, scan_job, &c);
     if (!rc) {
         classify(&c);
         rc = ferry__parallel(c.threads, c.ndense, whole_job, &c);

@@ -11,7 +11,7 @@
 
 #define RANS_BITS 12
 #define RANS_M (1u << RANS_BITS)
-#define RANS_L (1u << 16)
+#define RANS_L (1u << 15) /* states live in [RANS_L, 2^31): exact reciprocal division */
 
 #define GAP_NSYM 72    /* gaps < 16 as themselves, then (bit length, next bit) pairs */
 #define DELTA_NSYM 128 /* magnitude 1, 2, 3, then (bit length, next bit) pairs */
@@ -55,29 +55,42 @@ static inline int bitw_flush(bitw *w)
 
 typedef struct bitr {
     const uint8_t *p, *end;
-    uint64_t acc;
+    uint64_t acc; /* n unread bits, LSB first */
     unsigned n;
     int overrun;
 } bitr;
 
+/* nbits <= 32.  Past the end it reads zeros and sets overrun. */
 static inline uint64_t bitr_get(bitr *r, unsigned nbits)
 {
-    uint64_t v = 0;
-    unsigned got = 0;
-    while (got < nbits) {
-        if (r->n == 0) {
-            if (r->p < r->end) r->acc = *r->p++;
-            else { r->acc = 0; r->overrun = 1; }
-            r->n = 8;
+    if (r->n < nbits) {
+        if (FERRY_LIKELY(r->end - r->p >= 4)) {
+            r->acc |= (uint64_t)ferry__le32(r->p) << r->n;
+            r->p += 4;
+            r->n += 32;
+        } else {
+            while (r->n < nbits) {
+                if (r->p < r->end) r->acc |= (uint64_t)*r->p++ << r->n;
+                else r->overrun = 1;
+                r->n += 8;
+            }
         }
-        unsigned take = nbits - got < r->n ? nbits - got : r->n;
-        v |= (r->acc & ((1ull << take) - 1)) << got;
-        r->acc >>= take;
-        r->n -= take;
-        got += take;
     }
+    uint64_t v = r->acc & ((1ull << nbits) - 1);
+    r->acc >>= nbits;
+    r->n -= nbits;
     return v;
 }
+
+static inline uint64_t bitr_get64(bitr *r, unsigned nbits)
+{
+    if (nbits <= 32) return bitr_get(r, nbits);
+    uint64_t lo = bitr_get(r, 32);
+    return lo | bitr_get(r, nbits - 32) << 32;
+}
+
+/* True when every byte was read and the unread bits are padding. */
+static inline bool bitr_done(const bitr *r) { return r->p == r->end && r->n < 8 && !r->overrun; }
 
 /* ---- symbol mapping ---- */
 static inline unsigned gap_sym(uint64_t g, uint64_t *raw, unsigned *nraw)
@@ -111,15 +124,41 @@ int rans_table_read(rans_table *t, const uint8_t **p, const uint8_t *end, unsign
 void rans_table_lut(const rans_table *t, uint8_t *lut /* RANS_M entries */);
 
 /* ---- coder ---- */
-static inline void rans_put(uint32_t *x, uint16_t **out, uint32_t start, uint32_t freq)
+
+/* Encoder view of one symbol: division by the frequency done as a multiply
+ * by a rounded-up reciprocal, exact for states below 2^31 (Alverson). */
+typedef struct rans_esym {
+    uint32_t x_max, rcp, bias;
+    uint16_t cmpl;
+    uint8_t shift;
+} rans_esym;
+
+static inline void rans_esym_init(rans_esym *e, uint32_t start, uint32_t freq)
 {
-    /* 64-bit: a symbol of frequency RANS_M would overflow 32 bits */
-    uint64_t xmax = (uint64_t)((RANS_L >> RANS_BITS) << 16) * freq;
-    if (*x >= xmax) {
-        *--*out = (uint16_t)*x;
-        *x >>= 16;
+    e->x_max = ((RANS_L >> RANS_BITS) << 16) * freq;
+    e->cmpl = (uint16_t)(RANS_M - freq);
+    if (freq < 2) {
+        e->rcp = ~0u;
+        e->shift = 0;
+        e->bias = start + RANS_M - 1;
+    } else {
+        uint32_t sh = 0;
+        while (freq > (1u << sh)) sh++;
+        e->rcp = (uint32_t)(((1ull << (sh + 31)) + freq - 1) / freq);
+        e->shift = (uint8_t)(sh - 1);
+        e->bias = start;
     }
-    *x = ((*x / freq) << RANS_BITS) + (*x % freq) + start;
+}
+
+static inline void rans_put(uint32_t *x, uint16_t **out, const rans_esym *e)
+{
+    uint32_t v = *x;
+    if (v >= e->x_max) {
+        *--*out = (uint16_t)v;
+        v >>= 16;
+    }
+    uint32_t q = (uint32_t)(((uint64_t)v * e->rcp) >> 32) >> e->shift;
+    *x = v + e->bias + q * e->cmpl;
 }
 
 typedef struct rans_dec {

@@ -58,7 +58,7 @@ int sp_rans_decode(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, 
     if (rlen < 8 || rlen % 2 || rlen > (size_t)(end - p) - 4) return sp_corrupt("rANS stream length out of range");
     rans_dec d = {.p = p + 12, .end = p + 4 + rlen, .x = {ferry__le32(p + 4), ferry__le32(p + 8)}};
     for (int i = 0; i < 2; i++)
-        if (d.x[i] < RANS_L) return sp_corrupt("rANS state out of range");
+        if (d.x[i] < RANS_L || d.x[i] >= (1u << 31)) return sp_corrupt("rANS state out of range");
     bitr br = {.p = d.end, .end = end};
     size_t i = 0;
 
@@ -96,13 +96,13 @@ int sp_rans_decode(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, 
         if (sym >= 3) {
             unsigned L = 2 + (sym - 3) / 2;
             if (L > 63) return sp_corrupt("delta out of range");
-            mag = (1ull << L) | ((uint64_t)((sym - 3) & 1) << (L - 1)) | bitr_get(&br, L - 1);
+            mag = (1ull << L) | ((uint64_t)((sym - 3) & 1) << (L - 1)) | bitr_get64(&br, L - 1);
         }
         if (!sp_undelta(t, x, neg, mag, &s->val[j])) return sp_corrupt("delta out of range");
     }
     if (d.overrun || br.overrun) return sp_corrupt("stream ends early");
     if (d.x[0] != RANS_L || d.x[1] != RANS_L || d.p != d.end) return sp_corrupt("rANS stream does not end where it should");
-    if (br.p != br.end) return sp_corrupt("unread raw bits");
+    if (!bitr_done(&br)) return sp_corrupt("unread raw bits");
     *kout = (size_t)k;
     return FERRY_OK;
 }

@@ -16,7 +16,73 @@ static int put_varint(ferry_buf *b, uint64_t v)
     return ferry__buf_append(b, tmp, n);
 }
 
-int sp_rans_encode(const sp_dtype *t, uint32_t top, const uint8_t *a, const sp_src *b, sp_scratch *s, size_t k, ferry_buf *out)
+/* Raw bits into a buffer reserved for the worst case (no checks per bit). */
+typedef struct fastbits {
+    uint8_t *p;
+    uint64_t acc;
+    unsigned n;
+} fastbits;
+
+static inline void fb_put(fastbits *w, uint64_t v, unsigned nbits) /* nbits <= 32 */
+{
+    w->acc |= (v & ((1ull << nbits) - 1)) << w->n;
+    w->n += nbits;
+    if (w->n >= 32) {
+        ferry__put32(w->p, (uint32_t)w->acc);
+        w->p += 4;
+        w->acc >>= 32;
+        w->n -= 32;
+    }
+}
+
+static inline void fb_put64(fastbits *w, uint64_t v, unsigned nbits)
+{
+    if (nbits > 32) {
+        fb_put(w, v, 32);
+        v >>= 32;
+        nbits -= 32;
+    }
+    fb_put(w, v, nbits);
+}
+
+/* Symbols in decoding order: all gaps class by class, then the deltas in
+ * position order; raw bits go to their own stream in the same order. */
+static inline __attribute__((always_inline)) size_t build(const sp_dtype *t, uint32_t top, const sp_scratch *s,
+                                                          size_t k, unsigned W, uint8_t *syms,
+                                                          uint32_t (*count)[RANS_MAXSYM], fastbits *bw)
+{
+    size_t ns = 0;
+    for (uint32_t c = 0; c < sp_nclass(t); c++) {
+        uint32_t prev = 0;
+        for (uint32_t j = s->start[c]; j < s->start[c + 1]; j++) {
+            uint32_t r = s->order[j];
+            uint64_t g = j == s->start[c] ? r : (uint64_t)r - prev - 1, rb = 0;
+            prev = r;
+            unsigned nr, sym = gap_sym(g, &rb, &nr);
+            fb_put(bw, rb, nr);
+            syms[2 * ns] = (uint8_t)c;
+            syms[2 * ns + 1] = (uint8_t)sym;
+            count[c][sym]++;
+            ns++;
+        }
+    }
+    sp_dtype tw = *t;
+    tw.W = W; /* a constant for the compiler */
+    for (size_t j = 0; j < k; j++) {
+        uint64_t x = s->old[j], rb = 0;
+        unsigned neg, nr, tab = SP_NCLASS + sp_dclass(&tw, top, x);
+        unsigned sym = delta_sym(sp_delta(&tw, x, s->val[j], &neg), &rb, &nr);
+        fb_put(bw, neg, 1);
+        fb_put64(bw, rb, nr);
+        syms[2 * ns] = (uint8_t)tab;
+        syms[2 * ns + 1] = (uint8_t)sym;
+        count[tab][sym]++;
+        ns++;
+    }
+    return ns;
+}
+
+int sp_rans_encode(const sp_dtype *t, uint32_t top, sp_scratch *s, size_t k, ferry_buf *out)
 {
     uint32_t nclass = sp_nclass(t);
     size_t nsyms = 2 * k;
@@ -25,37 +91,27 @@ int sp_rans_encode(const sp_dtype *t, uint32_t top, const uint8_t *a, const sp_s
     s->syms = syms;
     static _Thread_local uint32_t count[NTAB][RANS_MAXSYM];
     memset(count, 0, sizeof count);
-    ferry_buf raw = {0};
-    bitw bw = {.out = &raw};
-    size_t ns = 0;
-
-    /* 1. Symbols in decoding order; raw bits go to their own stream. */
-    for (uint32_t c = 0; c < nclass; c++) {
-        for (uint32_t j = s->start[c]; j < s->start[c + 1]; j++) {
-            uint64_t g = j == s->start[c] ? s->order[j] : (uint64_t)s->order[j] - s->order[j - 1] - 1, rb = 0;
-            unsigned nr, sym = gap_sym(g, &rb, &nr);
-            bitw_put(&bw, rb, nr);
-            syms[2 * ns] = (uint8_t)c;
-            syms[2 * ns + 1] = (uint8_t)sym;
-            count[c][sym]++;
-            ns++;
-        }
+    /* at most 31 gap bits and 64 delta bits per change */
+    uint8_t *raw = ferry__malloc(k * 12 + 16);
+    if (!raw) return FERRY_ERR_NOMEM;
+    fastbits bw = {raw, 0, 0};
+    size_t ns;
+    switch (t->W) {
+    case 8: ns = build(t, top, s, k, 8, syms, count, &bw); break;
+    case 16: ns = build(t, top, s, k, 16, syms, count, &bw); break;
+    case 32: ns = build(t, top, s, k, 32, syms, count, &bw); break;
+    default: ns = build(t, top, s, k, 64, syms, count, &bw); break;
     }
-    for (size_t j = 0; j < k; j++) {
-        uint64_t x = sp_load(a, s->pos[j], t->W), y = sp_src_load(b, s->pos[j], t->W), rb = 0;
-        unsigned neg, nr, tab = SP_NCLASS + sp_dclass(t, top, x);
-        unsigned sym = delta_sym(sp_delta(t, x, y, &neg), &rb, &nr);
-        bitw_put(&bw, neg, 1);
-        bitw_put(&bw, rb, nr);
-        syms[2 * ns] = (uint8_t)tab;
-        syms[2 * ns + 1] = (uint8_t)sym;
-        count[tab][sym]++;
-        ns++;
+    while (bw.n) { /* flush whole bytes, the last one zero-padded */
+        *bw.p++ = (uint8_t)bw.acc;
+        bw.acc >>= 8;
+        bw.n = bw.n > 8 ? bw.n - 8 : 0;
     }
-    int rc = bitw_flush(&bw);
+    size_t raw_size = (size_t)(bw.p - raw);
 
-    /* 2. Tables: per-class counts, gap tables of active classes, a bitmap
-     * of the delta contexts in use and their tables. */
+    /* Tables: per-class counts, gap tables of active classes, a bitmap of
+     * the delta contexts in use and their tables. */
+    int rc = FERRY_OK;
     rans_table tabs[NTAB];
     for (unsigned i = 0; !rc && i < NTAB; i++) rc = rans_table_build(&tabs[i], count[i], i < SP_NCLASS ? GAP_NSYM : DELTA_NSYM);
     for (uint32_t c = 0; !rc && c < nclass; c++) rc = put_varint(out, s->start[c + 1] - s->start[c]);
@@ -70,36 +126,35 @@ int sp_rans_encode(const sp_dtype *t, uint32_t top, const uint8_t *a, const sp_s
     for (unsigned i = 0; !rc && i < DELTA_NCTX; i++)
         if (used >> i & 1) rc = rans_table_write(&tabs[SP_NCLASS + i], out);
 
-    /* 3. rANS, backwards: symbol i uses state i & 1.  At most one 16-bit
-     * word per symbol, plus the two states. */
+    /* rANS, backwards: symbol i uses state i & 1.  At most one 16-bit word
+     * per symbol. */
+    static _Thread_local rans_esym es[NTAB][RANS_MAXSYM];
+    for (unsigned i = 0; !rc && i < NTAB; i++)
+        for (unsigned y = 0; y < tabs[i].nsym; y++)
+            if (tabs[i].freq[y]) rans_esym_init(&es[i][y], tabs[i].start[y], tabs[i].freq[y]);
     uint16_t *words = rc ? NULL : ferry__malloc((nsyms + 1) * sizeof *words);
     if (!rc && !words) rc = FERRY_ERR_NOMEM;
     if (!rc) {
         uint16_t *end = words + nsyms + 1, *p = end;
         uint32_t x[2] = {RANS_L, RANS_L};
-        for (size_t i = ns; i-- > 0;) {
-            const rans_table *tb = &tabs[syms[2 * i]];
-            unsigned sym = syms[2 * i + 1];
-            rans_put(&x[i & 1], &p, tb->start[sym], tb->freq[sym]);
-        }
+        for (size_t i = ns; i-- > 0;) rans_put(&x[i & 1], &p, &es[syms[2 * i]][syms[2 * i + 1]]);
         size_t nw = (size_t)(end - p);
         uint64_t len = 8 + 2 * (uint64_t)nw;
-        uint8_t head[12];
-        ferry__put32(head, (uint32_t)len);
-        ferry__put32(head + 4, x[0]);
-        ferry__put32(head + 8, x[1]);
-        rc = ferry__buf_reserve(out, 12 + 2 * nw + raw.size);
-        if (!rc && len > UINT32_MAX) rc = ferry__fail(FERRY_ERR_LIMIT, "rANS stream too large");
+        if (len > UINT32_MAX) rc = ferry__fail(FERRY_ERR_LIMIT, "rANS stream too large");
+        if (!rc) rc = ferry__buf_reserve(out, 12 + 2 * nw + raw_size);
         if (!rc) {
-            ferry__buf_append(out, head, 12);
-            for (size_t i = 0; i < nw; i++) {
-                out->data[out->size++] = (uint8_t)p[i];
-                out->data[out->size++] = (uint8_t)(p[i] >> 8);
-            }
-            ferry__buf_append(out, raw.data, raw.size);
+            uint8_t *o = out->data + out->size;
+            ferry__put32(o, (uint32_t)len);
+            ferry__put32(o + 4, x[0]);
+            ferry__put32(o + 8, x[1]);
+            o += 12;
+            for (size_t i = 0; i < nw; i++) ferry__put16(o + 2 * i, p[i]);
+            o += 2 * nw;
+            memcpy(o, raw, raw_size);
+            out->size += 12 + 2 * nw + raw_size;
         }
     }
     free(words);
-    ferry__buf_release(&raw);
+    free(raw);
     return rc;
 }

@@ -23,7 +23,7 @@ int sp_scratch_fit(sp_scratch *s, size_t need)
     size_t cap = s->cap ? s->cap : 4096;
     while (cap < need) cap *= 2;
     if (grow((void **)&s->pos, cap, 4) || grow((void **)&s->cls, cap, 4) || grow((void **)&s->rank, cap, 4) ||
-        grow((void **)&s->order, cap, 4) || grow((void **)&s->val, cap, 8))
+        grow((void **)&s->order, cap, 4) || grow((void **)&s->val, cap, 8) || grow((void **)&s->old, cap, 8))
         return FERRY_ERR_NOMEM;
     s->cap = cap;
     return FERRY_OK;
@@ -36,6 +36,7 @@ void sp_scratch_release(sp_scratch *s)
     free(s->rank);
     free(s->order);
     free(s->val);
+    free(s->old);
     free(s->lut);
     free(s->syms);
     memset(s, 0, sizeof *s);
@@ -55,9 +56,7 @@ uint32_t sp_choose_top(const sp_dtype *t, const uint8_t *a, size_t n)
     }
 }
 
-/* Groups the ranks by class: order[start[c] ..] are class c's ranks, in
- * increasing order (a stable counting sort). */
-static void group(sp_scratch *s, size_t k)
+void sp_scan_group(sp_scratch *s, size_t k)
 {
     uint32_t fill[SP_NCLASS];
     memset(s->start, 0, sizeof s->start);
@@ -68,43 +67,41 @@ static void group(sp_scratch *s, size_t k)
 }
 
 static inline __attribute__((always_inline)) int scan_w(const sp_dtype *t, uint32_t top, const uint8_t *a,
-                                                        const sp_src *b, size_t n, unsigned W, sp_scratch *s,
-                                                        size_t *kout)
+                                                        const uint8_t *b, size_t lo, size_t hi, unsigned W,
+                                                        sp_scratch *s, sp_scan_state *st)
 {
-    uint32_t cnt[SP_NCLASS] = {0};
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = lo; i < hi; i++) {
         uint64_t x = sp_load(a, i, W);
         uint32_t c = sp_class(t, top, x);
-        if (FERRY_UNLIKELY(x != sp_src_load(b, i, W))) {
-            if (k == s->cap && sp_scratch_fit(s, k + 1)) return FERRY_ERR_NOMEM;
-            s->pos[k] = (uint32_t)i;
-            s->cls[k] = c;
-            s->rank[k] = cnt[c];
-            k++;
+        uint64_t y = sp_load(b, i - lo, W);
+        if (FERRY_UNLIKELY(x != y)) {
+            if (st->k == s->cap && sp_scratch_fit(s, st->k + 1)) return FERRY_ERR_NOMEM;
+            s->old[st->k] = x;
+            s->val[st->k] = y;
+            s->pos[st->k] = (uint32_t)i;
+            s->cls[st->k] = c;
+            s->rank[st->k] = st->cnt[c];
+            st->k++;
         }
-        cnt[c]++;
+        st->cnt[c]++;
     }
-    *kout = k;
     return FERRY_OK;
 }
 
-int sp_scan(const sp_dtype *t, uint32_t top, const uint8_t *a, const sp_src *b, size_t n, sp_scratch *s, size_t *k)
+int sp_scan_range(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
+                  sp_scratch *s, sp_scan_state *st)
 {
     int rc = sp_scratch_fit(s, 4096);
     if (rc) return rc;
 #if FERRY_HAVE_AVX2
-    if (t->W == 16 && ferry__cpu_avx2()) rc = sp_scan16_avx2(t, top, a, b, n, s, k);
-    else
+    if (t->W == 16 && ferry__cpu_avx2()) return sp_scan16_avx2(t, top, a, b, lo, hi, s, st);
 #endif
     switch (t->W) {
-    case 8: rc = scan_w(t, top, a, b, n, 8, s, k); break;
-    case 16: rc = scan_w(t, top, a, b, n, 16, s, k); break;
-    case 32: rc = scan_w(t, top, a, b, n, 32, s, k); break;
-    default: rc = scan_w(t, top, a, b, n, 64, s, k); break;
+    case 8: return scan_w(t, top, a, b, lo, hi, 8, s, st);
+    case 16: return scan_w(t, top, a, b, lo, hi, 16, s, st);
+    case 32: return scan_w(t, top, a, b, lo, hi, 32, s, st);
+    default: return scan_w(t, top, a, b, lo, hi, 64, s, st);
     }
-    if (!rc) group(s, *k);
-    return rc;
 }
 
 static inline __attribute__((always_inline)) int walk_w(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n,

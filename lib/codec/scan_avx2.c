@@ -9,16 +9,15 @@
 #if FERRY_HAVE_AVX2
 #include <immintrin.h>
 
-#define TARGET __attribute__((target("avx2,popcnt")))
+#define TARGET __attribute__((target("avx2,bmi2,popcnt")))
 
 bool ferry__cpu_avx2(void)
 {
-    static int cached = -1;
-    if (cached < 0) {
-        const char *off = getenv("FERRY_NO_SIMD");
-        cached = !(off && *off && *off != '0') && __builtin_cpu_supports("avx2");
-    }
-    return cached;
+    /* read per chunk (cheap next to a chunk's work), so that a test can
+     * switch the kernels off and compare */
+    const char *off = getenv("FERRY_NO_SIMD");
+    if (off && *off && *off != '0') return false;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2");
 }
 
 /* Classes of 32 base words as 32 bytes, in word order. */
@@ -35,28 +34,6 @@ static inline TARGET __m256i classes32(const sp_dtype *t, __m256i top, __m256i a
     return _mm256_permute4x64_epi64(_mm256_packus_epi16(c0, c1), 0xD8);
 }
 
-/* 16 FP32 masters -> 16 BF16 words (round to nearest even, NaN -> 0x7FC0). */
-static inline TARGET __m256i cast16(const uint8_t *p)
-{
-    const __m256i abs = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000),
-                  bias = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1), qnan = _mm256_set1_epi32(0x7FC0);
-    __m256i r[2];
-    for (int h = 0; h < 2; h++) {
-        __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32 * h));
-        __m256i rnd = _mm256_add_epi32(_mm256_add_epi32(u, bias), _mm256_and_si256(_mm256_srli_epi32(u, 16), one));
-        __m256i v = _mm256_srli_epi32(rnd, 16);
-        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
-        r[h] = _mm256_blendv_epi8(v, qnan, nan);
-    }
-    return _mm256_permute4x64_epi64(_mm256_packus_epi32(r[0], r[1]), 0xD8);
-}
-
-static inline TARGET __m256i load_b(const sp_src *b, size_t i)
-{
-    if (b->f32_to_bf16) return cast16(b->p + 4 * i);
-    return _mm256_loadu_si256((const __m256i *)(const void *)(b->p + 2 * i));
-}
-
 /* Bit l set where the 16-bit words of x and y differ, for 32 words. */
 static inline TARGET uint32_t diff32(__m256i a0, __m256i a1, __m256i b0, __m256i b1)
 {
@@ -64,16 +41,18 @@ static inline TARGET uint32_t diff32(__m256i a0, __m256i a1, __m256i b0, __m256i
     return ~(uint32_t)_mm256_movemask_epi8(e);
 }
 
-TARGET int sp_scan16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, const sp_src *b, size_t n, sp_scratch *s,
-                          size_t *kout)
+TARGET int sp_scan16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
+                          sp_scratch *s, sp_scan_state *st)
 {
-    uint32_t cnt[SP_NCLASS] = {0}, nclass = sp_nclass(t);
+    uint32_t nclass = sp_nclass(t), *cnt = st->cnt;
     const __m256i vtop = _mm256_set1_epi16((short)top);
-    size_t k = 0, i = 0;
-    for (; i + 32 <= n; i += 32) {
+    size_t k = st->k, i = lo;
+    for (; i + 32 <= hi; i += 32) {
         __m256i a0 = _mm256_loadu_si256((const __m256i *)(const void *)(a + 2 * i));
         __m256i a1 = _mm256_loadu_si256((const __m256i *)(const void *)(a + 2 * i + 32));
-        uint32_t ch = diff32(a0, a1, load_b(b, i), load_b(b, i + 16));
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)(const void *)(b + 2 * (i - lo)));
+        __m256i b1 = _mm256_loadu_si256((const __m256i *)(const void *)(b + 2 * (i - lo) + 32));
+        uint32_t ch = diff32(a0, a1, b0, b1);
         __m256i cls = classes32(t, vtop, a0, a1);
         uint32_t m[SP_NCLASS];
         for (uint32_t c = 0; c < nclass; c++)
@@ -82,9 +61,12 @@ TARGET int sp_scan16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, con
             if (k + 32 > s->cap && sp_scratch_fit(s, k + 32)) return FERRY_ERR_NOMEM;
             uint8_t cb[32];
             _mm256_storeu_si256((__m256i *)(void *)cb, cls);
+            const uint16_t *pa = (const uint16_t *)(const void *)(a + 2 * i), *pb = (const uint16_t *)(const void *)(b + 2 * (i - lo));
             do {
                 unsigned l = (unsigned)__builtin_ctz(ch);
                 uint32_t c = cb[l];
+                s->old[k] = pa[l];
+                s->val[k] = pb[l];
                 s->pos[k] = (uint32_t)(i + l);
                 s->cls[k] = c;
                 s->rank[k] = cnt[c] + (uint32_t)__builtin_popcount(m[c] & ((1u << l) - 1));
@@ -94,11 +76,13 @@ TARGET int sp_scan16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, con
         }
         for (uint32_t c = 0; c < nclass; c++) cnt[c] += (uint32_t)__builtin_popcount(m[c]);
     }
-    for (; i < n; i++) { /* tail: the portable loop */
-        uint64_t x = sp_load(a, i, 16);
+    for (; i < hi; i++) { /* tail: the portable loop */
+        uint64_t x = sp_load(a, i, 16), y = sp_load(b, i - lo, 16);
         uint32_t c = sp_class(t, top, x);
-        if (x != sp_src_load(b, i, 16)) {
+        if (x != y) {
             if (k == s->cap && sp_scratch_fit(s, k + 1)) return FERRY_ERR_NOMEM;
+            s->old[k] = x;
+            s->val[k] = y;
             s->pos[k] = (uint32_t)i;
             s->cls[k] = c;
             s->rank[k] = cnt[c];
@@ -106,7 +90,7 @@ TARGET int sp_scan16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, con
         }
         cnt[c]++;
     }
-    *kout = k;
+    st->k = k;
     return FERRY_OK;
 }
 
@@ -129,9 +113,8 @@ TARGET int sp_walk16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, siz
             uint32_t bc = (uint32_t)__builtin_popcount(m);
             /* the class's wanted ranks inside this block mark their lanes */
             while (FERRY_UNLIKELY(tgt[c] < (uint64_t)cnt[c] + bc)) {
-                uint32_t skip = (uint32_t)(tgt[c] - cnt[c]), mm = m;
-                while (skip--) mm &= mm - 1;
-                hits |= mm & -mm;
+                /* the lane of the class's (tgt - cnt)-th word in the block */
+                hits |= _pdep_u32(1u << (tgt[c] - cnt[c]), m);
                 ptr[c]++;
                 tgt[c] = ptr[c] < end[c] ? s->order[ptr[c]] : UINT64_MAX;
             }

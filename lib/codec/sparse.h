@@ -132,7 +132,8 @@ static inline uint64_t sp_src_load(const sp_src *s, size_t i, unsigned W)
 typedef struct sp_scratch {
     uint32_t *pos, *cls, *rank; /* per change, in position order */
     uint32_t *order;            /* ranks grouped by class (encoder) */
-    uint64_t *val;              /* new words (decoder) */
+    uint64_t *val;              /* new words, per change */
+    uint64_t *old;              /* base words, per change (encoder) */
     uint8_t *lut;               /* rANS decoder: slot -> symbol, per table */
     uint8_t *syms;              /* rANS encoder: (table, symbol) pairs */
     size_t cap;
@@ -145,10 +146,20 @@ void sp_scratch_release(sp_scratch *s);
  * exponent below which 99% of the sampled words lie. */
 uint32_t sp_choose_top(const sp_dtype *t, const uint8_t *a, size_t n);
 
-/* Encoder scan: the k changed words of the chunk, their classes and ranks,
- * in position order (s->pos, s->cls, s->rank), then grouped by class
- * (s->order, s->start). */
-int sp_scan(const sp_dtype *t, uint32_t top, const uint8_t *a, const sp_src *b, size_t n, sp_scratch *s, size_t *k);
+/* Encoder scan, in pieces: sp_scan_range records the changed words among
+ * words [lo, hi) of the chunk (a: the chunk's base words; b: the target
+ * words of [lo, hi) only) with their classes, ranks, old and new words, in
+ * position order (s->pos, s->cls, s->rank, s->old, s->val); sp_scan_group then groups the ranks by class
+ * (s->order, s->start).  Scanning in cache-sized pieces lets the caller
+ * hash each piece of the target while it is hot. */
+typedef struct sp_scan_state {
+    uint32_t cnt[SP_NCLASS];
+    size_t k;
+} sp_scan_state;
+int sp_scan_range(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
+                  sp_scratch *s, sp_scan_state *st);
+void sp_scan_group(sp_scratch *s, size_t k);
+#define SP_SCAN_PIECE ((size_t)1 << 15) /* words; divides every hash block */
 
 /* Decoder walk: given the k ranks grouped by class (s->order, s->start; each
  * class's ranks strictly increasing), finds their positions by walking the
@@ -234,14 +245,14 @@ typedef struct sp_models {
 } sp_models;
 void sp_models_reset(sp_models *m);
 
-int sp_adaptive_encode(const sp_dtype *t, uint32_t top, const uint8_t *a, const sp_src *b, sp_scratch *s, size_t k,
+int sp_adaptive_encode(const sp_dtype *t, uint32_t top, sp_scratch *s, size_t k,
                        sp_models *m, ferry_buf *out);
 /* Fills s->order/s->start (ranks), walks, then s->val; *k changes. */
 int sp_adaptive_decode(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, const uint8_t *src, size_t len,
                        sp_scratch *s, sp_models *m, size_t *k);
 
 /* ---- static rANS coding (large chunks) ---- */
-int sp_rans_encode(const sp_dtype *t, uint32_t top, const uint8_t *a, const sp_src *b, sp_scratch *s, size_t k, ferry_buf *out);
+int sp_rans_encode(const sp_dtype *t, uint32_t top, sp_scratch *s, size_t k, ferry_buf *out);
 int sp_rans_decode(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, const uint8_t *src, size_t len,
                    sp_scratch *s, size_t *k);
 
@@ -251,13 +262,15 @@ int sp_rans_decode(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, 
 typedef struct sp_coder {
     sp_scratch s;
     sp_models m;
+    uint16_t cast[SP_SCAN_PIECE]; /* one piece of FP32 masters cast to BF16 */
 } sp_coder;
 void sp_coder_release(sp_coder *c);
 
 /* Encodes one chunk of n words (base a, target b) and appends it to out;
- * *changed receives the number of changed words. */
+ * *changed receives the number of changed words, and bh[] the hash digests
+ * of the target's blocks in the chunk (the chunk starts on a block). */
 int sp_encode_chunk(const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t n, sp_coder *c, ferry_buf *out,
-                    uint64_t *changed);
+                    uint64_t *changed, uint8_t (*bh)[16]);
 
 /* Decodes one chunk: on success *k changes at c->s.pos[0..k) (strictly
  * increasing, < n) with new words c->s.val[0..k), valid until the next call.

@@ -1,6 +1,7 @@
 /* Sparse chunk encoder: scan the chunk, then code it with the adaptive
  * binary coder (few changes) or static rANS (many changes). */
 #include <stdlib.h>
+#include "model.h"
 #include "sparse.h"
 
 /* Below this many changes the static tables of rANS cost more than the
@@ -21,7 +22,7 @@ static void put_delta(rc_enc *e, const sp_dtype *t, sp_models *m, uint32_t dc, u
     sp_num_put(e, &m->mag[dc], mag - 1);
 }
 
-int sp_adaptive_encode(const sp_dtype *t, uint32_t top, const uint8_t *a, const sp_src *b, sp_scratch *s, size_t k,
+int sp_adaptive_encode(const sp_dtype *t, uint32_t top, sp_scratch *s, size_t k,
                        sp_models *m, ferry_buf *out)
 {
     rc_enc e;
@@ -48,19 +49,52 @@ int sp_adaptive_encode(const sp_dtype *t, uint32_t top, const uint8_t *a, const 
         }
     }
     for (size_t j = 0; j < k; j++) {
-        size_t i = s->pos[j];
-        uint64_t x = sp_load(a, i, t->W);
-        put_delta(&e, t, m, sp_dclass(t, top, x), x, sp_src_load(b, i, t->W));
+        uint64_t x = s->old[j];
+        put_delta(&e, t, m, sp_dclass(t, top, x), x, s->val[j]);
     }
     return rc_enc_finish(&e);
 }
 
+/* Scans the chunk piece by piece, hashing each piece of the target while it
+ * is in cache (block digests into bh). */
+static int scan_and_hash(const sp_dtype *t, uint32_t top, const uint8_t *a, const sp_src *b, size_t n, sp_coder *c,
+                         size_t *k, uint8_t (*bh)[16])
+{
+    sp_scan_state st = {{0}, 0};
+    XXH3_state_t hs;
+    XXH3_128bits_reset(&hs);
+    uint64_t in_block = 0;
+    for (size_t lo = 0; lo < n; lo += SP_SCAN_PIECE) {
+        size_t hi = n - lo < SP_SCAN_PIECE ? n : lo + SP_SCAN_PIECE;
+        const uint8_t *piece;
+        if (b->f32_to_bf16) {
+            ferry_f32_to_bf16_n(c->cast, (const float *)(const void *)(b->p + 4 * lo), hi - lo);
+            piece = (const uint8_t *)c->cast;
+        } else {
+            piece = b->p + lo * t->W / 8;
+        }
+        int rc = sp_scan_range(t, top, a, piece, lo, hi, &c->s, &st);
+        if (rc) return rc;
+        size_t bytes = (hi - lo) * t->W / 8;
+        XXH3_128bits_update(&hs, piece, bytes);
+        in_block += bytes;
+        if (in_block == FERRY_HASH_BLOCK || hi == n) {
+            ferry__hash_digest(&hs, *bh++);
+            XXH3_128bits_reset(&hs);
+            in_block = 0;
+        }
+    }
+    sp_scan_group(&c->s, st.k);
+    *k = st.k;
+    return FERRY_OK;
+}
+
 int sp_encode_chunk(const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t n, sp_coder *c, ferry_buf *out,
-                    uint64_t *changed)
+                    uint64_t *changed, uint8_t (*bh)[16])
 {
     uint32_t top = sp_choose_top(t, a, n);
     size_t k;
-    int rc = sp_scan(t, top, a, b, n, &c->s, &k);
+    int rc = scan_and_hash(t, top, a, b, n, c, &k, bh);
     if (rc) return rc;
     *changed = k;
     uint8_t head[2] = {SP_CODEC_EMPTY, (uint8_t)top};
@@ -70,6 +104,6 @@ int sp_encode_chunk(const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t
      * takes a second byte */
     if ((rc = ferry__buf_append(out, head, 2))) return rc;
     if (t->exp_mask > 0xFF && (rc = ferry__buf_append(out, &(uint8_t){(uint8_t)(top >> 8)}, 1))) return rc;
-    if (head[0] == SP_CODEC_RANS) return sp_rans_encode(t, top, a, b, &c->s, k, out);
-    return sp_adaptive_encode(t, top, a, b, &c->s, k, &c->m, out);
+    if (head[0] == SP_CODEC_RANS) return sp_rans_encode(t, top, &c->s, k, out);
+    return sp_adaptive_encode(t, top, &c->s, k, &c->m, out);
 }

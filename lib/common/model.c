@@ -1,5 +1,6 @@
 /* In-memory models: sorted named tensors, metadata, hashing. */
 #include "model.h"
+#include "parallel.h"
 
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -220,12 +221,15 @@ uint64_t ferry_model_nbytes(const ferry_model *m)
     return s;
 }
 
-/* Tensor hash: XXH3-128 of
+/* Tensor hash (docs/FORMAT.md, "Hashes"): XXH3-128 of
  *   u32 name_len, name, u8 dtype_len, dtype name, u32 ndim, u64 shape[ndim],
- *   data bytes
- * (integers little-endian).  See docs/FORMAT.md. */
+ *   u64 nbytes, then the XXH3-128 digest of each FERRY_HASH_BLOCK bytes of
+ *   data in order (the last block may be shorter)
+ * (integers little-endian).  Hashing blocks apart lets any number of
+ * threads hash one tensor, and lets the codec hash each chunk while it is
+ * still in cache. */
 void ferry__tensor_hash_begin(XXH3_state_t *st, const char *name, ferry_dtype dt, uint32_t ndim,
-                              const uint64_t *shape)
+                              const uint64_t *shape, uint64_t nbytes)
 {
     XXH3_128bits_reset(st);
     uint8_t tmp[8];
@@ -243,6 +247,8 @@ void ferry__tensor_hash_begin(XXH3_state_t *st, const char *name, ferry_dtype dt
         ferry__put64(tmp, shape[i]);
         XXH3_128bits_update(st, tmp, 8);
     }
+    ferry__put64(tmp, nbytes);
+    XXH3_128bits_update(st, tmp, 8);
 }
 
 void ferry__hash_digest(XXH3_state_t *st, uint8_t out[16])
@@ -250,12 +256,31 @@ void ferry__hash_digest(XXH3_state_t *st, uint8_t out[16])
     XXH128_canonicalFromHash((XXH128_canonical_t *)out, XXH3_128bits_digest(st));
 }
 
+void ferry__block_hash(const void *data, size_t n, uint8_t out[16])
+{
+    XXH128_canonicalFromHash((XXH128_canonical_t *)out, XXH3_128bits(data, n));
+}
+
+void ferry__tensor_hash_blocks(const char *name, ferry_dtype dt, uint32_t ndim, const uint64_t *shape, uint64_t nbytes,
+                               const uint8_t (*blocks)[16], uint8_t out[16])
+{
+    XXH3_state_t st;
+    ferry__tensor_hash_begin(&st, name, dt, ndim, shape, nbytes);
+    XXH3_128bits_update(&st, blocks, (size_t)ferry__hash_nblocks(nbytes) * 16);
+    ferry__hash_digest(&st, out);
+}
+
 void ferry__tensor_hash_parts(const char *name, ferry_dtype dt, uint32_t ndim, const uint64_t *shape,
                               const void *data, uint64_t nbytes, uint8_t out[16])
 {
     XXH3_state_t st;
-    ferry__tensor_hash_begin(&st, name, dt, ndim, shape);
-    XXH3_128bits_update(&st, data, (size_t)nbytes);
+    ferry__tensor_hash_begin(&st, name, dt, ndim, shape, nbytes);
+    for (uint64_t off = 0; off < nbytes; off += FERRY_HASH_BLOCK) {
+        uint8_t d[16];
+        uint64_t n = nbytes - off < FERRY_HASH_BLOCK ? nbytes - off : FERRY_HASH_BLOCK;
+        ferry__block_hash((const uint8_t *)data + off, (size_t)n, d);
+        XXH3_128bits_update(&st, d, 16);
+    }
     ferry__hash_digest(&st, out);
 }
 
@@ -309,8 +334,54 @@ int ferry_model_hash(const ferry_model *m, uint8_t out[16])
     if (!m || !out) return ferry__fail(FERRY_ERR_ARG, "ferry_model_hash: NULL argument");
     uint8_t (*th)[16] = ferry__malloc((m->n ? m->n : 1) * 16);
     if (!th) return FERRY_ERR_NOMEM;
-    for (size_t i = 0; i < m->n; i++) ferry_tensor_hash(&m->e[i]->t, th[i]);
-    int rc = ferry__model_hash_tensors(m, (const uint8_t (*)[16])th, out);
+    int rc = ferry__hash_tensors_mt(m, 1, th);
+    if (!rc) rc = ferry__model_hash_tensors(m, (const uint8_t (*)[16])th, out);
     free(th);
+    return rc;
+}
+
+/* Parallel tensor hashes: one job per block of every tensor. */
+typedef struct hash_mt {
+    const ferry_model *m;
+    uint64_t *first;      /* tensor i's blocks are jobs first[i] .. first[i+1]-1 */
+    uint8_t (*blocks)[16];
+} hash_mt;
+
+static int hash_block_job(void *ctx, size_t j, int w)
+{
+    (void)w;
+    hash_mt *h = ctx;
+    size_t lo = 0, hi = h->m->n; /* find the tensor of job j */
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (h->first[mid] <= j) lo = mid; else hi = mid;
+    }
+    const ferry_tensor *t = &h->m->e[lo]->t;
+    uint64_t off = (j - h->first[lo]) * FERRY_HASH_BLOCK, n = t->nbytes - off;
+    ferry__block_hash((const uint8_t *)t->data + off, (size_t)(n < FERRY_HASH_BLOCK ? n : FERRY_HASH_BLOCK), h->blocks[j]);
+    return FERRY_OK;
+}
+
+int ferry__hash_tensors_mt(const ferry_model *m, int threads, uint8_t (*th)[16])
+{
+    hash_mt h = {.m = m};
+    h.first = ferry__malloc((m->n + 1) * sizeof *h.first);
+    if (!h.first) return FERRY_ERR_NOMEM;
+    uint64_t nb = 0;
+    for (size_t i = 0; i < m->n; i++) {
+        h.first[i] = nb;
+        nb += ferry__hash_nblocks(m->e[i]->t.nbytes);
+    }
+    h.first[m->n] = nb;
+    int rc = FERRY_OK;
+    if (nb > SIZE_MAX / 16 || !(h.blocks = ferry__malloc((size_t)(nb + 1) * 16))) rc = FERRY_ERR_NOMEM;
+    if (!rc) rc = ferry__parallel(threads, (size_t)nb, hash_block_job, &h);
+    for (size_t i = 0; !rc && i < m->n; i++) {
+        const ferry_tensor *t = &m->e[i]->t;
+        ferry__tensor_hash_blocks(t->name, t->dtype, t->ndim, t->shape, t->nbytes,
+                                  (const uint8_t (*)[16])h.blocks + h.first[i], th[i]);
+    }
+    free(h.first);
+    free(h.blocks);
     return rc;
 }

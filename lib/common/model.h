@@ -30,6 +30,8 @@ bool ferry__tensor_size(ferry_dtype dt, uint32_t ndim, const uint64_t *shape,
 int ferry__model_add(ferry_model *m, const char *name, ferry_dtype dt, uint32_t ndim,
                      const uint64_t *shape, const void *data, uint64_t nbytes,
                      bool copy, bool writable);
+/* Every tensor's hash into th[] (m's order), on up to `threads` threads. */
+int ferry__hash_tensors_mt(const ferry_model *m, int threads, uint8_t (*th)[16]);
 /* Model hash from per-tensor hashes th[] (in m's tensor order) and m's
  * metadata. */
 int ferry__model_hash_tensors(const ferry_model *m, const uint8_t (*th)[16], uint8_t out[16]);
@@ -45,11 +47,17 @@ long ferry__model_lookup(const ferry_model *m, const char *name);
 /* Hash pieces (definitions in docs/FORMAT.md, "Hashes"). */
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
-/* Streaming tensor hash: begin with the description, then feed the data
- * bytes with XXH3_128bits_update, then ferry__hash_digest. */
+/* Tensor hashes are made of the digests of FERRY_HASH_BLOCK-byte blocks
+ * (docs/FORMAT.md, "Hashes"). */
+#define FERRY_HASH_BLOCK ((uint64_t)1 << 22)
+static inline uint64_t ferry__hash_nblocks(uint64_t nbytes) { return (nbytes + FERRY_HASH_BLOCK - 1) / FERRY_HASH_BLOCK; }
 void ferry__tensor_hash_begin(XXH3_state_t *st, const char *name, ferry_dtype dt, uint32_t ndim,
-                              const uint64_t *shape);
+                              const uint64_t *shape, uint64_t nbytes);
 void ferry__hash_digest(XXH3_state_t *st, uint8_t out[16]);
+void ferry__block_hash(const void *data, size_t n, uint8_t out[16]);
+/* The tensor hash from its block digests (ferry__hash_nblocks(nbytes) of them). */
+void ferry__tensor_hash_blocks(const char *name, ferry_dtype dt, uint32_t ndim, const uint64_t *shape, uint64_t nbytes,
+                               const uint8_t (*blocks)[16], uint8_t out[16]);
 void ferry__tensor_hash_parts(const char *name, ferry_dtype dt, uint32_t ndim, const uint64_t *shape,
                               const void *data, uint64_t nbytes, uint8_t out[16]);
 /* Model hash from per-tensor hashes in name order and metadata entries in

@@ -210,6 +210,134 @@ static void test_multi_chunk(void)
     ferry_model_free(b);
 }
 
+static void reseal(uint8_t *p, size_t n)
+{
+    XXH128_canonical_t sum;
+    XXH128_canonicalFromHash(&sum, XXH3_128bits(p, n - 16));
+    memcpy(p + n - 16, &sum, 16);
+}
+
+/* Chunks with many changes take the rANS coder: every word width, with
+ * deltas of every size, and the portable and vectorised kernels must
+ * write identical bytes. */
+static void test_rans_every_width(void)
+{
+    ferry_model *a, *b;
+    CHECK_OK(ferry_model_create(&a));
+    CHECK_OK(ferry_model_create(&b));
+    const ferry_dtype dts[] = {FERRY_BF16, FERRY_F16, FERRY_I16, FERRY_F32, FERRY_U32, FERRY_F64, FERRY_I64, FERRY_U8, FERRY_F8_E4M3};
+    for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "r.%s", ferry_dtype_name(dts[i]));
+        add_pair(a, b, name, dts[i], 150000, 0.4); /* ~60000 changes: rANS */
+    }
+    void *p1, *p2;
+    size_t n1, n2;
+    CHECK_OK(ferry_diff(a, b, NULL, &p1, &n1));
+    setenv("FERRY_NO_SIMD", "1", 1);
+    CHECK_OK(ferry_diff(a, b, NULL, &p2, &n2));
+    CHECK(n1 == n2 && memcmp(p1, p2, n1) == 0);
+    ferry_model *o1 = NULL, *o2 = NULL;
+    CHECK_OK(ferry_apply(a, p1, n1, &o1));
+    unsetenv("FERRY_NO_SIMD");
+    CHECK_OK(ferry_apply(a, p1, n1, &o2));
+    CHECK(o1 && o2 && same_model(o1, b) && same_model(o2, b));
+    round_trip(a, b, NULL);
+    /* damage behind a valid checksum reaches the rANS decoder: it must fail
+     * cleanly or, by chance, still produce exactly b */
+    uint8_t *q = malloc(n1);
+    for (int r = 0; r < 200; r++) {
+        memcpy(q, p1, n1);
+        size_t at = 64 + rnd() % (n1 - 80);
+        q[at] ^= (uint8_t)(1u << (rnd() % 8));
+        reseal(q, n1);
+        ferry_model *o3 = NULL;
+        if (ferry_apply(a, q, n1, &o3) == FERRY_OK) CHECK(same_model(o3, b));
+        else CHECK(o3 == NULL);
+        ferry_model_free(o3);
+    }
+    free(q);
+    ferry_model_free(o1);
+    ferry_model_free(o2);
+    ferry_free(p1);
+    ferry_free(p2);
+    ferry_model_free(a);
+    ferry_model_free(b);
+}
+
+/* Threads change nothing in the bytes; a vouched base hash skips hashing
+ * the base but still verifies the result. */
+static void test_threads_and_known_hash(void)
+{
+    ferry_model *a = open_step("rl-a", 3), *b = open_step("rl-a", 4);
+    if (!a || !b) { CHECK(0); return; }
+    void *p1, *p2;
+    size_t n1, n2;
+    uint8_t ha[16];
+    CHECK_OK(ferry_model_hash(a, ha));
+    ferry_diff_options o = {.threads = 3, .base_hash = ha};
+    CHECK_OK(ferry_diff(a, b, NULL, &p1, &n1));
+    CHECK_OK(ferry_diff(a, b, &o, &p2, &n2));
+    CHECK(n1 == n2 && memcmp(p1, p2, n1) == 0);
+    ferry_apply_options ao = {.threads = 2, .base_hash = ha};
+    ferry_model *out = NULL;
+    CHECK_OK(ferry_apply_ex(a, p1, n1, &ao, &out));
+    CHECK(out && same_model(out, b));
+    ferry_model_free(out);
+    out = NULL;
+    uint8_t wrong[16] = {1};
+    ao.base_hash = wrong;
+    CHECK_RC(ferry_apply_ex(a, p1, n1, &ao, &out), FERRY_ERR_BASE_MISMATCH);
+    ferry_free(p1);
+    ferry_free(p2);
+    ferry_model_free(a);
+    ferry_model_free(b);
+}
+
+/* The FP32 gate: diffing masters with cast_bf16 is exactly diffing their
+ * BF16 cast (PyTorch's rounding). */
+static void test_fp32_gate(void)
+{
+    char path[512];
+    ferry_model *a = open_step("rl-a", 1), *m = NULL, *cast = NULL;
+    CHECK_OK(ferry_model_open(data_path(path, sizeof path, "rl-a/master-002.safetensors"), &m));
+    if (!a || !m) return;
+    CHECK_OK(ferry_model_create(&cast));
+    for (size_t i = 0; i < ferry_model_count(m); i++) {
+        const ferry_tensor *t = ferry_model_tensor(m, i);
+        uint16_t *bf = malloc(t->nelem * 2 + 1);
+        ferry_f32_to_bf16_n(bf, t->data, t->nelem);
+        CHECK_OK(ferry_model_add(cast, t->name, FERRY_BF16, t->ndim, t->shape, bf, t->nelem * 2, FERRY_ADD_COPY));
+        free(bf);
+    }
+    for (size_t i = 0; i < ferry_model_metadata_count(m); i++) {
+        const char *k, *v;
+        ferry_model_metadata(m, i, &k, &v);
+        ferry_model_set_metadata(cast, k, v);
+    }
+    void *p1, *p2;
+    size_t n1, n2;
+    ferry_diff_options o = {.cast_bf16 = 1, .threads = 2};
+    CHECK_OK(ferry_diff(a, m, &o, &p1, &n1));
+    CHECK_OK(ferry_diff(a, cast, NULL, &p2, &n2));
+    CHECK(n1 == n2 && memcmp(p1, p2, n1) == 0);
+    ferry_model *out = NULL, *step2 = open_step("rl-a", 2);
+    CHECK_OK(ferry_apply(a, p1, n1, &out));
+    CHECK(out && step2 && same_model(out, cast));
+    /* the cast masters are the published step, bit for bit (tensors) */
+    for (size_t i = 0; out && step2 && i < ferry_model_count(out); i++) {
+        const ferry_tensor *x = ferry_model_tensor(out, i), *y = ferry_model_find(step2, x->name);
+        CHECK(y && x->nbytes == y->nbytes && memcmp(x->data, y->data, x->nbytes) == 0);
+    }
+    ferry_model_free(out);
+    ferry_model_free(step2);
+    ferry_free(p1);
+    ferry_free(p2);
+    ferry_model_free(a);
+    ferry_model_free(m);
+    ferry_model_free(cast);
+}
+
 static void make_pair(ferry_model **a, ferry_model **b, void **p, size_t *n)
 {
     CHECK_OK(ferry_model_create(a));
@@ -237,12 +365,6 @@ static void test_wrong_base(void)
     ferry_free(p);
 }
 
-static void reseal(uint8_t *p, size_t n)
-{
-    XXH128_canonical_t sum;
-    XXH128_canonicalFromHash(&sum, XXH3_128bits(p, n - 16));
-    memcpy(p + n - 16, &sum, 16);
-}
 
 static void test_damaged_patches(void)
 {
@@ -333,6 +455,9 @@ int main(void)
     RUN(test_special_bf16_values);
     RUN(test_structure_changes);
     RUN(test_multi_chunk);
+    RUN(test_rans_every_width);
+    RUN(test_threads_and_known_hash);
+    RUN(test_fp32_gate);
     RUN(test_wrong_base);
     RUN(test_damaged_patches);
     RUN(test_inplace_refuses_structure);
