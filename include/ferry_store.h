@@ -185,7 +185,9 @@ FERRY_API int ferry_store_key_check(const char *key);
  * directory; missing directories are created.  s3: one PUT up to
  * part_size, else a multipart upload (aborted on failure).
  * Returns FERRY_ERR_STORE_KEY, _READONLY, _AUTH, _TIMEOUT, _HTTP, _NET,
- * _CANCELED, FERRY_ERR_IO (file) or FERRY_ERR_NOMEM. */
+ * _CANCELED, _CORRUPT (a malformed answer), FERRY_ERR_IO (file) or
+ * FERRY_ERR_NOMEM.  Every call below can also fail with the network errors
+ * (_AUTH, _TIMEOUT, _HTTP, _NET, _CORRUPT) where it talks to a server. */
 FERRY_API int ferry_store_put(ferry_store *s, const char *key, const void *data, size_t size,
                               char etag_out[FERRY_STORE_ETAG_MAX]);
 
@@ -238,8 +240,8 @@ typedef struct ferry_store_listing {
 /* Lists the objects whose keys start with prefix ("" = all; a plain string
  * prefix, not a directory: "v1" matches "v1/a" and "v10").  S3 listings are
  * fetched page by page (ListObjectsV2 with continuation tokens); each page
- * is checked (well-formed XML, numeric sizes, keys increasing across pages,
- * under the prefix).  Objects whose names are not valid keys (for instance
+ * is checked (well-formed XML, numeric sizes, keys under the prefix, no key
+ * twice, no continuation token repeated).  Objects whose names are not valid keys (for instance
  * "folder/" markers made by consoles) are skipped; the file backend skips
  * its own temporary and lock files and does not follow symbolic links.
  * *out is released with ferry_store_listing_free.
