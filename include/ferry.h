@@ -249,6 +249,15 @@ FERRY_API int ferry_apply(const ferry_model *base, const void *patch, size_t siz
 FERRY_API int ferry_apply_ex(const ferry_model *base, const void *patch, size_t size,
                              const ferry_apply_options *opts, ferry_model **out);
 
+/* Applies a patch to base and writes the result to path as one .safetensors
+ * file (as ferry_model_save would), streaming: memory stays bounded (a few
+ * MiB per thread) whatever the model's size.  The file is written aside
+ * (path.tmp.PID), every tensor and the model are verified against the
+ * patch's target hashes, and only then is it renamed over path; on any
+ * failure nothing is left behind and an existing file at path is kept. */
+FERRY_API int ferry_apply_file(const ferry_model *base, const void *patch, size_t size,
+                               const ferry_apply_options *opts, const char *path);
+
 /* Applies a patch into base's own writable memory (same names, dtypes and
  * shapes before and after, no metadata change; else FERRY_ERR_SHAPE_MISMATCH).
  * Decodes and verifies the whole result first (per-tensor and model hashes),

@@ -8,6 +8,7 @@
 #include "parallel.h"
 #include "patch.h"
 #include "sparse.h"
+#include "apply_sink.h"
 
 typedef struct chunk_ref {
     size_t entry;
@@ -25,7 +26,7 @@ typedef struct dec {
     uint8_t (*th)[16];       /* result tensor hashes, per entry */
     uint8_t (**blocks)[16];  /* result block digests, per SPARSE entry */
     bool vouched;            /* base hash given by the caller: bh unknown */
-    uint8_t **out;           /* result buffers, per entry (ferry_apply) */
+    size_t *li;              /* entry -> index among the result's tensors */
     chunk_ref *ch;
     size_t nch;
     size_t *ent_first;       /* entry -> first chunk */
@@ -205,12 +206,11 @@ static void end(dec *d)
 {
     for (int w = 0; d->coder && w < d->threads; w++) sp_coder_release(&d->coder[w]);
     for (int w = 0; d->tmp && w < d->threads; w++) free(d->tmp[w]);
-    for (size_t j = 0; d->out && j < d->t.n; j++) free(d->out[j]);
     free(d->tmp);
-    free(d->out);
     free(d->bh);
     free(d->bi);
     free(d->th);
+    free(d->li);
     for (size_t j = 0; d->blocks && j < d->t.n; j++) free(d->blocks[j]);
     free(d->blocks);
     free(d->ch);
@@ -234,58 +234,210 @@ static int check_target(const dec *d)
     return FERRY_OK;
 }
 
-/* ---- ferry_apply: into new buffers ---- */
+/* ---- ferry_apply: into a sink (new buffers, or a file) ---- */
 
-/* Jobs: every chunk (copy the base words, then the changes), then every
- * other non-removed entry (copy or decompress). */
-static int build_job(void *ctx, size_t j, int w)
+/* Emits a SPARSE chunk's result through the sink piece by piece, hashing
+ * each piece while it is in cache. */
+static int sparse_out(dec *d, const chunk_ref *c, int w, size_t k, const ferry__sink *sk)
 {
-    dec *d = ctx;
-    if (j < d->nch) {
-        const chunk_ref *c = &d->ch[j];
-        unsigned W = sp_dtype_of(d->t.e[c->entry].dtype).W;
-        size_t k;
-        int rc = decode_chunk(d, c, w, &k);
-        if (!rc)
-            result_pieces((const uint8_t *)base_of(d, c->entry)->data + c->lo * W / 8, d->out[c->entry] + c->lo * W / 8,
-                          NULL, W, (size_t)c->n, &d->coder[w].s, k, d->blocks[c->entry] + c->lo * W / 8 / FERRY_HASH_BLOCK);
-        return rc;
+    const patch_entry *e = &d->t.e[c->entry];
+    unsigned W = sp_dtype_of(e->dtype).W;
+    const sp_scratch *s = &d->coder[w].s;
+    const uint8_t *base = (const uint8_t *)base_of(d, c->entry)->data + c->lo * W / 8;
+    uint8_t (*bh)[16] = d->blocks[c->entry] + c->lo * W / 8 / FERRY_HASH_BLOCK;
+    XXH3_state_t hs;
+    XXH3_128bits_reset(&hs);
+    uint64_t in_block = 0;
+    size_t j = 0;
+    for (size_t lo = 0; lo < c->n; lo += SP_SCAN_PIECE) {
+        size_t hi = c->n - lo < SP_SCAN_PIECE ? (size_t)c->n : lo + SP_SCAN_PIECE, bytes = (hi - lo) * W / 8;
+        uint64_t off = (c->lo + lo) * W / 8;
+        uint8_t *p = sk->piece(sk->ctx, d->li[c->entry], off, bytes, w);
+        memcpy(p, base + lo * W / 8, bytes);
+        for (; j < k && s->pos[j] < hi; j++) sp_store(p, s->pos[j] - lo, W, s->val[j]);
+        XXH3_128bits_update(&hs, p, bytes);
+        int rc = sk->done(sk->ctx, d->li[c->entry], off, bytes, w);
+        if (rc) return rc;
+        in_block += bytes;
+        if (in_block == FERRY_HASH_BLOCK || hi == c->n) {
+            ferry__hash_digest(&hs, *bh++);
+            XXH3_128bits_reset(&hs);
+            in_block = 0;
+        }
     }
-    size_t e_ix = j - d->nch;
-    const patch_entry *e = &d->t.e[e_ix];
-    if (e->kind == PK_SAME) memcpy(d->out[e_ix], base_of(d, e_ix)->data, (size_t)e->nbytes);
-    if (e->kind != PK_WHOLE) return FERRY_OK;
-    const uint8_t *src = d->patch + e->payload_off;
-    if (e->codec == WHOLE_RAW) {
-        if (e->payload_size != e->nbytes)
-            return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "tensor '%s': raw payload of %llu bytes for %llu", e->name,
-                               (unsigned long long)e->payload_size, (unsigned long long)e->nbytes);
-        memcpy(d->out[e_ix], src, (size_t)e->nbytes);
-        return FERRY_OK;
-    }
-    unsigned long long want = ZSTD_getFrameContentSize(src, (size_t)e->payload_size);
-    size_t got = want == e->nbytes ? ZSTD_decompress(d->out[e_ix], (size_t)e->nbytes, src, (size_t)e->payload_size) : 0;
-    if (want != e->nbytes || ZSTD_isError(got) || got != e->nbytes)
-        return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "tensor '%s': zstd payload does not decode to %llu bytes", e->name,
-                           (unsigned long long)e->nbytes);
     return FERRY_OK;
 }
 
-static int result_hash_job(void *ctx, size_t j, int w)
+/* Copies an unchanged tensor through the sink, a hash block at a time. */
+static int same_out(dec *d, size_t j, int w, const ferry__sink *sk)
+{
+    const patch_entry *e = &d->t.e[j];
+    const uint8_t *src = base_of(d, j)->data;
+    for (uint64_t off = 0; off < e->nbytes; off += FERRY_HASH_BLOCK) {
+        size_t n = (size_t)(e->nbytes - off < FERRY_HASH_BLOCK ? e->nbytes - off : FERRY_HASH_BLOCK);
+        memcpy(sk->piece(sk->ctx, d->li[j], off, n, w), src + off, n);
+        int rc = sk->done(sk->ctx, d->li[j], off, n, w);
+        if (rc) return rc;
+    }
+    return check_same(d, j);
+}
+
+/* A WHOLE tensor through the sink, a hash block at a time: raw bytes, or
+ * a streaming zstd decompression that must end exactly at the tensor's
+ * size (never more memory than a block, whatever the frame claims). */
+static int whole_out(dec *d, size_t j, int w, const ferry__sink *sk)
+{
+    const patch_entry *e = &d->t.e[j];
+    const uint8_t *src = d->patch + e->payload_off;
+    if (e->codec == WHOLE_RAW && e->payload_size != e->nbytes)
+        return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "tensor '%s': raw payload of %llu bytes for %llu", e->name,
+                           (unsigned long long)e->payload_size, (unsigned long long)e->nbytes);
+    ZSTD_DStream *zs = NULL;
+    if (e->codec == WHOLE_ZSTD && !(zs = ZSTD_createDStream())) return ferry__fail(FERRY_ERR_NOMEM, "zstd stream");
+    ZSTD_inBuffer in = {src, (size_t)e->payload_size, 0};
+    XXH3_state_t st;
+    ferry__tensor_hash_begin(&st, e->name, e->dtype, e->ndim, e->shape, e->nbytes);
+    int rc = FERRY_OK;
+    size_t ret = 1;
+    for (uint64_t off = 0; !rc && off < e->nbytes; off += FERRY_HASH_BLOCK) {
+        size_t n = (size_t)(e->nbytes - off < FERRY_HASH_BLOCK ? e->nbytes - off : FERRY_HASH_BLOCK);
+        uint8_t *p = sk->piece(sk->ctx, d->li[j], off, n, w);
+        if (!zs) memcpy(p, src + off, n);
+        else {
+            ZSTD_outBuffer o = {p, n, 0};
+            while (o.pos < n && !ZSTD_isError(ret) && ret != 0) {
+                size_t before = o.pos + in.pos;
+                ret = ZSTD_decompressStream(zs, &o, &in);
+                if (o.pos + in.pos == before) break; /* no progress: input ended */
+            }
+            if (ZSTD_isError(ret) || o.pos != n) rc = FERRY_ERR_PATCH_CORRUPT;
+        }
+        if (!rc) {
+            uint8_t dg[16];
+            ferry__block_hash(p, n, dg);
+            XXH3_128bits_update(&st, dg, 16);
+            rc = sk->done(sk->ctx, d->li[j], off, n, w);
+        }
+    }
+    if (!rc && zs) { /* the frame must end exactly here */
+        uint8_t extra;
+        ZSTD_outBuffer o = {&extra, 1, 0};
+        if (ret != 0) ret = ZSTD_decompressStream(zs, &o, &in);
+        if (ZSTD_isError(ret) || ret != 0 || o.pos || in.pos != in.size) rc = FERRY_ERR_PATCH_CORRUPT;
+    }
+    ZSTD_freeDStream(zs);
+    if (rc == FERRY_ERR_PATCH_CORRUPT)
+        return ferry__fail(rc, "tensor '%s': zstd payload does not decode to exactly %llu bytes", e->name,
+                           (unsigned long long)e->nbytes);
+    if (rc) return rc;
+    ferry__hash_digest(&st, d->th[j]);
+    if (memcmp(d->th[j], e->hash, 16))
+        return ferry__context(mismatch(FERRY_ERR_TARGET_MISMATCH, "result tensor", d->th[j], e->hash), "tensor '%s'", e->name);
+    return FERRY_OK;
+}
+
+typedef struct build_ctx {
+    dec *d;
+    const ferry__sink *sk;
+} build_ctx;
+
+/* Jobs: every chunk, then every other non-removed entry. */
+static int build_job(void *ctx, size_t j, int w)
+{
+    build_ctx *b = ctx;
+    dec *d = b->d;
+    if (j < d->nch) {
+        size_t k;
+        int rc = decode_chunk(d, &d->ch[j], w, &k);
+        return rc ? rc : sparse_out(d, &d->ch[j], w, k, b->sk);
+    }
+    j -= d->nch;
+    switch (d->t.e[j].kind) {
+    case PK_SAME: return same_out(d, j, w, b->sk);
+    case PK_WHOLE: return whole_out(d, j, w, b->sk);
+    default: return FERRY_OK;
+    }
+}
+
+static int sparse_hash_job(void *ctx, size_t j, int w)
 {
     (void)w;
     dec *d = ctx;
-    const patch_entry *e = &d->t.e[j];
-    switch (e->kind) {
-    case PK_SAME: return check_same(d, j);
-    case PK_SPARSE: return check_sparse(d, j);
-    case PK_WHOLE:
-        ferry__tensor_hash_parts(e->name, e->dtype, e->ndim, e->shape, d->out[j], e->nbytes, d->th[j]);
-        if (memcmp(d->th[j], e->hash, 16))
-            return ferry__context(mismatch(FERRY_ERR_TARGET_MISMATCH, "result tensor", d->th[j], e->hash), "tensor '%s'", e->name);
-        return FERRY_OK;
-    default: return FERRY_OK;
+    return d->t.e[j].kind == PK_SPARSE ? check_sparse(d, j) : FERRY_OK;
+}
+
+/* The target's layout (tensors without data, and metadata), for sinks
+ * that must know it up front (a file header). */
+static int target_layout(dec *d, ferry_model **out)
+{
+    ferry_model *m;
+    if (!(d->li = ferry__calloc(d->t.n + 1, sizeof *d->li))) return FERRY_ERR_NOMEM;
+    for (size_t j = 0, i = 0; j < d->t.n; j++)
+        if (d->t.e[j].kind != PK_REMOVED) d->li[j] = i++;
+    int rc = ferry_model_create(&m);
+    for (size_t i = 0; !rc && i < d->t.nmeta; i++) rc = ferry_model_set_metadata(m, d->t.meta_key[i], d->t.meta_val[i]);
+    for (size_t j = 0; !rc && j < d->t.n; j++) {
+        const patch_entry *e = &d->t.e[j];
+        if (e->kind != PK_REMOVED) rc = ferry__model_add_layout(m, e->name, e->dtype, e->ndim, e->shape, e->nbytes);
     }
+    if (rc) ferry_model_free(m);
+    else *out = m;
+    return rc;
+}
+
+int ferry__apply_to(const ferry_model *base, const void *patch, size_t size, const ferry_apply_options *opts,
+                    const ferry__sink *sk)
+{
+    dec d;
+    ferry_model *layout = NULL;
+    int rc = begin(&d, base, patch, size, opts);
+    if (!rc) rc = target_layout(&d, &layout);
+    if (!rc) rc = sk->begin(sk->ctx, layout, d.threads);
+    build_ctx b = {&d, sk};
+    if (!rc) rc = ferry__parallel(d.threads, d.nch + d.t.n, build_job, &b);
+    if (!rc) rc = ferry__parallel(d.threads, d.t.n, sparse_hash_job, &d);
+    if (!rc) rc = check_target(&d);
+    ferry_model_free(layout);
+    end(&d);
+    return rc;
+}
+
+/* The memory sink: one new buffer per result tensor, handed to a model. */
+typedef struct mem_sink {
+    ferry_model *m; /* the layout, whose tensors get owned buffers */
+    uint8_t **buf;
+} mem_sink;
+
+static int mem_begin(void *ctx, const ferry_model *layout, int threads)
+{
+    (void)threads;
+    mem_sink *ms = ctx;
+    size_t n = ferry_model_count(layout);
+    if (!(ms->buf = ferry__calloc(n + 1, sizeof *ms->buf))) return FERRY_ERR_NOMEM;
+    int rc = ferry_model_create(&ms->m);
+    for (size_t i = 0; !rc && i < ferry_model_metadata_count(layout); i++) {
+        const char *k, *v;
+        ferry_model_metadata(layout, i, &k, &v);
+        rc = ferry_model_set_metadata(ms->m, k, v);
+    }
+    for (size_t i = 0; !rc && i < n; i++) {
+        const ferry_tensor *t = ferry_model_tensor(layout, i);
+        if (!(ms->buf[i] = ferry__malloc((size_t)t->nbytes))) return FERRY_ERR_NOMEM;
+        rc = ferry__model_add_owned(ms->m, t->name, t->dtype, t->ndim, t->shape, ms->buf[i], t->nbytes);
+    }
+    return rc;
+}
+
+static uint8_t *mem_piece(void *ctx, size_t i, uint64_t off, size_t len, int w)
+{
+    (void)len, (void)w;
+    return ((mem_sink *)ctx)->buf[i] + off;
+}
+
+static int mem_done(void *ctx, size_t i, uint64_t off, size_t len, int w)
+{
+    (void)ctx, (void)i, (void)off, (void)len, (void)w;
+    return FERRY_OK;
 }
 
 int ferry_apply_ex(const ferry_model *base, const void *patch, size_t size, const ferry_apply_options *opts,
@@ -293,29 +445,15 @@ int ferry_apply_ex(const ferry_model *base, const void *patch, size_t size, cons
 {
     if (!base || !patch || !out) return ferry__fail(FERRY_ERR_ARG, "ferry_apply: NULL argument");
     *out = NULL;
-    dec d;
-    ferry_model *m = NULL;
-    int rc = begin(&d, base, patch, size, opts);
-    if (!rc && !(d.out = ferry__calloc(d.t.n + 1, sizeof *d.out))) rc = FERRY_ERR_NOMEM;
-    for (size_t j = 0; !rc && j < d.t.n; j++)
-        if (d.t.e[j].kind != PK_REMOVED && !(d.out[j] = ferry__malloc((size_t)d.t.e[j].nbytes))) rc = FERRY_ERR_NOMEM;
-    if (!rc) rc = ferry__parallel(d.threads, d.nch + d.t.n, build_job, &d);
-    if (!rc) rc = ferry__parallel(d.threads, d.t.n, result_hash_job, &d);
-    if (!rc) rc = check_target(&d);
-    if (!rc) rc = ferry_model_create(&m);
-    for (size_t i = 0; !rc && i < d.t.nmeta; i++) rc = ferry_model_set_metadata(m, d.t.meta_key[i], d.t.meta_val[i]);
-    for (size_t j = 0; !rc && j < d.t.n; j++) {
-        const patch_entry *e = &d.t.e[j];
-        if (e->kind == PK_REMOVED) continue;
-        rc = ferry__model_add_owned(m, e->name, e->dtype, e->ndim, e->shape, d.out[j], e->nbytes);
-        d.out[j] = NULL; /* owned by m now, or freed by the failed add */
-    }
-    end(&d);
+    mem_sink ms = {0};
+    ferry__sink sk = {&ms, mem_begin, mem_piece, mem_done};
+    int rc = ferry__apply_to(base, patch, size, opts, &sk);
+    free(ms.buf);
     if (rc) {
-        ferry_model_free(m);
+        ferry_model_free(ms.m);
         return rc;
     }
-    *out = m;
+    *out = ms.m;
     return FERRY_OK;
 }
 

@@ -67,6 +67,8 @@ static inline size_t ferry__rd_left(const ferry_rd *r) { return (size_t)(r->end 
  * fsync of the directory).  On failure nothing is left at path or aside. */
 int ferry__write_file_atomic(const char *path, const void *const *parts,
                              const size_t *sizes, size_t nparts);
+/* fsync of the directory holding path (makes a rename durable). */
+void ferry__fsync_dir_of(const char *path);
 /* Reads a whole file into a new buffer (bounded by max bytes). */
 int ferry__read_file(const char *path, size_t max, uint8_t **data, size_t *size);
 

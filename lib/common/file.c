@@ -25,7 +25,7 @@ static int write_all(int fd, const void *p, size_t n)
     return 0;
 }
 
-static void fsync_dir_of(const char *path)
+void ferry__fsync_dir_of(const char *path)
 {
     char *copy = strdup(path);
     if (!copy) return;
@@ -50,7 +50,7 @@ int ferry__write_file_atomic(const char *path, const void *const *parts, const s
     if (close(fd)) { fd = -1; goto fail; }
     fd = -1;
     if (rename(tmp, path)) goto fail;
-    fsync_dir_of(path);
+    ferry__fsync_dir_of(path);
     return FERRY_OK;
 fail:;
     int e = errno;

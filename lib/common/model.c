@@ -58,7 +58,7 @@ int ferry__model_add(ferry_model *m, const char *name, ferry_dtype dt, uint32_t 
                      const uint64_t *shape, const void *data, uint64_t nbytes,
                      bool copy, bool writable)
 {
-    if (!m || !name || (ndim && !shape) || (nbytes && !data))
+    if (!m || !name || (ndim && !shape) || (nbytes && !data && (copy || writable)))
         return ferry__fail(FERRY_ERR_ARG, "ferry_model_add: NULL argument");
     size_t len = strlen(name);
     if (len == 0 || len > FERRY_MAX_NAME)
@@ -127,6 +127,12 @@ int ferry__model_add_owned(ferry_model *m, const char *name, ferry_dtype dt, uin
     }
     m->e[ferry__model_lookup(m, name)]->owned = buf;
     return FERRY_OK;
+}
+
+int ferry__model_add_layout(ferry_model *m, const char *name, ferry_dtype dt, uint32_t ndim,
+                            const uint64_t *shape, uint64_t nbytes)
+{
+    return ferry__model_add(m, name, dt, ndim, shape, NULL, nbytes, false, false);
 }
 
 int ferry__model_add_mapping(ferry_model *m, void *addr, size_t len)

@@ -39,6 +39,10 @@ int ferry__model_hash_tensors(const ferry_model *m, const uint8_t (*th)[16], uin
  * the buffer is freed. */
 int ferry__model_add_owned(ferry_model *m, const char *name, ferry_dtype dt, uint32_t ndim,
                            const uint64_t *shape, void *buf, uint64_t nbytes);
+/* Adds a tensor's name, dtype and shape without data (data NULL): a layout
+ * for writing a file header before the data exists; never hashed or read. */
+int ferry__model_add_layout(ferry_model *m, const char *name, ferry_dtype dt, uint32_t ndim,
+                            const uint64_t *shape, uint64_t nbytes);
 int ferry__model_add_mapping(ferry_model *m, void *addr, size_t len);
 /* Index of name in the sorted array, or -(insertion point)-1. */
 long ferry__model_lookup(const ferry_model *m, const char *name);

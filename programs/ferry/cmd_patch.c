@@ -12,7 +12,7 @@ typedef struct args {
     const char *pos[3];
     int npos;
     const char *out;
-    bool json, quiet;
+    bool json, quiet, cast;
     long level, threads;
 } args;
 
@@ -28,6 +28,7 @@ static int parse(const char *cmd, int argc, char **argv, args *a, int want_pos, 
             a->out = argv[i];
         } else if (!strcmp(s, "--json")) a->json = true;
         else if (!strcmp(s, "-q") || !strcmp(s, "--quiet")) a->quiet = true;
+        else if (!strcmp(s, "--cast-bf16")) a->cast = true;
         else if (!strcmp(s, "--level") || !strcmp(s, "--threads")) {
             long *dst = s[2] == 'l' ? &a->level : &a->threads;
             if (++i == argc || !cli_parse_int(argv[i], s[2] == 'l' ? 1 : 0, s[2] == 'l' ? 19 : 256, dst))
@@ -43,15 +44,18 @@ static int parse(const char *cmd, int argc, char **argv, args *a, int want_pos, 
 
 static void diff_help(void)
 {
-    puts("usage: ferry diff OLD NEW -o PATCH [--level N] [--json] [-q]\n\n"
+    puts("usage: ferry diff OLD NEW -o PATCH [--cast-bf16] [--threads N] [--level N] [--json] [-q]\n\n"
          "Encodes the lossless patch that turns checkpoint OLD into NEW.  OLD and NEW\n"
          "are .safetensors files or directories of a sharded checkpoint\n"
          "(model.safetensors.index.json).  The patch carries both models' hashes,\n"
          "so 'ferry apply' refuses any other base and proves its result.\n\n"
-         "  -o PATCH     output file (written aside and renamed: never partial)\n"
-         "  --level N    zstd level for tensors carried whole, 1..19 (default 3)\n"
-         "  --json       print a JSON summary on stdout\n"
-         "  -q           print nothing on success");
+         "  -o PATCH      output file (written aside and renamed: never partial)\n"
+         "  --cast-bf16   NEW holds FP32 master weights: gate them against OLD as\n"
+         "                their BF16 cast (bit-identical to PyTorch's), on the fly\n"
+         "  --threads N   worker threads (default 1)\n"
+         "  --level N     zstd level for tensors carried whole, 1..19 (default 3)\n"
+         "  --json        print a JSON summary on stdout\n"
+         "  -q            print nothing on success");
 }
 
 int cmd_diff(int argc, char **argv)
@@ -65,12 +69,19 @@ int cmd_diff(int argc, char **argv)
     int rc, ret = 1;
     if ((rc = ferry_model_open(a.pos[0], &m0))) { cli_fail("diff", rc, a.pos[0]); goto out; }
     if ((rc = ferry_model_open(a.pos[1], &m1))) { cli_fail("diff", rc, a.pos[1]); goto out; }
-    ferry_diff_options o = {.level = (int)a.level, .threads = (int)a.threads};
+    ferry_diff_options o = {.level = (int)a.level, .threads = (int)a.threads, .cast_bf16 = a.cast};
     double t0 = cli_now();
     if ((rc = ferry_diff(m0, m1, &o, &patch, &size))) { cli_fail("diff", rc, "encoding"); goto out; }
     double ms = (cli_now() - t0) * 1e3;
     if ((rc = ferry_file_write(a.out, patch, size))) { cli_fail("diff", rc, a.out); goto out; }
-    uint64_t full = ferry_model_nbytes(m1);
+    ferry_patch_info *pi = NULL;
+    uint64_t full = 0; /* the target's bytes (BF16 when cast) */
+    if (!ferry_patch_inspect(patch, size, &pi))
+        for (size_t i = 0; i < ferry_patch_info_count(pi); i++) {
+            const ferry_patch_tensor_info *t = ferry_patch_info_tensor(pi, i);
+            if (t->kind != FERRY_PT_REMOVED) full += t->nelem * ferry_dtype_bits(t->dtype) / 8;
+        }
+    ferry_patch_info_free(pi);
     if (a.json)
         printf("{\"patch\": \"%s\", \"patch_bytes\": %zu, \"target_bytes\": %llu, \"ratio\": %.6f, \"encode_ms\": %.3f}\n",
                a.out, size, (unsigned long long)full, full ? (double)size / (double)full : 0.0, ms);
@@ -87,12 +98,14 @@ out:
 
 static void apply_help(void)
 {
-    puts("usage: ferry apply BASE PATCH -o OUT [--json] [-q]\n\n"
+    puts("usage: ferry apply BASE PATCH -o OUT [--threads N] [--json] [-q]\n\n"
          "Applies PATCH to checkpoint BASE and writes the result to OUT as one\n"
          ".safetensors file holding exactly the target's tensors (names, dtypes,\n"
          "shapes, bits) and __metadata__.  Refuses a BASE whose hash is not the\n"
-         "patch's base hash; verifies every tensor and the whole model against the\n"
-         "target hashes before writing; OUT is written aside and renamed.");
+         "patch's base hash; streams the result into OUT.tmp.PID with bounded\n"
+         "memory, verifies every tensor and the whole model against the target\n"
+         "hashes, and only then renames it to OUT.\n\n"
+         "  --threads N   worker threads (default 1)");
 }
 
 int cmd_apply(int argc, char **argv)
@@ -100,23 +113,22 @@ int cmd_apply(int argc, char **argv)
     args a;
     int st = parse("apply", argc, argv, &a, 2, true, apply_help);
     if (st >= 0) return st;
-    ferry_model *base = NULL, *out = NULL;
+    ferry_model *base = NULL;
     void *patch = NULL;
     size_t size = 0;
     int rc, ret = 1;
     if ((rc = ferry_model_open(a.pos[0], &base))) { cli_fail("apply", rc, a.pos[0]); goto done; }
     if ((rc = ferry_file_read(a.pos[1], PATCH_READ_MAX, &patch, &size))) { cli_fail("apply", rc, a.pos[1]); goto done; }
     double t0 = cli_now();
-    if ((rc = ferry_apply(base, patch, size, &out))) { cli_fail("apply", rc, a.pos[1]); goto done; }
+    ferry_apply_options o = {.threads = (int)a.threads};
+    if ((rc = ferry_apply_file(base, patch, size, &o, a.out))) { cli_fail("apply", rc, a.pos[1]); goto done; }
     double ms = (cli_now() - t0) * 1e3;
-    if ((rc = ferry_model_save(out, a.out))) { cli_fail("apply", rc, a.out); goto done; }
-    if (a.json) printf("{\"output\": \"%s\", \"tensors\": %zu, \"apply_ms\": %.3f, \"verified\": true}\n", a.out, ferry_model_count(out), ms);
-    else if (!a.quiet) printf("%s: %zu tensors, verified against the target hash, applied in %.1f ms\n", a.out, ferry_model_count(out), ms);
+    if (a.json) printf("{\"output\": \"%s\", \"apply_ms\": %.3f, \"verified\": true}\n", a.out, ms);
+    else if (!a.quiet) printf("%s: verified against the target hash, applied in %.1f ms\n", a.out, ms);
     ret = 0;
 done:
     ferry_free(patch);
     ferry_model_free(base);
-    ferry_model_free(out);
     return ret;
 }
 

@@ -2,6 +2,7 @@
  * structure changes, verified in-place apply, and rejection of wrong bases
  * and damaged patches. */
 #include <stdint.h>
+#include <unistd.h>
 #include "check.h"
 #include "model.h"
 #include "codec/patch.h"
@@ -338,6 +339,49 @@ static void test_fp32_gate(void)
     ferry_model_free(cast);
 }
 
+/* The streaming file apply: the file holds exactly b; a failure leaves
+ * nothing new behind and keeps what was at the path. */
+static void test_apply_file(void)
+{
+    ferry_model *a = open_step("rl-b", 1), *b = open_step("rl-b", 2), *got = NULL;
+    if (!a || !b) { CHECK(0); return; }
+    char dir[] = "/tmp/ferry-apply-XXXXXX", path[512];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/out.safetensors", dir);
+    void *p;
+    size_t n;
+    CHECK_OK(ferry_diff(a, b, NULL, &p, &n));
+    ferry_apply_options o = {.threads = 2};
+    CHECK_OK(ferry_apply_file(a, p, n, &o, path));
+    CHECK_OK(ferry_model_open(path, &got));
+    CHECK(got && same_model(got, b));
+    ferry_model_free(got);
+    /* wrong base: refused, the earlier file untouched, no temporary left */
+    CHECK_RC(ferry_apply_file(b, p, n, NULL, path), FERRY_ERR_BASE_MISMATCH);
+    got = NULL;
+    CHECK_OK(ferry_model_open(path, &got));
+    CHECK(got && same_model(got, b));
+    ferry_model_free(got);
+    /* a damaged payload behind a valid checksum: fails, nothing partial */
+    uint8_t *q = malloc(n);
+    memcpy(q, p, n);
+    q[n / 2] ^= 0x10;
+    reseal(q, n);
+    char path2[600];
+    snprintf(path2, sizeof path2, "%s/other.safetensors", dir);
+    int rc = ferry_apply_file(a, q, n, NULL, path2);
+    if (rc) CHECK(access(path2, F_OK) != 0);
+    free(q);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "ls %s | grep -c tmp > /dev/null", dir);
+    CHECK(system(cmd) != 0); /* no *.tmp.* file remains */
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+    ferry_free(p);
+    ferry_model_free(a);
+    ferry_model_free(b);
+}
+
 static void make_pair(ferry_model **a, ferry_model **b, void **p, size_t *n)
 {
     CHECK_OK(ferry_model_create(a));
@@ -458,6 +502,7 @@ int main(void)
     RUN(test_rans_every_width);
     RUN(test_threads_and_known_hash);
     RUN(test_fp32_gate);
+    RUN(test_apply_file);
     RUN(test_wrong_base);
     RUN(test_damaged_patches);
     RUN(test_inplace_refuses_structure);
