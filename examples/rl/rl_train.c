@@ -22,6 +22,20 @@
  *
  * Uses only ferry's public API plus the examples/rl module; a later
  * `ferry demo` puts a store between steps 1-2 and 3-4.
+ *
+ * Measured (2-core AMD EPYC VM shared with other jobs; mean reward per 20
+ * steps; `rl_train --steps 300 --json`, defaults: reverse 6 digits,
+ * 1,001,298 params, 16 prompts x 8 samples, lr 2e-4):
+ *     steps     0-19  20-39 40-59 60-79 80-99 100- 120- 140- 160- 180- 200- 220- 240- 260- 280-
+ *     seed 1    0.04  0.08  0.13  0.18  0.24  0.29 0.38 0.51 0.65 0.79 0.89 0.96 0.995 0.998 0.998
+ *     seed 2    0.05  0.10  0.15  0.17  0.21  0.26 0.32 0.44 0.55 0.71 0.85 0.97 0.99
+ *     lr 1e-4   0.04  0.06  0.08  0.11  0.13  0.15 0.18 0.22 0.25 0.28 0.32 0.38 0.45 0.52 0.61
+ * Chance is 1/32 per token.  BF16 words changed per step: ~40% while
+ * learning, falling to ~15% once most groups are solved (a group whose
+ * rewards are all equal has zero advantage, so Adam's moments decay);
+ * ferry patches 10-12% of a full BF16 checkpoint, 4.5% at the end (lr 1e-4:
+ * ~28%, 7.7%).  Speed: 0.27-0.30 CPU s per step including ferry_diff and
+ * apply (~3.3 steps/s on an idle core; 300 steps = 82-91 CPU s).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -299,17 +313,17 @@ int main(int argc, char **argv)
     size_t n = r.master.nparams;
     uint64_t full_bytes = (uint64_t)n * 2;
     if (!o.json)
-        printf("rl_train: task %s/%u digits, %zu params (vocab %u, window %u, embed %u, "
+        printf("rl_train: task %s/%u digits, %zu params (vocab %u, window %u, embed %u, %u heads, "
                "%u x %u hidden), %d prompts x %d samples/step, lr %g, seed %" PRIu64 ", sync %s\n",
                rl_task_name(o.task.kind), o.task.prompt_len, n, o.net.vocab, o.net.window,
-               o.net.embed, o.net.layers, o.net.hidden, o.prompts, o.group, (double)o.adam.lr,
+               o.net.embed, o.net.heads, o.net.layers, o.net.hidden, o.prompts, o.group, (double)o.adam.lr,
                o.seed, o.full_sync ? "full" : "patch");
     else
         printf("{\"event\":\"start\",\"task\":\"%s\",\"digits\":%u,\"params\":%zu,\"vocab\":%u,"
-               "\"window\":%u,\"embed\":%u,\"hidden\":%u,\"layers\":%u,\"prompts\":%d,"
-               "\"group\":%d,\"lr\":%g,\"seed\":%" PRIu64 ",\"sync\":\"%s\"}\n",
+               "\"window\":%u,\"embed\":%u,\"heads\":%u,\"hidden\":%u,\"layers\":%u,"
+               "\"prompts\":%d,\"group\":%d,\"lr\":%g,\"seed\":%" PRIu64 ",\"sync\":\"%s\"}\n",
                rl_task_name(o.task.kind), o.task.prompt_len, n, o.net.vocab, o.net.window,
-               o.net.embed, o.net.hidden, o.net.layers, o.prompts, o.group, (double)o.adam.lr,
+               o.net.embed, o.net.heads, o.net.hidden, o.net.layers, o.prompts, o.group, (double)o.adam.lr,
                o.seed, o.full_sync ? "full" : "patch");
     if (!o.json && !o.quiet)
         printf("%5s %7s %8s %11s %11s %7s %7s %7s %7s\n", "step", "reward", "changed%",
