@@ -21,3 +21,22 @@ fi
 # generic baselines, for every consecutive checkpoint pair.
 echo "== codec: $codec --json $out/codec.json  (FERRY_DATA=$FERRY_DATA)"
 "$codec" --json "$out/codec.json" | tee "$out/codec.txt"
+
+# Throughput and memory on a large synthetic run (issue: codec at memory
+# speed): adamw_sim writes >= 2 GB BF16 checkpoints whose change statistics
+# follow ../shared/data (see examples/adamw_sim.c), cached under
+# bench/data/ (ignored by git).  FERRY_BENCH_PARAMS picks the size (default
+# 1G params = 2.2 GB BF16 per step); FERRY_BENCH_SKIP_LARGE=1 skips it.
+tp="$BUILD/bench/throughput"
+if [ "${FERRY_BENCH_SKIP_LARGE:-0}" != 1 ]; then
+    params=${FERRY_BENCH_PARAMS:-1G}
+    syn="bench/data/synthetic-$params"
+    if [ ! -f "$syn/master-003.safetensors" ]; then
+        echo "== generating $syn (adamw_sim --params $params --steps 3 --masters; needs ~14 bytes/param of RAM)"
+        rm -rf "$syn" && mkdir -p "$syn"
+        "$BUILD/examples/adamw_sim" --out "$syn" --params "$params" --steps 3 --masters --quiet
+    fi
+    echo "== throughput: $tp $syn/step-002 $syn/step-003 --masters $syn/master-003 --json $out/throughput.json"
+    "$tp" "$syn/step-002.safetensors" "$syn/step-003.safetensors" --masters "$syn/master-003.safetensors" \
+        --json "$out/throughput.json" | tee "$out/throughput.txt"
+fi
