@@ -6,6 +6,9 @@
 #include "rng.h"
 #include "rollout.h"
 
+/* Rows (completions) sampled together. */
+#define ROLLOUT_CHUNK 1024
+
 int rl_task_fits(const rl_policy *p, const rl_task *t)
 {
     if (rl_task_check(t)) return FERRY_ERR_ARG;
@@ -49,8 +52,9 @@ int rl_rollout(const rl_policy *p, const rl_task *t, const rl_rollout_args *a, r
 
     size_t rows = (size_t)a->n_prompts * a->group, W = p->cfg.window, V = p->cfg.vocab;
     uint32_t K = t->prompt_len, T = t->completion_len;
-    uint8_t *ctx = malloc(rows * W);
-    uint32_t *len = malloc(rows * sizeof *len);
+    size_t crows = rows < ROLLOUT_CHUNK ? rows : ROLLOUT_CHUNK;
+    uint8_t *ctx = malloc(crows * W);
+    uint32_t *len = malloc(crows * sizeof *len);
     rl_rng *rng = malloc(rows * sizeof *rng);
     if (!ctx || !len || !rng) {
         rc = FERRY_ERR_NOMEM;
@@ -63,17 +67,22 @@ int rl_rollout(const rl_policy *p, const rl_task *t, const rl_rollout_args *a, r
             rng[(size_t)i * a->group + j] =
                 rl_rng_stream(a->seed, RL_RNG_SAMPLE, a->step, (uint64_t)a->first_prompt + i, j);
     }
-    /* All rows advance together, one token per forward pass.  (The whole
-     * context is recomputed each time: with a window of a dozen slots that
-     * is cheaper than caching anything.) */
-    for (uint32_t pos = 0; pos < T; pos++) {
-        for (size_t r = 0; r < rows; r++)
-            rl_policy_context(p, out->prompts + (r / a->group) * K, K,
-                              out->completions + r * T, pos, ctx + r * W, len + r);
-        if ((rc = rl_forward(p, ctx, len, rows, ws))) goto done;
-        for (size_t r = 0; r < rows; r++)
-            out->completions[r * T + pos] =
-                draw(ws->logits + r * V, (uint32_t)V, rl_rng_uniform(&rng[r]));
+    /* The rows of a chunk advance together, one token per forward pass.
+     * (The whole context is recomputed each time: with a window of a dozen
+     * slots that is cheaper than caching anything.)  Chunks bound the
+     * scratch memory; rows do not interact, so they change no result. */
+    for (size_t r0 = 0; r0 < rows; r0 += ROLLOUT_CHUNK) {
+        size_t rn = rows - r0 < ROLLOUT_CHUNK ? rows - r0 : ROLLOUT_CHUNK;
+        for (uint32_t pos = 0; pos < T; pos++) {
+            for (size_t r = r0; r < r0 + rn; r++)
+                rl_policy_context(p, out->prompts + (r / a->group) * K, K,
+                                  out->completions + r * T, pos, ctx + (r - r0) * W,
+                                  len + (r - r0));
+            if ((rc = rl_forward(p, ctx, len, rn, ws))) goto done;
+            for (size_t r = r0; r < r0 + rn; r++)
+                out->completions[r * T + pos] =
+                    draw(ws->logits + (r - r0) * V, (uint32_t)V, rl_rng_uniform(&rng[r]));
+        }
     }
     for (size_t r = 0; r < rows; r++)
         out->rewards[r] = rl_task_reward(t, out->prompts + (r / a->group) * K,

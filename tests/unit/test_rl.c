@@ -482,6 +482,17 @@ static void test_sampling_deterministic(void)
     CHECK_OK(rl_rollout(&p, &t, &d, &ws, &other));
     CHECK(memcmp(other.prompts, all.prompts, 6 * 6) != 0);
     CHECK(memcmp(other.completions, all.completions, 24 * 6) != 0);
+    /* More rows than one sampling chunk (1024): the same per-row streams. */
+    rl_batch big, last;
+    rl_rollout_args e = {.seed = 42, .step = 3, .first_prompt = 0, .n_prompts = 5, .group = 250};
+    CHECK_OK(rl_rollout(&p, &t, &e, &ws, &big));
+    e.first_prompt = 4;
+    e.n_prompts = 1;
+    CHECK_OK(rl_rollout(&p, &t, &e, &ws2, &last));
+    CHECK(!memcmp(last.completions, big.completions + 4 * 250 * 6, 250 * 6));
+    CHECK(!memcmp(last.rewards, big.rewards + 4 * 250, 250 * sizeof(float)));
+    rl_batch_release(&big);
+    rl_batch_release(&last);
     rl_batch_release(&all);
     rl_batch_release(&again);
     rl_batch_release(&part);
