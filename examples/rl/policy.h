@@ -127,7 +127,8 @@ int rl_policy_create(rl_policy *p, const rl_policy_config *cfg);
 void rl_policy_release(rl_policy *p);
 
 /* Initial weights from seed: embed ~ N(0,1), hidden weights ~ N(0, 1/fan_in),
- * head ~ N(0, 0.25/hidden) (a near-uniform initial policy), biases 0.
+ * head ~ N(0, 0.25/hidden) (a near-uniform initial policy), biases and
+ * mix.weight 0 (every head starts as the mean of the filled slots).
  * Tensor i draws from its own stream (seed, INIT, i). */
 void rl_policy_init_weights(rl_policy *p, uint64_t seed);
 
