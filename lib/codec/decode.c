@@ -27,6 +27,7 @@ typedef struct dec {
     uint8_t (**blocks)[16];  /* result block digests, per SPARSE entry */
     bool vouched;            /* base hash given by the caller: bh unknown */
     size_t *li;              /* entry -> index among the result's tensors */
+    uint8_t **whole;         /* in place: verified WHOLE tensors, per entry */
     chunk_ref *ch;
     size_t nch;
     size_t *ent_first;       /* entry -> first chunk */
@@ -194,6 +195,9 @@ static int begin(dec *d, const ferry_model *base, const void *patch, size_t size
     }
     if (memcmp(h, d->t.base_hash, 16)) return mismatch(FERRY_ERR_BASE_MISMATCH, "base model", h, d->t.base_hash);
     if ((rc = match_base(d))) return rc;
+    if (!(d->li = ferry__calloc(d->t.n + 1, sizeof *d->li))) return FERRY_ERR_NOMEM;
+    for (size_t j = 0, i = 0; j < d->t.n; j++)
+        if (d->t.e[j].kind != PK_REMOVED) d->li[j] = i++;
     if (!(d->blocks = ferry__calloc(d->t.n + 1, sizeof *d->blocks))) return FERRY_ERR_NOMEM;
     for (size_t j = 0; j < d->t.n; j++)
         if (d->t.e[j].kind == PK_SPARSE &&
@@ -211,6 +215,8 @@ static void end(dec *d)
     free(d->bi);
     free(d->th);
     free(d->li);
+    for (size_t j = 0; d->whole && j < d->t.n; j++) free(d->whole[j]);
+    free(d->whole);
     for (size_t j = 0; d->blocks && j < d->t.n; j++) free(d->blocks[j]);
     free(d->blocks);
     free(d->ch);
@@ -368,12 +374,9 @@ static int sparse_hash_job(void *ctx, size_t j, int w)
 
 /* The target's layout (tensors without data, and metadata), for sinks
  * that must know it up front (a file header). */
-static int target_layout(dec *d, ferry_model **out)
+static int target_layout(const dec *d, ferry_model **out)
 {
     ferry_model *m;
-    if (!(d->li = ferry__calloc(d->t.n + 1, sizeof *d->li))) return FERRY_ERR_NOMEM;
-    for (size_t j = 0, i = 0; j < d->t.n; j++)
-        if (d->t.e[j].kind != PK_REMOVED) d->li[j] = i++;
     int rc = ferry_model_create(&m);
     for (size_t i = 0; !rc && i < d->t.nmeta; i++) rc = ferry_model_set_metadata(m, d->t.meta_key[i], d->t.meta_val[i]);
     for (size_t j = 0; !rc && j < d->t.n; j++) {
@@ -480,11 +483,33 @@ static int verify_job(void *ctx, size_t j, int w)
     return rc;
 }
 
+/* In place, a WHOLE tensor is decoded (and verified) into a buffer of its
+ * own, copied over the base only once everything verified. */
+static uint8_t *whole_piece(void *ctx, size_t i, uint64_t off, size_t len, int w)
+{
+    (void)i, (void)len, (void)w;
+    return (uint8_t *)ctx + off;
+}
+
+static int whole_done(void *ctx, size_t i, uint64_t off, size_t len, int w)
+{
+    (void)ctx, (void)i, (void)off, (void)len, (void)w;
+    return FERRY_OK;
+}
+
 static int verify_entry_job(void *ctx, size_t j, int w)
 {
-    (void)w;
     dec *d = ctx;
-    return d->t.e[j].kind == PK_SAME ? check_same(d, j) : check_sparse(d, j);
+    switch (d->t.e[j].kind) {
+    case PK_SAME: return check_same(d, j);
+    case PK_SPARSE: return check_sparse(d, j);
+    case PK_WHOLE: {
+        if (!(d->whole[j] = ferry__malloc((size_t)d->t.e[j].nbytes))) return FERRY_ERR_NOMEM;
+        ferry__sink sk = {d->whole[j], NULL, whole_piece, whole_done};
+        return whole_out(d, j, w, &sk);
+    }
+    default: return FERRY_OK;
+    }
 }
 
 /* Pass 2: decoding is deterministic, so it reproduces what pass 1 hashed. */
@@ -503,9 +528,13 @@ static int check_inplace(const dec *d, ferry_model *base)
 {
     for (size_t j = 0; j < d->t.n; j++) {
         const patch_entry *e = &d->t.e[j];
-        if (e->kind == PK_WHOLE || e->kind == PK_REMOVED)
+        const ferry_tensor *b = d->bi[j] >= 0 ? base_of(d, j) : NULL;
+        /* a tensor carried whole because it changed densely keeps its
+         * place; one that is new, re-typed or re-shaped does not */
+        if (e->kind == PK_REMOVED || (e->kind == PK_WHOLE && (!b || b->dtype != e->dtype || b->ndim != e->ndim ||
+                                                              memcmp(b->shape, e->shape, e->ndim * sizeof *e->shape))))
             return ferry__fail(FERRY_ERR_SHAPE_MISMATCH, "tensor '%s' is added, removed or re-shaped: cannot apply in place", e->name);
-        if (e->kind == PK_SPARSE && !ferry_model_data_mut(base, (size_t)d->bi[j]))
+        if ((e->kind == PK_SPARSE || e->kind == PK_WHOLE) && !ferry_model_data_mut(base, (size_t)d->bi[j]))
             return ferry__fail(FERRY_ERR_ARG, "tensor '%s' is read-only (a mapped file): cannot apply in place", e->name);
     }
     if (d->t.nmeta != ferry_model_metadata_count(base)) return ferry__fail(FERRY_ERR_SHAPE_MISMATCH, "metadata changes: cannot apply in place");
@@ -524,11 +553,15 @@ int ferry_apply_inplace_ex(ferry_model *base, const void *patch, size_t size, co
     dec d;
     int rc = begin(&d, base, patch, size, opts);
     if (!rc) rc = check_inplace(&d, base);
-    if (!rc && !(d.tmp = ferry__calloc((size_t)d.threads, sizeof *d.tmp))) rc = FERRY_ERR_NOMEM;
+    if (!rc && (!(d.tmp = ferry__calloc((size_t)d.threads, sizeof *d.tmp)) ||
+                !(d.whole = ferry__calloc(d.t.n + 1, sizeof *d.whole))))
+        rc = FERRY_ERR_NOMEM;
     if (!rc) rc = ferry__parallel(d.threads, d.nch, verify_job, &d);
     if (!rc) rc = ferry__parallel(d.threads, d.t.n, verify_entry_job, &d);
     if (!rc) rc = check_target(&d);
     if (!rc) rc = ferry__parallel(d.threads, d.nch, write_job, &d);
+    for (size_t j = 0; !rc && j < d.t.n; j++)
+        if (d.whole[j]) memcpy(ferry_model_data_mut(base, (size_t)d.bi[j]), d.whole[j], (size_t)d.t.e[j].nbytes);
     end(&d);
     return rc;
 }

@@ -455,6 +455,36 @@ static void test_damaged_patches(void)
     ferry_free(p);
 }
 
+/* A tensor that changed densely travels whole but keeps its place:
+ * in-place apply takes it. */
+static void test_inplace_dense_tensor(void)
+{
+    ferry_model *a, *b;
+    CHECK_OK(ferry_model_create(&a));
+    CHECK_OK(ferry_model_create(&b));
+    add_pair(a, b, "sparse", FERRY_BF16, 4096, 0.02);
+    /* every word changes, to one value: whole + zstd beats sparse */
+    float x[256], y[256];
+    for (int i = 0; i < 256; i++) x[i] = (float)rnd() / 1e19f, y[i] = 0.5f;
+    uint64_t sh[1] = {256};
+    CHECK_OK(ferry_model_add(a, "dense", FERRY_F32, 1, sh, x, sizeof x, FERRY_ADD_COPY));
+    CHECK_OK(ferry_model_add(b, "dense", FERRY_F32, 1, sh, y, sizeof y, FERRY_ADD_COPY));
+    void *p;
+    size_t n;
+    CHECK_OK(ferry_diff(a, b, NULL, &p, &n));
+    ferry_patch_info *pi = NULL;
+    CHECK_OK(ferry_patch_inspect(p, n, &pi));
+    int whole = 0;
+    for (size_t i = 0; pi && i < ferry_patch_info_count(pi); i++) whole += ferry_patch_info_tensor(pi, i)->kind == FERRY_PT_WHOLE;
+    CHECK(whole == 1);
+    ferry_patch_info_free(pi);
+    CHECK_OK(ferry_apply_inplace(a, p, n));
+    CHECK(same_model(a, b));
+    ferry_free(p);
+    ferry_model_free(a);
+    ferry_model_free(b);
+}
+
 static void test_inplace_refuses_structure(void)
 {
     ferry_model *a, *b;
@@ -505,6 +535,7 @@ int main(void)
     RUN(test_apply_file);
     RUN(test_wrong_base);
     RUN(test_damaged_patches);
+    RUN(test_inplace_dense_tensor);
     RUN(test_inplace_refuses_structure);
     RUN(test_stats);
     return CHECK_SUMMARY();
