@@ -6,6 +6,8 @@
 #   make fuzz       libFuzzer targets (clang)
 #   make install PREFIX=/usr/local
 #   NO_NET=1        core only (common, codec, io): no libcurl needed
+#   NO_MPI=1        skip lib/loco's MPI part and its programs (automatic
+#                   when mpicc is not installed)
 CC      ?= cc
 PREFIX  ?= /usr/local
 SAN     ?=
@@ -54,7 +56,7 @@ EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
 # examples/rl: the reference RL workload — module objects (not part of
 # libferry) plus drivers examples/rl/rl_*.c, one program each.
 RL_DRV_SRC := $(wildcard examples/rl/rl_*.c)
-RL_SRC   := $(filter-out $(RL_DRV_SRC),$(wildcard examples/rl/*.c))
+RL_SRC   := $(filter-out $(RL_DRV_SRC) examples/rl/loco_%.c,$(wildcard examples/rl/*.c))
 RL_OBJ   := $(RL_SRC:%.c=$(BUILD)/%.o)
 RL_BIN   := $(RL_DRV_SRC:examples/rl/%.c=$(BUILD)/examples/%)
 BENCH_SRC := $(wildcard bench/*.c)
@@ -63,8 +65,29 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 STATIC := $(BUILD)/libferry.a
 SHARED := $(BUILD)/libferry.so
 
-.PHONY: all lib cli tests examples benches test bench fuzz install clean
-all: lib cli tests examples
+# lib/loco (include/ferry_loco.h): not in libferry.  Its MPI-free part
+# (gate, payload codec, outer step) builds with $(CC) and is what
+# tests/unit/test_loco_codec links; build/libferry_loco.a adds the MPI
+# exchange, compiled with mpicc (told to use $(CC)), and the MPI programs
+# (examples/rl/loco_*.c) link with mpicc.  Without mpicc, or with NO_MPI=1,
+# only the MPI-free part is built and the MPI tests skip.
+LOCO_CORE_SRC := $(filter-out lib/loco/exchange.c,$(wildcard lib/loco/*.c))
+LOCO_CORE_OBJ := $(LOCO_CORE_SRC:%.c=$(BUILD)/%.o)
+ifeq ($(NO_MPI),1)
+MPICC    :=
+else ifeq ($(origin MPICC),undefined)
+MPICC    := $(shell command -v mpicc 2>/dev/null)
+endif
+MPICC_CC := OMPI_CC="$(CC)" MPICH_CC="$(CC)" $(MPICC)
+LOCO_LIB := $(BUILD)/libferry_loco.a
+LOCO_BIN := $(patsubst examples/rl/%.c,$(BUILD)/examples/%,$(wildcard examples/rl/loco_*.c))
+ifneq ($(MPICC),)
+LOCO_ALL := $(LOCO_LIB) $(LOCO_BIN)
+endif
+
+.PHONY: all lib cli tests examples benches test bench fuzz install clean loco
+all: lib cli tests examples loco
+loco: $(LOCO_CORE_OBJ) $(LOCO_ALL)
 
 lib: $(STATIC) $(SHARED)
 cli: $(BUILD)/ferry
@@ -114,6 +137,21 @@ $(BUILD)/examples/rl_%: examples/rl/rl_%.c $(RL_OBJ) $(STATIC) $(wildcard exampl
 $(BUILD)/tests/test_rl: tests/unit/test_rl.c tests/unit/check.h $(RL_OBJ) $(STATIC) $(wildcard examples/rl/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests/unit -Iexamples/rl $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(RL_OBJ) $(STATIC) $(LDFLAGS) $(LIBS)
+
+$(BUILD)/lib/loco/exchange.o: lib/loco/exchange.c $(wildcard include/*.h lib/*/*.h)
+	@mkdir -p $(dir $@)
+	$(MPICC_CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(LOCO_LIB): $(LOCO_CORE_OBJ) $(BUILD)/lib/loco/exchange.o
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/tests/test_loco_codec: tests/unit/test_loco_codec.c tests/unit/check.h $(LOCO_CORE_OBJ) $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests/unit $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(LOCO_CORE_OBJ) $(STATIC) $(LDFLAGS) $(LIBS)
+
+$(BUILD)/examples/loco_%: examples/rl/loco_%.c $(RL_OBJ) $(LOCO_LIB) $(STATIC) $(wildcard examples/rl/*.h)
+	@mkdir -p $(dir $@)
+	$(MPICC_CC) $(CPPFLAGS) -Iexamples/rl $(CFLAGS) -o $@ $< $(RL_OBJ) $(LOCO_LIB) $(STATIC) $(LDFLAGS) $(LIBS)
 
 $(BUILD)/bench/%: bench/%.c $(wildcard bench/*.h) $(STATIC)
 	@mkdir -p $(dir $@)

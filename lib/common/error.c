@@ -53,6 +53,22 @@ const char *ferry_strerror(int code)
     case 69: return "store: corrupt or malformed answer";
     case 70: return "store: range past the end of the object";
     case 71: return "store: canceled";
+    /* loco (include/ferry_loco.h) */
+    case 120: return "loco: bad magic (not a loco payload)";
+    case 121: return "loco: unsupported payload version or kind";
+    case 122: return "loco: truncated payload";
+    case 123: return "loco: corrupt payload";
+    case 124: return "loco: payload checksum mismatch";
+    case 125: return "loco: index out of range";
+    case 126: return "loco: more entries than weights";
+    case 127: return "loco: non-finite value";
+    case 128: return "loco: payload for a model of another size";
+    case 129: return "loco: payload of another round or rank";
+    case 130: return "loco: trailing bytes after the payload";
+    case 131: return "loco: MPI call failed";
+    case 132: return "loco: ranks hold different weights";
+    case 133: return "loco: another rank failed";
+    case 134: return "loco: call not valid in this mode";
     default: return "unknown error";
     }
 }

@@ -1,0 +1,288 @@
+/*
+ * ferry_loco.h — trainer <-> trainer synchronisation: sparse pseudo-gradients
+ * with a BF16-visibility gate and FP32 error feedback (PULSELoCo), and the
+ * dense baselines DiLoCo and DDP, over MPI.
+ *
+ * THE ALGORITHM.  R trainers ("ranks") share global FP32 weights θ_g.  Each
+ * round, every rank starts from θ_g, takes H local optimizer steps of its
+ * own (the caller does them) and ends at θ_local.  Then:
+ *
+ *   δ = θ_g − θ_local                      pseudo-gradient (FP32, per rank)
+ *   s = e + δ                              e: this rank's residual (FP32)
+ *   gate_i  ⇔  bf16(θ_g,i − s_i) ≠ bf16(θ_g,i)
+ *   send (i, s_i) for gated i, e_i ← 0;   e_i ← s_i for the others
+ *
+ * i.e. a rank sends exactly the entries whose accumulated update would
+ * change the BF16 weights a rollout engine sees, and carries the rest,
+ * exactly, in the error-feedback residual e until they do.  bf16() is
+ * ferry_f32_to_bf16 (PyTorch's rounding), compared bit for bit.  Every rank
+ * decodes every payload, sums them in rank order 0..R-1 into a dense FP32
+ * buffer (a fixed order, so the sum is bit-identical on every rank),
+ * divides by R, and applies the outer optimizer to θ_g with that mean as
+ * its gradient:
+ *
+ *   b ← μ·b + g;   θ_g ← θ_g − η·(g + μ·b)   (Nesterov; η 0.7, μ 0.9 default)
+ *   θ_g ← θ_g − η·b                          (without Nesterov)
+ *
+ * (PyTorch's SGD with momentum, no dampening).  Every rank then hashes θ_g
+ * (XXH3-128 of the FP32 array), the hashes are gathered, and any
+ * disagreement fails the round on every rank with FERRY_ERR_LOCO_DIVERGED,
+ * naming the round and the ranks.  The caller resets its local weights to
+ * the new θ_g (ferry_loco_sync copies them into its buffer).
+ *
+ * Baselines in the same object: FERRY_LOCO_DILOCO sends δ dense (4 bytes
+ * per weight, no gate, no residual) through the same fixed-order mean and
+ * outer optimizer; FERRY_LOCO_DDP has no outer step: the caller averages
+ * its gradient every step with ferry_loco_mean (deterministic, dense) and
+ * checks agreement with ferry_loco_check.
+ *
+ * Why a deterministic mean rather than MPI_Allreduce: MPI_SUM on floats
+ * may combine partial sums in an order that depends on the algorithm the
+ * library picks (and on the rank), so ranks can end up with weights that
+ * differ in the last bit and drift apart.  Gathering the contributions and
+ * adding them in rank order costs R× the receive volume of a ring
+ * all-reduce but makes bit-identity a property of the code, not of the MPI
+ * build.
+ *
+ * BYTES.  "Bytes sent" is what a rank contributes per round: its payload
+ * (PULSELoCo), 4·n (DiLoCo) or 4·n per ferry_loco_mean call (DDP).  With a
+ * gather-based exchange each rank also receives the others' payloads; the
+ * ratio between modes is the same either way.
+ *
+ * PAYLOAD FORMAT (little-endian; one per rank per round):
+ *   off size
+ *     0    4  magic "FLOC"
+ *     4    1  format version, 1
+ *     5    1  kind, 1 = sparse FP32
+ *     6    2  reserved, 0
+ *     8    8  round
+ *    16    4  rank
+ *    20    4  reserved, 0
+ *    24    8  n: dense length (weights)
+ *    32    8  count: entries, <= n
+ *    40    8  raw_len: bytes of the body before compression
+ *    48    8  body_len: bytes of the body as stored (== payload size − 64)
+ *    56    8  checksum: XXH3-64 of bytes 0..55 followed by the stored body
+ *    64       body: one zstd frame of raw_len bytes (absent when count = 0):
+ *               count LEB128 varints, gap_k = idx_k − idx_{k−1} − 1
+ *               (idx_{−1} = −1; minimal encodings only), then the FP32
+ *               bit patterns of the count values as four byte planes
+ *               (every value's byte 3, then byte 2, byte 1, byte 0), which
+ *               lets zstd find the redundancy of signs and exponents.
+ * Indices are therefore strictly ascending; values are exact.
+ *
+ * Conventions: those of ferry.h (status codes, ferry_last_error(), free
+ * accepts NULL).  The payload decoder treats its input as hostile: every
+ * length is checked against the caller's n before any allocation (so memory
+ * is bounded by the model size, never by a declared field), the checksum is
+ * verified before decompression, and any inconsistency yields one of the
+ * codes below, never a crash.
+ *
+ * Building: the MPI-free part (gate, payload codec, outer step) is declared
+ * always; the MPI part needs <mpi.h> and is declared unless
+ * FERRY_LOCO_NO_MPI is defined before this header.  Link build/libferry_loco.a
+ * (built with mpicc) before build/libferry.a.
+ */
+#ifndef FERRY_LOCO_H
+#define FERRY_LOCO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry.h"
+
+#ifndef FERRY_LOCO_NO_MPI
+#include <mpi.h>
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================================
+ * Errors 120..139.  Stable: new codes are appended.
+ * ====================================================================== */
+enum {
+    FERRY_ERR_LOCO_MAGIC = 120,     /* not a loco payload */
+    FERRY_ERR_LOCO_VERSION = 121,   /* format version or kind this build cannot read */
+    FERRY_ERR_LOCO_TRUNCATED = 122, /* payload ends before its header or body */
+    FERRY_ERR_LOCO_CORRUPT = 123,   /* inconsistent lengths, bad zstd frame, bad or
+                                       non-minimal varint, reserved field not 0 */
+    FERRY_ERR_LOCO_CHECKSUM = 124,  /* the payload's XXH3-64 does not match */
+    FERRY_ERR_LOCO_INDEX = 125,     /* an index at or past n */
+    FERRY_ERR_LOCO_COUNT = 126,     /* more entries than weights */
+    FERRY_ERR_LOCO_VALUE = 127,     /* a non-finite value (sent or received) */
+    FERRY_ERR_LOCO_SIZE = 128,      /* payload for a model of another size */
+    FERRY_ERR_LOCO_ROUND = 129,     /* payload of another round or rank */
+    FERRY_ERR_LOCO_TRAILING = 130,  /* bytes after the body */
+    FERRY_ERR_LOCO_MPI = 131,       /* an MPI call failed */
+    FERRY_ERR_LOCO_DIVERGED = 132,  /* ranks hold different weights */
+    FERRY_ERR_LOCO_PEER = 133,      /* another rank failed this round */
+    FERRY_ERR_LOCO_MODE = 134,      /* call not valid in this mode */
+};
+
+#define FERRY_LOCO_HEADER_SIZE 64
+#define FERRY_LOCO_MAX_N ((uint64_t)1 << 40) /* weights per model */
+
+/* ======================================================================
+ * Sparse vectors (the gate's output and the decoder's).
+ * ====================================================================== */
+typedef struct ferry_loco_sparse {
+    uint64_t count; /* entries */
+    uint64_t *idx;  /* count strictly ascending indices */
+    float *val;     /* count exact FP32 values */
+    uint64_t cap;   /* allocated entries (grown by the library) */
+} ferry_loco_sparse;
+
+/* Frees the arrays and zeroes *s; s may be NULL or zeroed. */
+FERRY_API void ferry_loco_sparse_release(ferry_loco_sparse *s);
+
+/* ======================================================================
+ * The gate with error feedback (no MPI).
+ * ====================================================================== */
+
+/* For i in 0..n-1: s = residual[i] + (global[i] − local[i]) in FP32;
+ * entries with ferry_f32_to_bf16(global[i] − s) != ferry_f32_to_bf16(global[i])
+ * are appended to out (out->count is reset first) and their residual is set
+ * to 0; the others get residual[i] = s.  FERRY_ERR_LOCO_VALUE if a gated s
+ * is not finite (a diverged local run), FERRY_ERR_LIMIT if n >
+ * FERRY_LOCO_MAX_N, FERRY_ERR_NOMEM: on error residual is unchanged. */
+FERRY_API int ferry_loco_gate(const float *global, const float *local, float *residual,
+                              uint64_t n, ferry_loco_sparse *out);
+
+/* ======================================================================
+ * Payload codec (no MPI).
+ * ====================================================================== */
+typedef struct ferry_loco_header {
+    uint64_t round;
+    uint32_t rank;
+    uint64_t n;     /* dense length */
+    uint64_t count; /* entries */
+} ferry_loco_header;
+
+/* Encodes hdr and the entries of sp (sp->count must equal hdr->count;
+ * indices strictly ascending and < hdr->n; values finite) into a new
+ * buffer (*out, *size), released with ferry_free.  level: zstd level
+ * 1..19 (0 = 1).  FERRY_ERR_ARG for entries that break those rules. */
+FERRY_API int ferry_loco_encode(const ferry_loco_header *hdr, const ferry_loco_sparse *sp,
+                                int level, void **out, size_t *size);
+
+/* Reads only the 64-byte header (no checksum check): for routing.
+ * FERRY_ERR_LOCO_TRUNCATED / _MAGIC / _VERSION / _CORRUPT. */
+FERRY_API int ferry_loco_peek(const void *payload, size_t size, ferry_loco_header *hdr);
+
+/* Decodes a payload for a model of n weights into *out (grown as needed;
+ * reuse it across calls) and *hdr.  Validates in this order: header
+ * (MAGIC, VERSION, CORRUPT for reserved fields), n (SIZE), count (COUNT),
+ * lengths (TRUNCATED, TRAILING, CORRUPT), checksum (CHECKSUM), the zstd
+ * frame (CORRUPT), the gaps (CORRUPT, INDEX) and the values (VALUE).
+ * Allocates at most ~(12 + 14)·count bytes with count <= n.  On error
+ * out->count is 0. */
+FERRY_API int ferry_loco_decode(const void *payload, size_t size, uint64_t n,
+                                ferry_loco_header *hdr, ferry_loco_sparse *out);
+
+/* ======================================================================
+ * Outer optimizer (no MPI).
+ * ====================================================================== */
+typedef struct ferry_loco_outer {
+    float lr;       /* η, default 0.7 */
+    float momentum; /* μ, default 0.9; 0 = plain SGD */
+    int nesterov;   /* default 1 */
+} ferry_loco_outer;
+
+FERRY_API ferry_loco_outer ferry_loco_outer_default(void);
+
+/* One SGD step on n weights: buf ← μ·buf + grad, then
+ * w ← w − η·(grad + μ·buf) (Nesterov) or w ← w − η·buf.  buf starts at 0.
+ * Plain FP32 arithmetic in a fixed order: bit-identical wherever the same
+ * binary runs it on the same inputs. */
+FERRY_API void ferry_loco_outer_step(const ferry_loco_outer *cfg, float *w, float *buf,
+                                     const float *grad, uint64_t n);
+
+/* XXH3-128 of n FP32 weights as bytes (canonical big-endian digest): the
+ * value ranks compare.  Host byte order (little-endian on every machine
+ * this targets). */
+FERRY_API void ferry_loco_hash(const float *w, uint64_t n, uint8_t out[16]);
+
+/* ======================================================================
+ * Exchange over MPI.
+ * ====================================================================== */
+typedef enum ferry_loco_mode {
+    FERRY_LOCO_PULSE = 0,  /* sparse gated pseudo-gradient + error feedback */
+    FERRY_LOCO_DILOCO = 1, /* dense FP32 pseudo-gradient */
+    FERRY_LOCO_DDP = 2     /* dense gradient mean every step, no outer step */
+} ferry_loco_mode;
+
+typedef struct ferry_loco_config {
+    ferry_loco_mode mode;
+    ferry_loco_outer outer; /* PULSE and DILOCO */
+    int level;              /* zstd level of PULSE payloads, 1..19 (0 = 1) */
+} ferry_loco_config;
+
+/* mode PULSE, outer ferry_loco_outer_default(), level 1. */
+FERRY_API ferry_loco_config ferry_loco_config_default(void);
+
+/* What one round did, identical on every rank except the *_rank fields. */
+typedef struct ferry_loco_stats {
+    uint64_t round;          /* the round just completed (0-based) */
+    uint64_t n;              /* weights */
+    int nranks;
+    uint64_t bytes_rank;     /* bytes this rank sent */
+    uint64_t bytes_all;      /* Σ over ranks of bytes sent */
+    uint64_t gated_rank;     /* entries this rank sent (n for dense modes) */
+    uint64_t gated_all;      /* Σ over ranks */
+    double gated_fraction;   /* gated_all / (n · nranks) */
+    double residual_l1;      /* Σ|e| over this rank's residual (PULSE) */
+    uint8_t hash[16];        /* ferry_loco_hash of the new global weights */
+} ferry_loco_stats;
+
+#ifndef FERRY_LOCO_NO_MPI
+typedef struct ferry_loco ferry_loco;
+
+/* Collective over comm (duplicated: the object's traffic never mixes with
+ * the caller's).  Copies the n initial global weights, which must be
+ * bit-identical on every rank (checked: FERRY_ERR_LOCO_DIVERGED); n and
+ * cfg->mode must agree too (FERRY_ERR_ARG).  The outer settings are not
+ * compared: ranks configured differently diverge, and the first sync says
+ * so.  Residual and momentum start at 0. */
+FERRY_API int ferry_loco_create(MPI_Comm comm, const float *init, uint64_t n,
+                                const ferry_loco_config *cfg, ferry_loco **out);
+/* Not collective.  Accepts NULL. */
+FERRY_API void ferry_loco_free(ferry_loco *s);
+
+FERRY_API int ferry_loco_rank(const ferry_loco *s);
+FERRY_API int ferry_loco_size(const ferry_loco *s);
+/* The global weights θ_g (n floats), valid until the next sync. */
+FERRY_API const float *ferry_loco_global(const ferry_loco *s);
+/* Rounds completed. */
+FERRY_API uint64_t ferry_loco_round(const ferry_loco *s);
+
+/* Collective; PULSE and DILOCO only (else FERRY_ERR_LOCO_MODE).  local
+ * holds this rank's weights after its H local steps; on success it holds
+ * the new global weights, bit-identical on every rank, and *st (may be
+ * NULL) describes the round.  Every rank returns the same status: a
+ * failure on one rank (its gate, an MPI call) is exchanged first and the
+ * others return FERRY_ERR_LOCO_PEER naming it; a payload that fails to
+ * decode fails everywhere with the decoder's code, naming its rank.  On
+ * error the global weights, momentum and residual are unchanged and local
+ * is untouched. */
+FERRY_API int ferry_loco_sync(ferry_loco *s, float *local, ferry_loco_stats *st);
+
+/* Collective; any mode.  Replaces vec (n floats) by the mean of every
+ * rank's vec, summed in rank order then divided by the rank count:
+ * bit-identical on every rank.  DDP's gradient all-reduce.  *bytes (may be
+ * NULL) gets the bytes this rank sent (4·n). */
+FERRY_API int ferry_loco_mean(ferry_loco *s, float *vec, uint64_t *bytes);
+
+/* Collective; any mode.  Gathers ferry_loco_hash(w) of every rank and
+ * fails with FERRY_ERR_LOCO_DIVERGED on all ranks if they differ, with a
+ * message naming `round` and the ranks that differ from rank 0.  hash
+ * (may be NULL) gets this rank's hash. */
+FERRY_API int ferry_loco_check(ferry_loco *s, const float *w, uint64_t round, uint8_t hash[16]);
+
+#endif /* FERRY_LOCO_NO_MPI */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FERRY_LOCO_H */

@@ -1,0 +1,34 @@
+/* The outer optimizer and the weight hash ranks compare. */
+#include <xxhash.h>
+
+#include "loco.h"
+
+ferry_loco_outer ferry_loco_outer_default(void)
+{
+    /* DiLoCo's published outer settings (Douillard et al., 2023). */
+    return (ferry_loco_outer){.lr = 0.7f, .momentum = 0.9f, .nesterov = 1};
+}
+
+void ferry_loco_outer_step(const ferry_loco_outer *cfg, float *w, float *buf, const float *grad,
+                           uint64_t n)
+{
+    /* PyTorch's SGD (momentum, dampening 0): its first step sets buf = grad,
+     * which is what μ·0 + grad gives too.  One operation per statement and
+     * no FMA-prone expression shapes beyond what every rank runs alike. */
+    const float mu = cfg->momentum, lr = cfg->lr;
+    for (uint64_t i = 0; i < n; i++) {
+        float g = grad[i];
+        float b = mu * buf[i] + g;
+        buf[i] = b;
+        float d = cfg->nesterov ? g + mu * b : b;
+        w[i] = w[i] - lr * d;
+    }
+}
+
+void ferry_loco_hash(const float *w, uint64_t n, uint8_t out[16])
+{
+    XXH128_hash_t h = XXH3_128bits(w, (size_t)n * sizeof *w);
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, h);
+    memcpy(out, c.digest, 16);
+}
