@@ -1,0 +1,27 @@
+"""ferry: lossless sparse BF16 policy patches, from Python.
+
+A ctypes binding over libferry.so (found through $FERRY_LIB, then the
+source tree's build/libferry.so, then the system library path).  numpy
+arrays and CPU torch tensors are passed to the library zero-copy; see
+README.md ("Python") and the docstrings of each function.
+
+    import ferry
+    w = ferry.load("step-000.safetensors")          # name -> array
+    patch = ferry.diff("step-000.safetensors", model.state_dict(), cast_bf16=True)
+    ferry.apply_inplace(engine_weights, patch)       # verified first, then written
+"""
+from . import _lib
+from .errors import FerryError, strerror, last_error
+from .model import (Model, Raw, DTYPE_NAMES, load, save, model_hash, f32_to_bf16)
+from .patch import diff, apply, apply_file, apply_inplace, inspect
+
+__version__ = _lib.lib.ferry_version().decode()
+library_path = _lib.path
+
+__all__ = ["FerryError", "strerror", "last_error", "Model", "Raw", "DTYPE_NAMES",
+           "load", "save", "model_hash", "f32_to_bf16", "diff", "apply",
+           "apply_file", "apply_inplace", "inspect", "library_path"]
+
+if _lib.has("ferry_publisher_open") or _lib.has("ferry_publisher_create"):
+    from .sync import Publisher, Subscriber  # noqa: F401
+    __all__ += ["Publisher", "Subscriber"]

@@ -1,0 +1,121 @@
+"""Patches: diff two models, apply a patch (new arrays, a file, or in place).
+
+Every model argument may be a mapping name -> array (a state_dict; borrowed
+zero-copy), a path to a .safetensors file or sharded checkpoint, or a
+ferry.Model.  A patch is any bytes-like object.
+"""
+import ctypes
+import os
+
+from . import _lib
+from .errors import check
+from .model import Model, _Using
+
+L = _lib.lib
+
+KINDS = ("sparse", "whole", "removed", "same")
+
+
+def _patch_arg(patch):
+    """(pointer argument, size, object to keep alive) for a bytes-like patch."""
+    if isinstance(patch, bytes):
+        return patch, len(patch), patch
+    mv = memoryview(patch).cast("B")
+    if mv.readonly:
+        b = mv.tobytes()
+        return b, len(b), b
+    buf = (ctypes.c_char * mv.nbytes).from_buffer(mv)
+    return buf, mv.nbytes, (buf, mv)
+
+
+def _apply_options(threads, base_hash):
+    o = _lib.ApplyOptions(threads=int(threads))
+    keep = None
+    if base_hash is not None:
+        if len(base_hash) != 16:
+            raise ValueError("base_hash must be 16 bytes")
+        keep = (ctypes.c_uint8 * 16)(*bytes(base_hash))
+        o.base_hash = ctypes.cast(keep, _lib.c_u8p)
+    return o, keep
+
+
+def diff(old, new, cast_bf16=False, threads=1, level=0, base_hash=None):
+    """The patch old -> new, as bytes.
+
+    cast_bf16=True: new holds FP32 masters; every F32 tensor of new is taken
+    as its bfloat16 cast (bit-identical to tensor.to(torch.bfloat16)),
+    computed inside the library without a BF16 copy.  base_hash: old's
+    16-byte model hash when known (the target of the previous patch), which
+    saves a pass over old."""
+    o = _lib.DiffOptions(level=int(level), threads=int(threads), cast_bf16=1 if cast_bf16 else 0)
+    if base_hash is not None:
+        if len(base_hash) != 16:
+            raise ValueError("base_hash must be 16 bytes")
+        hb = (ctypes.c_uint8 * 16)(*bytes(base_hash))
+        o.base_hash = ctypes.cast(hb, _lib.c_u8p)
+    out, size = ctypes.c_void_p(), ctypes.c_size_t()
+    with _Using(old) as a, _Using(new) as b:
+        check(L.ferry_diff(a.handle, b.handle, ctypes.byref(o), ctypes.byref(out),
+                           ctypes.byref(size)))
+    try:
+        return ctypes.string_at(out.value, size.value)
+    finally:
+        L.ferry_free(out)
+
+
+def apply(base, patch, threads=1, framework="auto"):
+    """Applies patch to base and returns the result as name -> array (views
+    of the library's new model, no further copy).  Raises FerryError with
+    code 45 (FERRY_ERR_BASE_MISMATCH) if base is not the patch's base, 46
+    if the result does not verify.  framework: as for ferry.load."""
+    p, n, _keep = _patch_arg(patch)
+    o, _hk = _apply_options(threads, None)
+    out = ctypes.c_void_p()
+    with _Using(base) as b:
+        check(L.ferry_apply_ex(b.handle, p, n, ctypes.byref(o), ctypes.byref(out)))
+    return Model(out.value).tensors(framework)
+
+
+def apply_file(base, patch, path, threads=1):
+    """Applies patch to base and writes the verified result to path as one
+    .safetensors file, streaming with bounded memory; nothing is left at
+    path on failure."""
+    p, n, _keep = _patch_arg(patch)
+    o, _hk = _apply_options(threads, None)
+    with _Using(base) as b:
+        check(L.ferry_apply_file(b.handle, p, n, ctypes.byref(o), os.fsencode(path)))
+
+
+def apply_inplace(tensors, patch, threads=1, base_hash=None):
+    """Patches the caller's own arrays (mapping name -> numpy array / CPU
+    torch tensor) in place.  The whole result is decoded and verified first;
+    on any error (wrong base, corrupt patch) no byte of them has changed.
+    base_hash: the caller vouches the arrays hash to this (the target of
+    its last apply), which saves hashing them again."""
+    p, n, _keep = _patch_arg(patch)
+    o, _hk = _apply_options(threads, base_hash)
+    with Model.from_tensors(tensors, writable=True) as m:
+        check(L.ferry_apply_inplace_ex(m.handle, p, n, ctypes.byref(o)))
+
+
+def inspect(patch):
+    """What a patch holds, without a base: {"format", "base_hash",
+    "target_hash", "tensors": [{"name", "dtype", "nelem", "changed",
+    "bytes", "kind"}]}."""
+    from .model import DTYPE_NAMES
+    p, n, _keep = _patch_arg(patch)
+    h = ctypes.c_void_p()
+    check(L.ferry_patch_inspect(p, n, ctypes.byref(h)))
+    try:
+        base, target = (ctypes.c_uint8 * 16)(), (ctypes.c_uint8 * 16)()
+        L.ferry_patch_info_hashes(h, base, target)
+        tensors = []
+        for i in range(L.ferry_patch_info_count(h)):
+            t = L.ferry_patch_info_tensor(h, i).contents
+            tensors.append({"name": t.name.decode("utf-8"), "dtype": DTYPE_NAMES[t.dtype],
+                            "nelem": t.nelem, "changed": t.changed, "bytes": t.bytes,
+                            "kind": KINDS[t.kind] if 0 <= t.kind < len(KINDS) else t.kind})
+        return {"format": L.ferry_patch_info_format(h), "base_hash": bytes(base),
+                "target_hash": bytes(target), "tensors": tensors}
+    finally:
+        L.ferry_patch_info_free(h)
