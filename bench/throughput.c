@@ -11,7 +11,8 @@
  * and a subscriber run them in a loop: the base hash is known from the
  * previous version (ferry_diff_options.base_hash / ferry_apply_options.
  * base_hash), so the base is not re-hashed; the result is still verified in
- * full.  RSS is measured in a child process per operation (getrusage). */
+ * full.  RSS is the peak of the ferry CLI (../ferry beside this program)
+ * running the same diff and apply in a fresh process (wait4). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <fcntl.h>
+#include <libgen.h>
 
 #include "ferry.h"
 
@@ -108,42 +111,22 @@ static double compare_gbs(const ferry_model *a, const ferry_model *b, int thread
     return (double)ferry_model_nbytes(b) / 1e9 / best;
 }
 
-/* ---- peak RSS of one operation, in a child ---- */
-typedef enum { OP_ENCODE, OP_ENCODE_MASTERS, OP_APPLY_FILE } op_kind;
-
-static long child_rss_kb(op_kind op, const char *old_path, const char *new_path, const char *patch_path,
-                         const char *out_path)
+/* ---- peak RSS of one operation: the ferry CLI in a fresh process ---- */
+/* A forked child would start with the parent's resident pages; exec gives a
+ * clean slate, and wait4 returns the child's own peak. */
+static long run_rss_kb(char *const argv[])
 {
-    int fds[2];
-    if (pipe(fds)) return -1;
     pid_t pid = fork();
     if (pid == 0) {
-        close(fds[0]);
-        ferry_model *a, *b = NULL;
-        void *p;
-        size_t n;
-        if (ferry_model_open(old_path, &a)) _exit(2);
-        if (op == OP_APPLY_FILE) {
-            if (ferry_file_read(patch_path, (size_t)1 << 40, &p, &n)) _exit(3);
-            if (ferry_apply_file(a, p, n, NULL, out_path)) _exit(4);
-        } else {
-            if (ferry_model_open(new_path, &b)) _exit(2);
-            ferry_diff_options o = {.cast_bf16 = op == OP_ENCODE_MASTERS};
-            if (ferry_diff(a, b, &o, &p, &n)) _exit(5);
-        }
-        struct rusage ru;
-        getrusage(RUSAGE_SELF, &ru);
-        long kb = ru.ru_maxrss;
-        if (write(fds[1], &kb, sizeof kb) != (ssize_t)sizeof kb) _exit(6);
-        _exit(0);
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0) dup2(null, 1);
+        execv(argv[0], argv);
+        _exit(127);
     }
-    close(fds[1]);
-    long kb = -1;
-    if (read(fds[0], &kb, sizeof kb) != (ssize_t)sizeof kb) kb = -1;
-    close(fds[0]);
     int st;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) && !WEXITSTATUS(st) ? kb : -1;
+    struct rusage ru;
+    if (wait4(pid, &st, 0, &ru) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) return -1;
+    return ru.ru_maxrss;
 }
 
 static void usage(FILE *f)
@@ -260,8 +243,14 @@ int main(int argc, char **argv)
     free(tl);
     printf("(GB/s of BF16 model; compare = count of a[i] != b[i] over the same bytes; best of %d)\n", reps);
 
-    long rss_enc = child_rss_kb(OP_ENCODE, oldp, newp, NULL, out_path);
-    long rss_app = child_rss_kb(OP_APPLY_FILE, oldp, NULL, patch_path, out_path);
+    char ferry_bin[4096], dirbuf[4096];
+    snprintf(dirbuf, sizeof dirbuf, "%s", argv[0]);
+    snprintf(ferry_bin, sizeof ferry_bin, "%s/../ferry", dirname(dirbuf));
+    char *enc_argv[] = {ferry_bin, "diff", (char *)oldp, (char *)newp, "-o", out_path, NULL};
+    long rss_enc = run_rss_kb(enc_argv);
+    char *app_argv[] = {ferry_bin, "apply", (char *)oldp, patch_path, "-o", out_path, NULL};
+    long rss_app = run_rss_kb(app_argv);
+    if (rss_enc < 0 || rss_app < 0) fprintf(stderr, "throughput: running %s failed\n", ferry_bin);
     double budget = (double)ferry_model_nbytes(a) + 2.0 * (double)psize + 64.0 * (1 << 20);
     printf("peak RSS: encode %.1f MiB; apply (streaming to a file) %.1f MiB, budget checkpoint + 2 x patch + 64 MiB = %.1f MiB: %s\n",
            rss_enc / 1024.0, rss_app / 1024.0, budget / (1 << 20), rss_app * 1024.0 <= budget ? "within" : "OVER");
