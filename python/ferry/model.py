@@ -75,22 +75,27 @@ def _torch_tables(torch):
 
 
 class Raw:
-    """A tensor of a dtype that neither numpy nor this torch build has
-    (F4, F6_*, F8_* before torch 2.1): dtype name, shape, and its raw bytes
-    as a 1-D uint8 array (nbytes = elements x bits / 8, rounded up)."""
+    """A tensor of a dtype numpy lacks, tagged with its safetensors name:
+    dtype ("BF16", "F8_E4M3", "F4" ...), shape, and data, a C-contiguous
+    numpy array holding the raw little-endian bytes (any numpy dtype; for
+    BF16 naturally the uint16 words, shaped like the tensor).  load()
+    returns BF16 as Raw when torch is absent (or framework="np"), so that
+    it round-trips as BF16 and not as U16; F4, F6_* and, before torch 2.1,
+    F8_* always come back as Raw over their uint8 bytes."""
 
     __slots__ = ("dtype", "shape", "data")
 
     def __init__(self, dtype, shape, data):
         if dtype not in _CODE:
             raise TypeError("ferry.Raw: unknown safetensors dtype %r" % (dtype,))
+        if not isinstance(data, np.ndarray):
+            raise TypeError("ferry.Raw: data must be a numpy array")
         self.dtype = dtype
         self.shape = tuple(int(d) for d in shape)
         self.data = data
 
     def __repr__(self):
-        return "ferry.Raw(%r, %r, <%d bytes>)" % (self.dtype, self.shape,
-                                                  np.asarray(self.data).nbytes)
+        return "ferry.Raw(%r, %r, <%d bytes>)" % (self.dtype, self.shape, self.data.nbytes)
 
 
 # ----------------------------------------------------------------------
@@ -107,11 +112,12 @@ def _describe(name, obj, writable):
     if isinstance(obj, np.ndarray):
         return _describe_numpy(name, obj, writable)
     if isinstance(obj, Raw):
-        arr = obj.data
-        if not isinstance(arr, np.ndarray) or arr.dtype != np.uint8:
-            raise TypeError("tensor %r: ferry.Raw data must be a uint8 numpy array" % name)
-        _, _, ptr, nbytes, keep = _describe_numpy(name, arr, writable)
-        return _CODE[obj.dtype], obj.shape, ptr, nbytes, keep
+        a = obj.data
+        if not a.flags.c_contiguous:
+            raise ValueError("tensor %r: ferry.Raw data is not C-contiguous" % name)
+        if writable and not a.flags.writeable:
+            raise ValueError("tensor %r: array is read-only and cannot be patched in place" % name)
+        return _CODE[obj.dtype], obj.shape, a.__array_interface__["data"][0], a.nbytes, obj
     raise TypeError("tensor %r: expected a numpy.ndarray, a torch.Tensor or a "
                     "ferry.Raw, got %s" % (name, type(obj).__name__))
 
@@ -123,8 +129,8 @@ def _describe_numpy(name, a, writable):
     code = _NP_TO_CODE.get(a.dtype)
     if code is None:
         raise TypeError("tensor %r: numpy dtype %s has no safetensors equivalent "
-                        "(bfloat16 goes through a torch tensor, or uint16 words "
-                        "in a ferry.Raw('BF16', ...))" % (name, a.dtype))
+                        "(bfloat16 goes through a torch tensor, or as uint16 words "
+                        "in ferry.Raw('BF16', shape, words))" % (name, a.dtype))
     if not a.flags.c_contiguous:
         raise ValueError("tensor %r: array is not C-contiguous (strides %s); "
                          "pass np.ascontiguousarray(a)" % (name, a.strides))
@@ -172,9 +178,7 @@ def _view_bytes(ptr, nbytes, owner):
 
 def _wrap(u8, code, shape, framework):
     """Turns raw bytes (uint8 array) into the array type the caller asked
-    for.  framework: "auto" (numpy; BF16 and F8 as torch tensors when torch
-    is available), "np" (numpy only; BF16 as uint16 words), "pt" (torch
-    tensors wherever torch has the dtype)."""
+    for (framework: see load())."""
     name = DTYPE_NAMES[code]
     shape = tuple(int(d) for d in shape)
     torch = _torch(required=True) if framework in ("auto", "pt") and (
@@ -191,7 +195,7 @@ def _wrap(u8, code, shape, framework):
     if name in _NP:
         return u8.view(_NP[name]).reshape(shape)
     if name == "BF16":
-        return u8.view(np.uint16).reshape(shape)
+        return Raw(name, shape, u8.view(np.uint16).reshape(shape))
     return Raw(name, shape, u8)
 
 
@@ -372,10 +376,10 @@ def load(path, framework="auto"):
     reach the file.  Shards of a sharded checkpoint are copied into memory.
 
     framework="auto": numpy arrays; BF16 (and F8) tensors as torch.bfloat16
-    (float8) tensors when torch is importable, else BF16 as uint16 numpy
-    words.  "np": numpy only (BF16 as uint16).  "pt": torch tensors
-    wherever torch has the dtype.  Dtypes with no numpy or torch type
-    (F4, F6_*) come back as ferry.Raw."""
+    (float8) tensors when torch is importable, else as ferry.Raw("BF16",
+    shape, uint16 words).  "np": numpy and Raw only.  "pt": torch tensors
+    wherever torch has the dtype (U16/U32/U64 stay numpy before torch 2.3).
+    Dtypes with no numpy or torch type (F4, F6_*) come back as ferry.Raw."""
     if os.path.isfile(path):
         return _load_file(path, framework)
     with Model.open(path) as m:

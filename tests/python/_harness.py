@@ -1,0 +1,82 @@
+"""Shared bits of the Python tests: import path, a tiny runner that prints
+its own "LABEL: N passed, N failed" line (tests/run.sh counts it) and exits
+non-zero on failure, and a reference safetensors reader that uses torch
+only (no ferry), to compare against."""
+import json
+import os
+import struct
+import sys
+import time
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+DATA = os.environ.get("FERRY_DATA") or os.path.join(ROOT, "..", "shared", "data")
+if not os.path.isabs(DATA):
+    DATA = os.path.join(ROOT, DATA)
+
+
+class Skip(Exception):
+    pass
+
+
+def run(label, tests):
+    passed = failed = skipped = 0
+    for t in tests:
+        t0 = time.time()
+        try:
+            t()
+        except Skip as e:
+            skipped += 1
+            print("skip %s: %s" % (t.__name__, e))
+            continue
+        except Exception:
+            failed += 1
+            print("FAIL %s" % t.__name__)
+            traceback.print_exc()
+            continue
+        passed += 1
+        print("ok   %s (%.2fs)" % (t.__name__, time.time() - t0))
+    if skipped:
+        print("%d skipped" % skipped)
+    print("%s: %d passed, %d failed" % (label, passed, failed))
+    sys.stdout.flush()
+    sys.exit(1 if failed else 0)
+
+
+_TORCH_DT = {"BF16": "bfloat16", "F32": "float32", "F16": "float16", "F64": "float64",
+             "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8",
+             "U8": "uint8", "BOOL": "bool", "C64": "complex64"}
+
+
+def torch_read_safetensors(path):
+    """name -> torch tensor, parsed with json + torch.frombuffer only."""
+    import torch
+    with open(path, "rb") as f:
+        blob = f.read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    hdr = json.loads(blob[8:8 + n])
+    hdr.pop("__metadata__", None)
+    out = {}
+    for name, e in hdr.items():
+        if e["dtype"] not in _TORCH_DT:
+            continue  # F8/F4/F6: no torch dtype to compare with
+        b, end = e["data_offsets"]
+        raw = bytearray(blob[8 + n + b:8 + n + end])
+        dt = getattr(torch, _TORCH_DT[e["dtype"]])
+        t = torch.frombuffer(raw, dtype=dt) if raw else torch.empty(0, dtype=dt)
+        out[name] = t.reshape(e["shape"])
+    return out
+
+
+def bits(t):
+    """Raw bits of a tensor or array as a comparable numpy array."""
+    import numpy as np
+    import torch
+    if type(t).__name__ == "Raw":
+        t = t.data
+    if isinstance(t, torch.Tensor):
+        if t.dtype == torch.bfloat16:
+            t = t.view(torch.int16)
+        return t.reshape(-1).numpy().view(np.uint8).copy()
+    return np.ascontiguousarray(t).reshape(-1).view(np.uint8).copy()
