@@ -1,0 +1,476 @@
+"""Versioned policy distribution (include/ferry_sync.h): a Publisher on the
+trainer, Subscribers on the rollout workers, sharing only an object store.
+
+    pub = ferry.Publisher("file:///shared/policy", "run-7")
+    version = pub.publish(model.state_dict())        # FP32 masters, cast to BF16 in C
+
+    sub = ferry.Subscriber("file:///shared/policy", "run-7")
+    version = sub.sync_into(engine_weights)          # patched in place, verified first
+
+A store is a URL (file:///dir, a plain path, s3://bucket/prefix,
+http(s)://...) or a ferry.Store.  Network stores take their credentials and
+endpoint from the environment (docs/STORE.md).
+"""
+import collections.abc
+import ctypes
+import os
+
+from . import _lib
+from .errors import FerryError, check
+from .model import Model, Raw, _torch
+
+L = _lib.lib
+_P, _I, _U32, _U64, _S = (ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32,
+                          ctypes.c_uint64, ctypes.c_char_p)
+
+
+# ----------------------------------------------------------------------
+# C structures (mirrors of include/ferry_store.h and ferry_sync.h)
+# ----------------------------------------------------------------------
+
+class _StoreOptions(ctypes.Structure):
+    _fields_ = [("deadline_ms", _U64), ("max_object_size", _U64),
+                ("progress", _P), ("progress_user", _P), ("create", _I),
+                ("connect_timeout_ms", _U32), ("stall_timeout_ms", _U32),
+                ("max_attempts", _U32), ("retry_base_ms", _U32),
+                ("max_bytes_per_s", _U64), ("ca_file", _S),
+                ("endpoint", _S), ("region", _S), ("access_key", _S),
+                ("secret_key", _S), ("session_token", _S), ("anonymous", _I),
+                ("unsigned_payload", _I), ("part_size", _U64), ("cas_mode", _I),
+                ("list_page_size", _U32), ("max_list_entries", _U64)]
+
+
+class _PublisherOptions(ctypes.Structure):
+    _fields_ = [("publisher_id", _S), ("anchor_every", _U32), ("cast_bf16", _I),
+                ("level", _I), ("threads", _I), ("verify", _I),
+                ("cache_path", _S), ("tmp_dir", _S)]
+
+
+class _PublishInfo(ctypes.Structure):
+    _fields_ = [("version", _U64), ("kind", _I), ("delta_bytes", _U64),
+                ("full_bytes", _U64), ("model_bytes", _U64),
+                ("model_hash", ctypes.c_uint8 * 16), ("id", ctypes.c_char * 17),
+                ("seconds", ctypes.c_double)]
+
+
+class _SubscriberOptions(ctypes.Structure):
+    _fields_ = [("path", _S), ("model", _P), ("model_version", _U64),
+                ("threads", _I), ("poll_interval_ms", _U32), ("max_attempts", _U32),
+                ("no_compactions", _I), ("tmp_dir", _S)]
+
+
+class _SyncInfo(ctypes.Structure):
+    _fields_ = [("from_version", _U64), ("to_version", _U64), ("head_version", _U64),
+                ("bytes_fetched", _U64), ("planned_bytes", _U64), ("chain_bytes", _U64),
+                ("anchor_bytes", _U64), ("compacted_bytes", _U64), ("steps", _U32),
+                ("rejected", _U32), ("path", ctypes.c_char * 128)]
+
+
+class _SubscriberStats(ctypes.Structure):
+    _fields_ = [("syncs", _U64), ("steps", _U64), ("bytes_fetched", _U64),
+                ("objects_fetched", _U64), ("manifests_fetched", _U64),
+                ("rejected", _U64), ("last_rejection", ctypes.c_char * 512)]
+
+
+_PP = ctypes.POINTER(ctypes.c_void_p)
+_lib._proto("ferry_store_open", _I, _S, ctypes.POINTER(_StoreOptions), _PP)
+_lib._proto("ferry_store_free", None, _P)
+_lib._proto("ferry_store_url", _S, _P)
+_lib._proto("ferry_publisher_open", _I, _P, _S, ctypes.POINTER(_PublisherOptions), _PP)
+_lib._proto("ferry_publisher_free", None, _P)
+_lib._proto("ferry_publish_ex", _I, _P, _P, ctypes.c_uint, ctypes.POINTER(_PublishInfo))
+_lib._proto("ferry_publisher_version", _U64, _P)
+_lib._proto("ferry_subscriber_open", _I, _P, _S, ctypes.POINTER(_SubscriberOptions), _PP)
+_lib._proto("ferry_subscriber_free", None, _P)
+_lib._proto("ferry_subscriber_sync", _I, _P, _I, _U64, ctypes.POINTER(_SyncInfo))
+_lib._proto("ferry_subscriber_version", _U64, _P)
+_lib._proto("ferry_subscriber_hash", _I, _P, ctypes.POINTER(ctypes.c_uint8))
+_lib._proto("ferry_subscriber_model", _P, _P)
+_lib._proto("ferry_subscriber_wait", _I, _P, _U64, _U64, ctypes.POINTER(_U64))
+_lib._proto("ferry_subscriber_wake", None, _P)
+_lib._proto("ferry_subscriber_get_stats", None, _P, ctypes.POINTER(_SubscriberStats))
+
+SYNC_LATEST, SYNC_MIN, SYNC_EXACT = 0, 1, 2
+ERR_SYNC_TIMEOUT = 88
+
+
+def _enc(s):
+    return None if s is None else os.fsencode(s)
+
+
+def _info_dict(st):
+    out = {}
+    for name, _ in st._fields_:
+        v = getattr(st, name)
+        if isinstance(v, bytes):
+            v = v.decode("utf-8", "replace")
+        elif isinstance(v, ctypes.Array):
+            v = bytes(v)
+        out[name] = v
+    return out
+
+
+# ----------------------------------------------------------------------
+# Store
+# ----------------------------------------------------------------------
+
+class Store:
+    """An open object store.  url: "file:///abs/dir" or a plain path,
+    "s3://BUCKET[/PREFIX]", "http[s]://HOST/PATH" (read-only).
+    create: make a missing file:// root.  deadline_s: per call, retries
+    included (default 300 s).  Other ferry_store_options by keyword
+    (endpoint, region, max_attempts ...; see include/ferry_store.h)."""
+
+    def __init__(self, url, create=False, deadline_s=None, **options):
+        o = _StoreOptions(create=1 if create else 0)
+        if deadline_s is not None:
+            o.deadline_ms = max(1, int(deadline_s * 1000))
+        self._keep = []
+        for k, v in options.items():
+            if k not in dict(o._fields_) or k in ("progress", "progress_user"):
+                raise TypeError("ferry.Store: unknown option %r" % k)
+            if isinstance(v, str):
+                v = v.encode("utf-8")
+                self._keep.append(v)
+            setattr(o, k, v)
+        h = ctypes.c_void_p()
+        check(L.ferry_store_open(os.fsencode(str(url)), ctypes.byref(o), ctypes.byref(h)))
+        self._h = h
+
+    @property
+    def url(self):
+        return L.ferry_store_url(self.handle).decode("utf-8")
+
+    @property
+    def handle(self):
+        if not self._h:
+            raise ValueError("ferry.Store is closed")
+        return self._h
+
+    def close(self):
+        if getattr(self, "_h", None):
+            L.ferry_store_free(self._h)
+            self._h = ctypes.c_void_p()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _store(store, create):
+    return store if isinstance(store, Store) else Store(store, create=create)
+
+
+# ----------------------------------------------------------------------
+# Publisher
+# ----------------------------------------------------------------------
+
+class Publisher:
+    """Publishes successive versions of a model to RUN in a store.
+
+    anchor_every: a full model every K versions (0 = the library's 10).
+    cast_bf16 (default True): every F32 tensor is published as its BF16
+    cast, computed inside the library (bit-identical to
+    tensor.to(torch.bfloat16) for every non-NaN value), so a trainer
+    publishes its FP32 masters directly.  Other options as
+    ferry_publisher_options.  A second publisher on the same run makes
+    publish() raise FerryError 80 (FERRY_ERR_SYNC_CONFLICT)."""
+
+    def __init__(self, store, run, anchor_every=0, cast_bf16=True, threads=1, level=0,
+                 verify=False, publisher_id=None, cache_path=None, tmp_dir=None):
+        self._store = _store(store, create=True)
+        self._strs = [_enc(publisher_id), _enc(cache_path), _enc(tmp_dir)]
+        o = _PublisherOptions(publisher_id=self._strs[0], anchor_every=int(anchor_every),
+                              cast_bf16=1 if cast_bf16 else 0, level=int(level),
+                              threads=int(threads), verify=1 if verify else 0,
+                              cache_path=self._strs[1], tmp_dir=self._strs[2])
+        h = ctypes.c_void_p()
+        check(L.ferry_publisher_open(self._store.handle, run.encode("utf-8"),
+                                     ctypes.byref(o), ctypes.byref(h)))
+        self._h = h
+        self.run = run
+        self.last_info = None
+
+    def publish(self, named_tensors, anchor=False):
+        """Publishes a mapping name -> tensor (a state_dict) as the next
+        version and returns its number.  The tensors are read in place
+        (CPU) or copied to the host once (GPU); the library keeps its own
+        copy, so training may go on right after.  self.last_info holds
+        what the publish did (kind, delta_bytes, full_bytes, model_bytes,
+        model_hash, seconds)."""
+        if not isinstance(named_tensors, (collections.abc.Mapping, Model)):
+            named_tensors = dict(named_tensors)  # named_parameters() and the like
+        info = _PublishInfo()
+        with Model.from_tensors(named_tensors) as m:
+            check(L.ferry_publish_ex(self.handle, m.handle, 1 if anchor else 0,
+                                     ctypes.byref(info)))
+        self.last_info = _info_dict(info)
+        self.last_info["kind"] = "anchor" if info.kind == 1 else "delta"
+        return info.version
+
+    @property
+    def version(self):
+        """The last version published or resumed from (0 = none)."""
+        return L.ferry_publisher_version(self.handle)
+
+    @property
+    def handle(self):
+        if not self._h:
+            raise ValueError("ferry.Publisher is closed")
+        return self._h
+
+    def close(self):
+        if getattr(self, "_h", None):
+            L.ferry_publisher_free(self._h)
+            self._h = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+# ----------------------------------------------------------------------
+# Subscriber
+# ----------------------------------------------------------------------
+
+class Subscriber:
+    """Follows RUN in a store.
+
+    Memory mode: sync_into(weights) patches the caller's own tensors (an
+    inference engine's weights: a mapping name -> CPU tensor or numpy
+    array) in place, writing only after the whole new version verified.
+    Tensors on a GPU are followed through a host mirror: patched there,
+    then copied to the device (host memory of their size; one
+    host-to-device copy per new version).
+
+    File mode (path=...): sync() keeps a local .safetensors file at the
+    version, replaced atomically; load() reads it.
+
+    Private mode (neither): sync() keeps the model inside the library;
+    tensors() copies it out."""
+
+    def __init__(self, store, run, path=None, threads=1, poll_interval_s=None,
+                 max_attempts=0, no_compactions=False, tmp_dir=None):
+        self._store = _store(store, create=False)
+        self.run = run
+        self.path = path
+        self._opts = dict(threads=int(threads), max_attempts=int(max_attempts),
+                          no_compactions=1 if no_compactions else 0,
+                          poll_interval_ms=0 if poll_interval_s is None
+                          else max(1, int(poll_interval_s * 1000)))
+        self._tmp = _enc(tmp_dir)
+        self._h = ctypes.c_void_p()
+        self._model = None       # memory mode: the borrowed Model
+        self._sig = None         # memory mode: (names, addresses) it borrows
+        self._mirror = None      # memory mode: {name: (device tensor, host mirror)}
+        self._version = 0
+        self.last_info = None
+        if path is not None:
+            self._open(path=_enc(path))
+
+    def _open(self, path=None, model=None, model_version=0):
+        o = _SubscriberOptions(path=path, model=model.handle if model else None,
+                               model_version=model_version, tmp_dir=self._tmp, **self._opts)
+        self._path_b = path
+        h = ctypes.c_void_p()
+        check(L.ferry_subscriber_open(self._store.handle, self.run.encode("utf-8"),
+                                      ctypes.byref(o), ctypes.byref(h)))
+        self._close_handle()
+        self._h = h
+        self._version = L.ferry_subscriber_version(h)
+
+    def _close_handle(self):
+        if self._h:
+            L.ferry_subscriber_free(self._h)
+            self._h = ctypes.c_void_p()
+
+    @staticmethod
+    def _target(min_version, exact_version):
+        if min_version is not None and exact_version is not None:
+            raise ValueError("give min_version or exact_version, not both")
+        if exact_version is not None:
+            return SYNC_EXACT, int(exact_version)
+        if min_version is not None:
+            return SYNC_MIN, int(min_version)
+        return SYNC_LATEST, 0
+
+    def _sync(self, min_version, exact_version):
+        mode, v = self._target(min_version, exact_version)
+        info = _SyncInfo()
+        check(L.ferry_subscriber_sync(self._h, mode, v, ctypes.byref(info)))
+        self.last_info = _info_dict(info)
+        self._version = L.ferry_subscriber_version(self._h)
+        return self._version
+
+    def sync(self, min_version=None, exact_version=None):
+        """File or private mode: brings the held model to the latest version
+        (or at least min_version, or exactly exact_version) and returns the
+        version now held.  Raises FerryError: 83 NOT_YET (asked for a
+        version above HEAD), 84 GONE (collected), 85 NO_PATH ..."""
+        if self._model is not None:
+            raise ValueError("this Subscriber follows caller tensors: use sync_into()")
+        if not self._h:
+            self._open()
+        return self._sync(min_version, exact_version)
+
+    def sync_into(self, named_tensors, min_version=None, exact_version=None, version=None):
+        """Memory mode: patches named_tensors (the same tensors every call,
+        e.g. an engine's weights) to the target version in place and
+        returns the version they hold.  On any error they are untouched and
+        still hold the previous version.  version: the version the tensors
+        already hold when this Subscriber first sees them (checked by hash
+        at the first sync); default: what this Subscriber last synced them
+        to, else none (the first sync then fetches a full anchor)."""
+        if self.path is not None:
+            raise ValueError("this Subscriber keeps a file (path=...): use sync()")
+        if not isinstance(named_tensors, collections.abc.Mapping):
+            named_tensors = dict(named_tensors)
+        self._bind(named_tensors, version)
+        before = self._version
+        try:
+            got = self._sync(min_version, exact_version)
+        finally:
+            if self._mirror and self._version != before:
+                self._push_mirror()
+        return got
+
+    def _bind(self, tensors, version):
+        """(Re)opens the C subscriber on a model borrowing these tensors,
+        unless it already borrows exactly them (same names and addresses)."""
+        torch = _torch()
+        mirror, host = {}, {}
+        for name, t in tensors.items():
+            if torch is not None and isinstance(t, torch.Tensor) and t.device.type != "cpu":
+                mirror[name] = t
+                host[name] = None
+            else:
+                host[name] = t
+        sig = tuple((n, _address(t)) for n, t in tensors.items())
+        if self._h and sig == self._sig:
+            return
+        if mirror:
+            old = self._mirror or {}
+            pin = torch.cuda.is_available()
+            for name, dev in mirror.items():
+                prev = old.get(name)
+                if prev is not None and prev[0] is dev:
+                    host[name] = prev[1]
+                    continue
+                h = torch.empty(dev.shape, dtype=dev.dtype, pin_memory=pin)
+                h.copy_(dev)
+                host[name] = h
+            self._mirror = {n: (mirror[n], host[n]) for n in mirror}
+        else:
+            self._mirror = None
+        claim = self._version if version is None else int(version)
+        model = Model.from_tensors(host, writable=True)
+        self._open(model=model, model_version=claim)
+        self._model, self._sig = model, sig
+
+    def _push_mirror(self):
+        for dev, host in self._mirror.values():
+            dev.copy_(host, non_blocking=False)
+
+    def wait(self, after_version=None, timeout_s=None):
+        """Blocks until HEAD names a version above after_version (default:
+        the version held); returns HEAD's version, or None on timeout
+        (timeout_s None waits up to a day; 0 polls once)."""
+        if not self._h:
+            self._open()
+        after = self._version if after_version is None else int(after_version)
+        ms = 86400000 if timeout_s is None else max(0, int(timeout_s * 1000))
+        head = ctypes.c_uint64()
+        rc = L.ferry_subscriber_wait(self._h, after, ms, ctypes.byref(head))
+        if rc == ERR_SYNC_TIMEOUT:
+            return None
+        check(rc)
+        return head.value
+
+    def wake(self):
+        """Makes a wait() in another thread return at once."""
+        if self._h:
+            L.ferry_subscriber_wake(self._h)
+
+    @property
+    def version(self):
+        """The version held (0 = none): always complete and verified."""
+        return self._version
+
+    @property
+    def hash(self):
+        """Model hash of the version held (16 bytes), or None."""
+        if not self._h or not self._version:
+            return None
+        out = (ctypes.c_uint8 * 16)()
+        check(L.ferry_subscriber_hash(self._h, out))
+        return bytes(out)
+
+    @property
+    def stats(self):
+        st = _SubscriberStats()
+        if self._h:
+            L.ferry_subscriber_get_stats(self._h, ctypes.byref(st))
+        return _info_dict(st)
+
+    def tensors(self, framework="auto"):
+        """The version held, as name -> array: file mode maps the file
+        (copy-on-write, as ferry.load); private mode copies the library's
+        model out; memory mode returns the caller's own tensors' names
+        mapped to the host buffers ferry patches."""
+        if self.path is not None:
+            from .model import load
+            return load(self.path, framework)
+        if self._model is not None:
+            return self._model.tensors(framework)
+        p = L.ferry_subscriber_model(self._h) if self._h else None
+        if not p:
+            raise FerryError(5, "subscriber holds no version yet")
+        m = Model(p)
+        try:
+            return {k: _copy(v) for k, v in m.tensors(framework).items()}
+        finally:
+            m._h = ctypes.c_void_p()   # borrowed: the subscriber owns it
+
+    def close(self):
+        self._close_handle()
+        if self._model is not None:
+            self._model.close()
+            self._model = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _copy(v):
+    if isinstance(v, Raw):
+        return Raw(v.dtype, v.shape, v.data.copy())
+    return v.clone() if hasattr(v, "clone") else v.copy()
+
+
+def _address(t):
+    if hasattr(t, "data_ptr"):
+        return (t.data_ptr(), tuple(t.shape), str(t.dtype), str(t.device))
+    if hasattr(t, "__array_interface__"):
+        return (t.__array_interface__["data"][0], t.shape, str(t.dtype))
+    if hasattr(t, "data") and hasattr(t.data, "__array_interface__"):  # Raw
+        return (t.data.__array_interface__["data"][0], t.shape, t.dtype)
+    return id(t)
