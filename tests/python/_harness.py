@@ -11,6 +11,30 @@ import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "python"))
+
+
+def _sanitized_reexec():
+    """Under tests/run.sh the library of the build being tested is used
+    ($FERRY_BUILD/libferry.so).  A SAN=1 build links ASan, whose runtime
+    must be loaded first: re-run this script with it preloaded (leak checks
+    off: CPython and torch keep allocations until exit by design)."""
+    build = os.environ.get("FERRY_BUILD")
+    if "FERRY_LIB" not in os.environ and build and os.path.exists(os.path.join(build, "libferry.so")):
+        os.environ["FERRY_LIB"] = os.path.join(build, "libferry.so")
+    if os.environ.get("SAN") != "1" or "libasan" in os.environ.get("LD_PRELOAD", ""):
+        return
+    import subprocess
+    asan = subprocess.run(["cc", "-print-file-name=libasan.so"], capture_output=True,
+                          text=True).stdout.strip()
+    if not os.path.isabs(asan):
+        return
+    env = dict(os.environ, LD_PRELOAD=asan,
+               ASAN_OPTIONS="detect_leaks=0:" + os.environ.get("ASAN_OPTIONS", ""))
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable] + sys.argv, env)
+
+
+_sanitized_reexec()
 DATA = os.environ.get("FERRY_DATA") or os.path.join(ROOT, "..", "shared", "data")
 if not os.path.isabs(DATA):
     DATA = os.path.join(ROOT, DATA)
