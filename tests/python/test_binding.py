@@ -440,4 +440,8 @@ def test_without_torch():
 
 
 if __name__ == "__main__":
-    run("binding", [v for k, v in list(globals().items()) if k.startswith("test_")])
+    import shutil
+    try:
+        run("binding", [v for k, v in list(globals().items()) if k.startswith("test_")])
+    finally:
+        shutil.rmtree(TMP, ignore_errors=True)
