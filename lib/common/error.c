@@ -53,6 +53,20 @@ const char *ferry_strerror(int code)
     case 69: return "store: corrupt or malformed answer";
     case 70: return "store: range past the end of the object";
     case 71: return "store: canceled";
+    /* dock (include/ferry_dock.h) */
+    case 100: return "dock: bad magic (not a dock batch)";
+    case 101: return "dock: unsupported batch format";
+    case 102: return "dock: truncated batch";
+    case 103: return "dock: hostile or inconsistent payload length";
+    case 104: return "dock: batch header field out of range";
+    case 105: return "dock: batch checksum mismatch";
+    case 106: return "dock: batch of another run";
+    case 107: return "dock: not a batch key";
+    case 108: return "dock: batch header disagrees with its key";
+    case 109: return "dock: batch from a future policy version";
+    case 110: return "dock: malformed cursor";
+    case 111: return "dock: trainer version went backwards";
+    case 112: return "dock: cursor contended by another consumer";
     /* loco (include/ferry_loco.h) */
     case 120: return "loco: bad magic (not a loco payload)";
     case 121: return "loco: unsupported payload version or kind";

@@ -1,0 +1,127 @@
+/* Internals of the trajectory dock (lib/dock).  Not part of the public API.
+ *
+ *   dock_wire.c    run ids, keys, the batch header (no I/O)
+ *   dock_cursor.c  the consumer's record of resolved (island, seq) ranges
+ *                  and counters, and its on-store form (no I/O)
+ *   dock.c         handles, put, resume_seq, cursor load, stats
+ *   dock_take.c    take / sweep: listing, classification, commit, cleanup
+ */
+#ifndef FERRY_DOCK_IMPL_H
+#define FERRY_DOCK_IMPL_H
+
+#include "common.h"
+#include "ferry_dock.h"
+
+#define DK_DEFAULT_MAX_PAYLOAD (256ull << 20)
+#define DK_DEFAULT_MAX_SCAN 256u
+#define DK_DEFAULT_SWEEP_EVERY 16u
+#define DK_DEFAULT_POLL_MS 20u
+#define DK_DEFAULT_S3_GRACE_MS 2000
+#define DK_MAX_POLL_MS 1000u
+/* A window (or a set of versions that left it) wider than this is read
+ * with one listing of RUN/traj/ instead of one listing per version. */
+#define DK_MAX_VERSION_LISTS 16u
+/* Cursor CAS attempts per commit before FERRY_ERR_DOCK_CONTENDED. */
+#define DK_COMMIT_ATTEMPTS 8
+/* Corrupt-looking objects remembered for their grace period. */
+#define DK_MAX_SUSPECTS 256u
+
+/* ---- counters kept in the cursor (their order is the cursor format) ---- */
+enum {
+    DK_C_ADMITTED = 0,
+    DK_C_DROPPED,
+    DK_C_DUPLICATES,
+    DK_C_GAPS,
+    DK_C_REJ0,                         /* 10 counters: codes 100..109 */
+    DK_C_HIST0 = DK_C_REJ0 + 10,       /* FERRY_DOCK_HIST counters */
+    DK_C_COUNT = DK_C_HIST0 + FERRY_DOCK_HIST
+};
+#define DK_REJ_CODES 10
+
+/* ---- the consumer's record ---- */
+
+/* Seqs lo..hi (inclusive) are resolved: admitted or dropped. */
+typedef struct dk_range {
+    uint64_t lo, hi;
+} dk_range;
+
+/* Ranges sorted, disjoint and never adjacent (adjacent ones are merged), so
+ * an island that numbers its batches 0, 1, 2, ... needs exactly one. */
+typedef struct dk_island {
+    uint32_t id, n;
+    dk_range r[FERRY_DOCK_MAX_RANGES];
+} dk_island;
+
+typedef struct dk_state {
+    uint64_t counters[DK_C_COUNT];
+    uint64_t top_tv;   /* highest trainer_version committed + 1; 0 = none */
+    uint64_t commits;  /* cursor writes so far (makes every cursor unique) */
+    size_t n_islands, cap;
+    dk_island *islands; /* sorted by id */
+} dk_state;
+
+void dk_state_release(dk_state *s);
+int dk_state_clone(const dk_state *src, dk_state *dst);
+bool dk_state_has(const dk_state *s, uint32_t island, uint64_t seq);
+/* Largest resolved seq of island; false if the island has none. */
+bool dk_state_max_seq(const dk_state *s, uint32_t island, uint64_t *seq);
+/* Records (island, seq) as resolved.  *fresh = 0 if it already was.  When
+ * the island would need more than FERRY_DOCK_MAX_RANGES ranges, the two
+ * closest are merged and the seqs between them are reported as a gap
+ * (*gap_n > 0, first *gap_lo).  FERRY_ERR_LIMIT past FERRY_DOCK_MAX_ISLANDS. */
+int dk_state_mark(dk_state *s, uint32_t island, uint64_t seq, int *fresh, uint64_t *gap_lo,
+                  uint64_t *gap_n);
+
+/* Cursor object <-> state.  The writer nonce makes the bytes unique per
+ * handle, as the store's CAS wants (docs/STORE.md). */
+int dk_cursor_encode(const dk_state *s, const char *run, uint64_t nonce, ferry_buf *out);
+int dk_cursor_decode(const void *data, size_t size, const char *run, dk_state *out);
+
+/* ---- wire helpers ---- */
+/* "RUN/traj/" and "RUN/traj/vVVV…/" (the listing prefix of one version). */
+void dk_traj_prefix(const char *run, char buf[FERRY_DOCK_KEY_MAX]);
+void dk_version_prefix(const char *run, uint64_t version, char buf[FERRY_DOCK_KEY_MAX]);
+/* Short name of a rejection code ("checksum"), for quarantine keys. */
+const char *dk_reason_name(int code);
+/* The rejection codes an object's content can earn (100..105). */
+static inline bool dk_is_content_code(int code)
+{
+    return code >= FERRY_ERR_DOCK_MAGIC && code <= FERRY_ERR_DOCK_CHECKSUM;
+}
+
+/* ---- the handle ---- */
+typedef struct dk_suspect {
+    char *key;
+    char etag[FERRY_STORE_ETAG_MAX];
+    uint64_t size;
+    uint64_t first_ms; /* monotonic */
+} dk_suspect;
+
+struct ferry_dock {
+    ferry_store *store;
+    char run[FERRY_DOCK_RUN_MAX + 1];
+    char cursor_key[FERRY_DOCK_KEY_MAX];
+    ferry_dock_options o;     /* defaults resolved */
+    int32_t grace_ms;         /* resolved: 0 = none */
+    uint64_t nonce;
+
+    /* consumer */
+    dk_state st;              /* as of the last commit / load */
+    int have_cursor;          /* the cursor object exists (CAS expects etag) */
+    char etag[FERRY_STORE_ETAG_MAX];
+    int sweep_due;
+    uint32_t takes_since_sweep;
+    int have_last_lo;
+    uint64_t last_lo;         /* lowest admissible version at the last pass */
+    dk_suspect suspects[DK_MAX_SUSPECTS];
+    size_t n_suspects;
+
+    ferry_dock_stats work;    /* this handle's work counters */
+};
+
+/* Reads RUN/dock/cursor into d->st (absent: an empty state). */
+int dk_load_cursor(ferry_dock *d);
+uint64_t dk_now_ms(void);       /* monotonic */
+uint64_t dk_wall_ms(void);      /* since the epoch */
+
+#endif
