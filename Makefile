@@ -79,6 +79,11 @@ else ifeq ($(origin MPICC),undefined)
 MPICC    := $(shell command -v mpicc 2>/dev/null)
 endif
 MPICC_CC := OMPI_CC="$(CC)" MPICH_CC="$(CC)" $(MPICC)
+# Ranks must compute bit-identical updates, and a test compares them with
+# its own arithmetic: no fused multiply-add contraction (clang's default
+# "on" may fuse, gcc's -std=c11 default does not).
+$(LOCO_CORE_OBJ) $(BUILD)/lib/loco/exchange.o: CFLAGS += -ffp-contract=off
+$(BUILD)/tests/test_loco_codec: private CFLAGS += -ffp-contract=off
 LOCO_LIB := $(BUILD)/libferry_loco.a
 LOCO_BIN := $(patsubst examples/rl/%.c,$(BUILD)/examples/%,$(wildcard examples/rl/loco_*.c))
 ifneq ($(MPICC),)
