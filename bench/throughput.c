@@ -11,8 +11,8 @@
  * and a subscriber run them in a loop: the base hash is known from the
  * previous version (ferry_diff_options.base_hash / ferry_apply_options.
  * base_hash), so the base is not re-hashed; the result is still verified in
- * full.  RSS is the peak of the ferry CLI (../ferry beside this program)
- * running the same diff and apply in a fresh process (wait4). */
+ * full.  RSS is the peak (VmHWM) that the ferry CLI (../ferry beside this
+ * program) reports running the same diff and apply. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,21 +112,19 @@ static double compare_gbs(const ferry_model *a, const ferry_model *b, int thread
 }
 
 /* ---- peak RSS of one operation: the ferry CLI in a fresh process ---- */
-/* A forked child would start with the parent's resident pages; exec gives a
- * clean slate, and wait4 returns the child's own peak. */
-static long run_rss_kb(char *const argv[])
+/* The CLI reports its own VmHWM with --json: a forked child's rusage would
+ * include the pages of this (large) process from before its exec. */
+static long run_rss_kb(const char *cmd)
 {
-    pid_t pid = fork();
-    if (pid == 0) {
-        int null = open("/dev/null", O_WRONLY);
-        if (null >= 0) dup2(null, 1);
-        execv(argv[0], argv);
-        _exit(127);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    char line[1024];
+    long kb = -1;
+    while (fgets(line, sizeof line, p)) {
+        const char *at = strstr(line, "\"peak_rss_kib\": ");
+        if (at) kb = atol(at + 16);
     }
-    int st;
-    struct rusage ru;
-    if (wait4(pid, &st, 0, &ru) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) return -1;
-    return ru.ru_maxrss;
+    return pclose(p) == 0 ? kb : -1;
 }
 
 static void usage(FILE *f)
@@ -246,10 +244,11 @@ int main(int argc, char **argv)
     char ferry_bin[4096], dirbuf[4096];
     snprintf(dirbuf, sizeof dirbuf, "%s", argv[0]);
     snprintf(ferry_bin, sizeof ferry_bin, "%s/../ferry", dirname(dirbuf));
-    char *enc_argv[] = {ferry_bin, "diff", (char *)oldp, (char *)newp, "-o", out_path, NULL};
-    long rss_enc = run_rss_kb(enc_argv);
-    char *app_argv[] = {ferry_bin, "apply", (char *)oldp, patch_path, "-o", out_path, NULL};
-    long rss_app = run_rss_kb(app_argv);
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd, "'%s' diff '%s' '%s' -o '%s' --json", ferry_bin, oldp, newp, out_path);
+    long rss_enc = run_rss_kb(cmd);
+    snprintf(cmd, sizeof cmd, "'%s' apply '%s' '%s' -o '%s' --json", ferry_bin, oldp, patch_path, out_path);
+    long rss_app = run_rss_kb(cmd);
     if (rss_enc < 0 || rss_app < 0) fprintf(stderr, "throughput: running %s failed\n", ferry_bin);
     double budget = (double)ferry_model_nbytes(a) + 2.0 * (double)psize + 64.0 * (1 << 20);
     printf("peak RSS: encode %.1f MiB; apply (streaming to a file) %.1f MiB, budget checkpoint + 2 x patch + 64 MiB = %.1f MiB: %s\n",

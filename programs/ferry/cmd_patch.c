@@ -83,8 +83,9 @@ int cmd_diff(int argc, char **argv)
         }
     ferry_patch_info_free(pi);
     if (a.json)
-        printf("{\"patch\": \"%s\", \"patch_bytes\": %zu, \"target_bytes\": %llu, \"ratio\": %.6f, \"encode_ms\": %.3f}\n",
-               a.out, size, (unsigned long long)full, full ? (double)size / (double)full : 0.0, ms);
+        printf("{\"patch\": \"%s\", \"patch_bytes\": %zu, \"target_bytes\": %llu, \"ratio\": %.6f, \"encode_ms\": %.3f, "
+               "\"peak_rss_kib\": %ld}\n",
+               a.out, size, (unsigned long long)full, full ? (double)size / (double)full : 0.0, ms, cli_peak_rss_kib());
     else if (!a.quiet)
         printf("%s: %zu bytes (%.3f%% of %llu tensor bytes), encoded in %.1f ms\n", a.out, size,
                full ? 100.0 * (double)size / (double)full : 0.0, (unsigned long long)full, ms);
@@ -123,7 +124,9 @@ int cmd_apply(int argc, char **argv)
     ferry_apply_options o = {.threads = (int)a.threads};
     if ((rc = ferry_apply_file(base, patch, size, &o, a.out))) { cli_fail("apply", rc, a.pos[1]); goto done; }
     double ms = (cli_now() - t0) * 1e3;
-    if (a.json) printf("{\"output\": \"%s\", \"apply_ms\": %.3f, \"verified\": true}\n", a.out, ms);
+    if (a.json)
+        printf("{\"output\": \"%s\", \"apply_ms\": %.3f, \"verified\": true, \"peak_rss_kib\": %ld}\n", a.out, ms,
+               cli_peak_rss_kib());
     else if (!a.quiet) printf("%s: verified against the target hash, applied in %.1f ms\n", a.out, ms);
     ret = 0;
 done:

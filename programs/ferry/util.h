@@ -17,4 +17,6 @@ bool cli_parse_int(const char *s, long lo, long hi, long *out);
 void json_str(FILE *f, const char *s);
 void hex16(char out[33], const uint8_t h[16]);
 double cli_now(void);
+/* Peak resident memory of this process image in KiB (VmHWM), or -1. */
+long cli_peak_rss_kib(void);
 #endif
