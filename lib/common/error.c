@@ -53,6 +53,17 @@ const char *ferry_strerror(int code)
     case 69: return "store: corrupt or malformed answer";
     case 70: return "store: range past the end of the object";
     case 71: return "store: canceled";
+    /* sync (include/ferry_sync.h) */
+    case 80: return "sync: another publisher moved HEAD";
+    case 81: return "sync: malformed or inconsistent manifest";
+    case 82: return "sync: object does not match its manifest";
+    case 83: return "sync: version not published yet";
+    case 84: return "sync: version no longer retained";
+    case 85: return "sync: no verified path to the version";
+    case 86: return "sync: model structure differs";
+    case 87: return "sync: HEAD moved backwards";
+    case 88: return "sync: no new version in time";
+    case 89: return "sync: invalid run name";
     /* dock (include/ferry_dock.h) */
     case 100: return "dock: bad magic (not a dock batch)";
     case 101: return "dock: unsupported batch format";

@@ -1,0 +1,377 @@
+/*
+ * ferry_sync.h — versioned policy distribution over an object store:
+ * a publisher (the trainer) and any number of subscribers (rollout islands)
+ * that share nothing but a store (include/ferry_store.h).
+ *
+ * docs/PROTOCOL.md is the long form: object layout, manifest format, HEAD
+ * and compare-and-swap, anchors, compaction, retention, path selection and
+ * the crash-safety argument.  In short:
+ *
+ *  - a RUN is a key prefix in the store ("rl/run-7"); its versions are
+ *    numbered 1, 2, 3 ... and never reused or renumbered;
+ *  - every version has a manifest (JSON) and one or two immutable objects:
+ *    a DELTA (a ferry patch from the previous version) and, for an ANCHOR
+ *    version, also the FULL model (a .safetensors file).  Object keys carry
+ *    the version and a random id, so no object is ever overwritten;
+ *  - RUN/HEAD names the latest version.  It is written only after every
+ *    object and the manifest of that version are durable, by
+ *    compare-and-swap against the HEAD the publisher last saw, and never to
+ *    a lower version.  A second publisher on the same run gets
+ *    FERRY_ERR_SYNC_CONFLICT naming the other one;
+ *  - subscribers read HEAD, choose the cheapest verified path from what they
+ *    hold to the version they want (deltas, a compacted delta, an anchor
+ *    plus deltas), check the base hash before and the target hash after
+ *    every step, and switch what they expose only to a complete, verified
+ *    version.
+ *
+ * Conventions (those of ferry.h): functions return 0 or a FERRY_ERR_* code;
+ * ferry_last_error() names the run, version and object key; handles are
+ * opaque and *_free accepts NULL.  Every byte read from the store (HEAD,
+ * manifests, objects) is validated before use.  A handle is used by one
+ * thread at a time, except ferry_subscriber_wake.  The store must outlive
+ * every handle opened on it; deadlines, retries and the progress callback
+ * are those of the store's options.
+ */
+#ifndef FERRY_SYNC_H
+#define FERRY_SYNC_H
+
+#include "ferry.h"
+#include "ferry_store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================================
+ * Errors 80..99.  Stable: new codes are appended.
+ * ====================================================================== */
+enum {
+    FERRY_ERR_SYNC_CONFLICT = 80,  /* HEAD was moved by another publisher (the
+                                      message names it and its version); the
+                                      publisher handle stays fenced */
+    FERRY_ERR_SYNC_MANIFEST = 81,  /* HEAD, a manifest, the compaction index or a
+                                      local state file is malformed or
+                                      inconsistent (names the key) */
+    FERRY_ERR_SYNC_CORRUPT = 82,   /* an object does not match its manifest:
+                                      size, base or target hash, checksum
+                                      (names the key) */
+    FERRY_ERR_SYNC_NOT_YET = 83,   /* the version asked for is newer than HEAD,
+                                      or the run has no version yet */
+    FERRY_ERR_SYNC_GONE = 84,      /* the version asked for is older than what
+                                      the store still retains (GC) */
+    FERRY_ERR_SYNC_NO_PATH = 85,   /* every path to the target failed
+                                      verification (names the last object) */
+    FERRY_ERR_SYNC_SHAPE = 86,     /* memory mode: the target's tensors differ in
+                                      name, dtype or shape from the caller's */
+    FERRY_ERR_SYNC_BACKWARDS = 87, /* HEAD is below a version already seen (a
+                                      store restored or a run recreated): refused */
+    FERRY_ERR_SYNC_TIMEOUT = 88,   /* ferry_subscriber_wait: no newer version in time */
+    FERRY_ERR_SYNC_RUN = 89,       /* invalid run name */
+};
+
+/* Version kinds. */
+enum { FERRY_SYNC_DELTA = 0, FERRY_SYNC_ANCHOR = 1 };
+
+#define FERRY_SYNC_ID_LEN 16          /* hex digits of a version's random id */
+#define FERRY_SYNC_PUBLISHER_MAX 128  /* bytes of a publisher id, with the NUL */
+#define FERRY_SYNC_RUN_MAX 200        /* bytes of a run name */
+
+/* Run names: 1..FERRY_SYNC_RUN_MAX bytes, '/'-separated segments of
+ * [A-Za-z0-9._-] that do not start with '.'.  Returns 0 or
+ * FERRY_ERR_SYNC_RUN. */
+FERRY_API int ferry_sync_run_check(const char *run);
+
+/* ======================================================================
+ * Publisher.
+ * ====================================================================== */
+typedef struct ferry_publisher ferry_publisher;
+
+typedef struct ferry_publisher_options {
+    const char *publisher_id; /* written into HEAD and manifests, named in
+                                 conflict errors; printable ASCII, at most
+                                 FERRY_SYNC_PUBLISHER_MAX-1 bytes.
+                                 NULL = "HOST:PID:RANDOM" */
+    uint32_t anchor_every;    /* K: a version is an ANCHOR when K or more
+                                 versions have passed since the last anchor
+                                 (and version 1 always is).  0 = 10 */
+    int cast_bf16;            /* publish FP32 masters: every F32 tensor is
+                                 published as its BF16 cast (bit-identical to
+                                 PyTorch); subscribers receive BF16 */
+    int level;                /* zstd level for whole tensors, 0 = 3 */
+    int threads;              /* codec threads, 0 = 1 */
+    int verify;               /* also apply each new delta to the previous
+                                 model and compare the result's hash before
+                                 publishing (costs one apply per version) */
+    const char *cache_path;   /* optional local .safetensors where the last
+                                 published model is kept (with a state file
+                                 beside it, as a file-mode subscriber keeps
+                                 it), so a restart need not download it */
+    const char *tmp_dir;      /* where anchors are staged before upload;
+                                 NULL = $TMPDIR, else /tmp */
+} ferry_publisher_options;
+
+/* Opens a publisher on RUN.  Reads HEAD: on a new run the first publish
+ * makes version 1; otherwise the publisher resumes after HEAD, fetching
+ * that version's model through the subscriber path (or taking it from
+ * cache_path when its hash matches) so that the next delta is against the
+ * exact bits subscribers hold.  opts may be NULL.
+ * Returns FERRY_ERR_SYNC_RUN, store errors, or the subscriber's errors
+ * while fetching the resumed version. */
+FERRY_API int ferry_publisher_open(ferry_store *store, const char *run, const ferry_publisher_options *opts,
+                                   ferry_publisher **out);
+FERRY_API void ferry_publisher_free(ferry_publisher *p);
+
+/* Flags of ferry_publish_ex. */
+#define FERRY_PUBLISH_ANCHOR 1u   /* make this version an anchor whatever K says */
+
+/* What one publish did. */
+typedef struct ferry_publish_info {
+    uint64_t version;
+    int kind;                     /* FERRY_SYNC_ANCHOR or FERRY_SYNC_DELTA */
+    uint64_t delta_bytes;         /* bytes of the delta object (0 for version 1) */
+    uint64_t full_bytes;          /* bytes of the full object (anchors only) */
+    uint64_t model_bytes;         /* tensor bytes of the published model */
+    uint8_t model_hash[16];       /* model hash of the published (BF16) model */
+    char id[FERRY_SYNC_ID_LEN + 1];
+    double seconds;               /* wall time of the publish */
+} ferry_publish_info;
+
+/* Publishes model as the next version.  Order: objects put (each
+ * acknowledged by the store), then the manifest, then HEAD by
+ * compare-and-swap; HEAD is re-read first, and if it no longer names this
+ * publisher's last version the call fails with FERRY_ERR_SYNC_CONFLICT
+ * before uploading anything.  The model is copied (the caller may change
+ * it after the call).  On any failure HEAD is unchanged (or names another
+ * publisher's version) and the objects written are unreferenced garbage
+ * that ferry_gc removes.  After a conflict every later publish fails too:
+ * reopen to resume after the other publisher's HEAD. */
+FERRY_API int ferry_publish(ferry_publisher *p, const ferry_model *model, uint64_t *version);
+FERRY_API int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flags,
+                               ferry_publish_info *info);
+
+/* The last version this publisher published or resumed from (0 = none). */
+FERRY_API uint64_t ferry_publisher_version(const ferry_publisher *p);
+
+/* ======================================================================
+ * Subscriber.
+ *
+ * Three modes, chosen by the options:
+ *  - file mode (path set): the local checkpoint PATH plus a state file
+ *    PATH.ferry.json (run, version, id, model hash).  A new version is
+ *    written beside PATH and renamed over it only after it verified; the
+ *    state file is updated around the rename so that a crash at any point
+ *    leaves PATH at a complete version the next open recognises (by its
+ *    hash).  A PATH whose hash matches no recorded state is treated as
+ *    holding no version (it is replaced, atomically, by the next sync).
+ *  - memory mode (model set): the caller's model, whose tensors are
+ *    writable buffers it owns (FERRY_ADD_BORROW of its own memory, e.g. an
+ *    inference engine's weights).  Deltas are applied in place by
+ *    ferry_apply_inplace_ex, which writes only after the whole result
+ *    verified; a step that needs an anchor or changes metadata is built
+ *    aside and copied in only if every tensor keeps its name, dtype and
+ *    shape, else FERRY_ERR_SYNC_SHAPE and the buffers are untouched.  The
+ *    caller must not read the buffers while a sync runs (between syncs
+ *    they always hold the complete version ferry_subscriber_version says).
+ *  - private mode (neither): the library holds the model
+ *    (ferry_subscriber_model).
+ * ====================================================================== */
+typedef struct ferry_subscriber ferry_subscriber;
+
+typedef struct ferry_subscriber_options {
+    const char *path;          /* file mode */
+    ferry_model *model;        /* memory mode (borrowed; must outlive the handle) */
+    uint64_t model_version;    /* memory mode: the version the caller says its
+                                  buffers hold (0 = none / unknown).  Checked:
+                                  the model is hashed and compared with that
+                                  version's manifest at the first sync */
+    int threads;               /* codec threads, 0 = 1 */
+    uint32_t poll_interval_ms; /* ferry_subscriber_wait's HEAD polling, 0 = 1000 */
+    uint32_t max_attempts;     /* paths tried per sync after a rejected object
+                                  or a vanished one, 0 = 4 */
+    int no_compactions;        /* ignore compacted deltas when choosing paths */
+    const char *tmp_dir;       /* staging of downloaded anchors; NULL = PATH's
+                                  directory (file mode), else $TMPDIR or /tmp */
+} ferry_subscriber_options;
+
+/* Opens a subscriber; sends no request.  File mode reads PATH and its
+ * state file if they exist (hashing PATH once).
+ * Returns FERRY_ERR_SYNC_RUN, FERRY_ERR_ARG (path and model both set, or a
+ * tensor of model not writable), I/O and safetensors errors of PATH. */
+FERRY_API int ferry_subscriber_open(ferry_store *store, const char *run, const ferry_subscriber_options *opts,
+                                    ferry_subscriber **out);
+FERRY_API void ferry_subscriber_free(ferry_subscriber *s);
+
+/* Targets of ferry_subscriber_sync. */
+enum {
+    FERRY_SYNC_LATEST = 0, /* the version HEAD names */
+    FERRY_SYNC_MIN = 1,    /* at least `version`: nothing to do if already there,
+                              else the latest (FERRY_ERR_SYNC_NOT_YET if HEAD is
+                              below `version`) */
+    FERRY_SYNC_EXACT = 2,  /* exactly `version` (older than the current one is
+                              allowed: reached through an anchor) */
+};
+
+/* What one sync did. */
+typedef struct ferry_sync_info {
+    uint64_t from_version;     /* what the subscriber held before (0 = none) */
+    uint64_t to_version;       /* what it holds now */
+    uint64_t head_version;     /* HEAD as read by this sync */
+    uint64_t bytes_fetched;    /* every byte read from the store by this sync
+                                  (HEAD, manifests, index, objects) */
+    uint64_t planned_bytes;    /* object bytes of the path chosen (the last
+                                  one, if a rejected object forced another) */
+    uint64_t chain_bytes;      /* the options priced: deltas from the current */
+    uint64_t anchor_bytes;     /*   version; the newest anchor plus deltas; */
+    uint64_t compacted_bytes;  /*   the best path through a compacted delta.
+                                  UINT64_MAX where not available */
+    uint32_t steps;            /* objects applied (an anchor counts as one) */
+    uint32_t rejected;         /* objects rejected (corrupt, vanished) */
+    char path[128];            /* "chain 41..50", "anchor 41 + chain 41..50",
+                                  "compacted 5..55 + chain 55..60", "none" */
+} ferry_sync_info;
+
+/* Brings the subscriber to the target version (mode and version as
+ * above; version is ignored for FERRY_SYNC_LATEST).  info may be NULL.
+ * A rejected object (truncated, bit-flipped, another version's object,
+ * vanished by a concurrent GC) is recorded in the statistics and the sync
+ * tries the next cheapest path that avoids it, at most max_attempts paths;
+ * the subscriber's model and version change only to complete, verified
+ * versions.
+ * Returns FERRY_ERR_SYNC_NOT_YET, _GONE, _NO_PATH (naming the last
+ * rejected object), _SHAPE, _BACKWARDS, _MANIFEST, and store errors
+ * (FERRY_ERR_STORE_TIMEOUT after the store's deadline ...). */
+FERRY_API int ferry_subscriber_sync(ferry_subscriber *s, int mode, uint64_t version, ferry_sync_info *info);
+
+/* The version the subscriber holds (its file, the caller's buffers, its
+ * own model): 0 = none.  Always a complete, verified version. */
+FERRY_API uint64_t ferry_subscriber_version(const ferry_subscriber *s);
+/* Model hash of that version; FERRY_ERR_NOT_FOUND if none. */
+FERRY_API int ferry_subscriber_hash(const ferry_subscriber *s, uint8_t out[16]);
+/* The model held (memory mode: the caller's; private mode: the library's,
+ * valid until the next sync or free; file mode: PATH mapped read-only), or
+ * NULL if none. */
+FERRY_API const ferry_model *ferry_subscriber_model(const ferry_subscriber *s);
+
+/* Waits until HEAD names a version above after_version, polling HEAD every
+ * poll_interval_ms; *head (may be NULL) receives the version HEAD names (0
+ * while the run has none: a run without HEAD yet is waited for, not an
+ * error).  Returns 0 when HEAD is above after_version, or when
+ * ferry_subscriber_wake interrupted the wait (then *head may not be above
+ * it); FERRY_ERR_SYNC_TIMEOUT after timeout_ms (0 = read HEAD once); the
+ * store's errors. */
+FERRY_API int ferry_subscriber_wait(ferry_subscriber *s, uint64_t after_version, uint64_t timeout_ms,
+                                    uint64_t *head);
+/* Makes a concurrent (or the next) ferry_subscriber_wait return at once.
+ * The only call that may come from another thread. */
+FERRY_API void ferry_subscriber_wake(ferry_subscriber *s);
+
+/* Counters since open. */
+typedef struct ferry_subscriber_stats {
+    uint64_t syncs, steps;
+    uint64_t bytes_fetched;        /* all reads from the store */
+    uint64_t objects_fetched;      /* anchors, deltas, compacted deltas */
+    uint64_t manifests_fetched;    /* HEAD, manifests, the compaction index */
+    uint64_t rejected;             /* objects rejected */
+    char last_rejection[512];      /* message of the last rejection (names the key) */
+} ferry_subscriber_stats;
+FERRY_API void ferry_subscriber_get_stats(const ferry_subscriber *s, ferry_subscriber_stats *out);
+
+/* ======================================================================
+ * Run log.
+ * ====================================================================== */
+typedef struct ferry_version_info {
+    uint64_t version;
+    int kind;                      /* FERRY_SYNC_ANCHOR / FERRY_SYNC_DELTA */
+    uint64_t base_version;         /* the delta's base (version - 1), 0 for version 1 */
+    uint64_t anchor_version;       /* nearest anchor at or below this version */
+    uint64_t delta_bytes, full_bytes, model_bytes;
+    int64_t created;               /* seconds since the epoch */
+    uint8_t model_hash[16];
+    char id[FERRY_SYNC_ID_LEN + 1];
+    char publisher[FERRY_SYNC_PUBLISHER_MAX];
+} ferry_version_info;
+
+typedef struct ferry_compaction_info {
+    uint64_t from, to;             /* the delta turns version `from` into `to` */
+    uint64_t bytes;                /* size of the compacted delta */
+    uint64_t chain_bytes;          /* the deltas it replaces, summed */
+    char key[FERRY_STORE_KEY_MAX + 1];
+} ferry_compaction_info;
+
+typedef struct ferry_run_log {
+    uint64_t head;                 /* HEAD's version */
+    char head_publisher[FERRY_SYNC_PUBLISHER_MAX];
+    size_t count;
+    ferry_version_info *versions;  /* oldest first: every version still in the
+                                      store reachable from HEAD */
+    size_t ncompactions;
+    ferry_compaction_info *compactions;
+} ferry_run_log;
+
+/* Reads HEAD, walks the manifests back until one is gone (GC) or version 1,
+ * at most max_versions of them (0 = all), and reads the compaction index.
+ * Returns FERRY_ERR_SYNC_NOT_YET for a run without HEAD. */
+FERRY_API int ferry_run_log_read(ferry_store *store, const char *run, uint64_t max_versions, ferry_run_log **out);
+FERRY_API void ferry_run_log_free(ferry_run_log *log);
+
+/* ======================================================================
+ * Compaction: one delta for a range of versions, as a shortcut.
+ * ====================================================================== */
+typedef struct ferry_compact_options {
+    uint64_t from, to;   /* the range; to = 0: HEAD; from = 0: the newest
+                            anchor below `to` */
+    int level, threads;
+    const char *tmp_dir;
+} ferry_compact_options;
+
+/* Builds the models of `from` and `to` (through the subscriber path, each
+ * verified), diffs them into one delta, writes it under
+ * RUN/c/FROM-TO-ID.patch and then adds it to RUN/compactions.json by
+ * compare-and-swap.  Subscribers at `from` (or that reach it cheaply) use
+ * it when it is the smallest path.  out may be NULL.
+ * Returns FERRY_ERR_ARG for an empty range, FERRY_ERR_SYNC_NOT_YET /
+ * _GONE for versions not (or no longer) there. */
+FERRY_API int ferry_compact(ferry_store *store, const char *run, const ferry_compact_options *opts,
+                            ferry_compaction_info *out);
+
+/* ======================================================================
+ * Retention (garbage collection).
+ *
+ * With HEAD at version N and keep = k, the RETAINED set is every version
+ * from A to N on HEAD's lineage, where A is the anchor that version
+ * max(1, N-k+1) chains back to: the last k versions plus everything a
+ * reader needs to reach any of them from their anchor.  GC keeps the
+ * manifests, deltas and full objects of the retained set, every compacted
+ * delta that ends in it, HEAD, the index, every object of a version above
+ * N (a publish in flight), unreferenced objects younger than the grace
+ * period (a compaction in flight, a losing publisher's orphans), and any
+ * key it does not recognise.  It deletes everything else under RUN/.  So
+ * GC never deletes the version HEAD names or anything reachable from the
+ * retained set; a reader on a dropped version gets FERRY_ERR_SYNC_GONE or
+ * a clean NOT_FOUND and retries from HEAD.
+ * ====================================================================== */
+typedef struct ferry_gc_options {
+    uint64_t keep;            /* k >= 1 */
+    int dry_run;              /* report, delete nothing */
+    int64_t grace_s;          /* age before unreferenced objects (not on HEAD's
+                                 lineage) are deleted: 0 = 3600; < 0 = none */
+    /* optional: called once per object considered, with action 1 = delete
+       (or would, in a dry run), 0 = keep; why is a short reason */
+    void (*on_object)(void *user, const char *key, uint64_t bytes, int action, const char *why);
+    void *user;
+} ferry_gc_options;
+
+typedef struct ferry_gc_report {
+    uint64_t head;                 /* HEAD's version */
+    uint64_t oldest_retained;      /* A, as above */
+    uint64_t objects_kept, bytes_kept;
+    uint64_t objects_deleted, bytes_deleted;
+    uint64_t compactions_dropped;
+} ferry_gc_report;
+
+FERRY_API int ferry_gc(ferry_store *store, const char *run, const ferry_gc_options *opts, ferry_gc_report *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FERRY_SYNC_H */

@@ -1,0 +1,141 @@
+/* Compaction: one delta from version `from` to version `to`, stored as an
+ * extra object next to the versions' own, and announced in the run's
+ * compaction index.  It changes nothing about the versions themselves, so
+ * it can run beside a publisher; readers use it only when it is the
+ * smallest path and check it like any delta (base and target hashes). */
+#include "sync_impl.h"
+
+#include <stdlib.h>
+
+/* The verified model of one version, through a private subscriber that
+ * may start from `start` (borrowed). */
+static int build(ferry_store *st, const char *run, const ferry_compact_options *o, uint64_t version, ferry_model *start,
+                 const fs_state *start_st, ferry_subscriber **sub)
+{
+    ferry_subscriber_options so = {.threads = o->threads, .tmp_dir = o->tmp_dir};
+    int rc = ferry_subscriber_open(st, run, &so, sub);
+    if (rc) return rc;
+    if (start) fs_sub_adopt(*sub, start, false, start_st);
+    return ferry_subscriber_sync(*sub, FERRY_SYNC_EXACT, version, NULL);
+}
+
+static int cmp_comp(const void *a, const void *b)
+{
+    const fs_compaction *x = a, *y = b;
+    if (x->from != y->from) return x->from < y->from ? -1 : 1;
+    if (x->to != y->to) return x->to < y->to ? -1 : 1;
+    return 0;
+}
+
+/* Adds c to the index by compare-and-swap, replacing an entry for the
+ * same range (its object is then unreferenced and goes at the next GC). */
+static int index_add(ferry_store *st, const char *run, const fs_compaction *c)
+{
+    char key[FS_KEY_CAP];
+    fs_key_index(key, run);
+    for (int attempt = 0; attempt < 10; attempt++) {
+        fs_index ix;
+        char etag[FERRY_STORE_ETAG_MAX];
+        int rc = fs_index_read(st, run, NULL, &ix, etag);
+        if (rc) return rc;
+        fs_compaction *n = ferry__calloc(ix.n + 1, sizeof *n);
+        if (!n) {
+            fs_index_release(&ix);
+            return FERRY_ERR_NOMEM;
+        }
+        size_t k = 0;
+        for (size_t i = 0; i < ix.n; i++)
+            if (ix.c[i].from != c->from || ix.c[i].to != c->to) n[k++] = ix.c[i];
+        n[k++] = *c;
+        qsort(n, k, sizeof *n, cmp_comp);
+        fs_index_release(&ix);
+        fs_index nix = {n, k};
+        char *text = fs_index_json(run, &nix);
+        free(n);
+        if (!text) return FERRY_ERR_NOMEM;
+        rc = ferry_store_cas(st, key, etag[0] ? etag : NULL, text, strlen(text), NULL);
+        free(text);
+        if (rc != FERRY_ERR_STORE_CONFLICT) return rc;
+        ferry__clear_error();
+        fs_sleep_ms(20u << (attempt < 5 ? attempt : 5));
+    }
+    return ferry__fail(FERRY_ERR_STORE_CONFLICT, "%s: still changing under this compaction after 10 attempts", key);
+}
+
+int ferry_compact(ferry_store *store, const char *run, const ferry_compact_options *opts, ferry_compaction_info *out)
+{
+    if (!store) return ferry__fail(FERRY_ERR_ARG, "ferry_compact: NULL store");
+    int rc = ferry_sync_run_check(run);
+    if (rc) return rc;
+    ferry_compact_options o = {0};
+    if (opts) o = *opts;
+    fs_head h;
+    if ((rc = fs_head_read(store, run, NULL, &h, NULL))) {
+        if (rc == FERRY_ERR_STORE_NOT_FOUND) return ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: no version published yet", run);
+        return rc;
+    }
+    uint64_t to = o.to ? o.to : h.version;
+    if (to > h.version)
+        return ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: version %llu asked for, HEAD is at %llu", run, (unsigned long long)to,
+                           (unsigned long long)h.version);
+    fs_manifest mto, mfrom;
+    if ((rc = fs_find_manifest(store, run, &h, to, NULL, &mto))) return rc;
+    uint64_t from = o.from;
+    if (!from) from = mto.anchor.ref.version < to ? mto.anchor.ref.version : mto.prev_anchor.ref.version;
+    if (!from || from >= to)
+        return ferry__fail(FERRY_ERR_ARG, "run %s: nothing to compact from version %llu to %llu", run, (unsigned long long)from,
+                           (unsigned long long)to);
+    if ((rc = fs_find_manifest(store, run, &h, from, NULL, &mfrom))) return rc;
+
+    ferry_subscriber *sa = NULL, *sb = NULL;
+    void *patch = NULL;
+    size_t psize = 0;
+    fs_state sta;
+    if ((rc = build(store, run, &o, from, NULL, NULL, &sa))) goto out;
+    fs_sub_state(sa, &sta);
+    const ferry_model *a = ferry_subscriber_model(sa);
+    if ((rc = build(store, run, &o, to, (ferry_model *)a, &sta, &sb))) goto out;
+    const ferry_model *b = ferry_subscriber_model(sb);
+    ferry_diff_options d = {.level = o.level, .threads = o.threads, .base_hash = mfrom.model_hash};
+    if ((rc = ferry_diff(a, b, &d, &patch, &psize))) goto out;
+    fs_compaction c;
+    memset(&c, 0, sizeof c);
+    ferry_patch_info *pi = NULL;
+    if ((rc = ferry_patch_inspect(patch, psize, &pi))) goto out;
+    ferry_patch_info_hashes(pi, c.base_hash, c.target_hash);
+    ferry_patch_info_free(pi);
+    if (memcmp(c.base_hash, mfrom.model_hash, 16) || memcmp(c.target_hash, mto.model_hash, 16)) {
+        rc = ferry__fail(FERRY_ERR_TARGET_MISMATCH, "run %s: the compacted delta %llu..%llu does not join the versions' hashes", run,
+                         (unsigned long long)from, (unsigned long long)to);
+        goto out;
+    }
+    c.from = from;
+    c.to = to;
+    memcpy(c.from_id, mfrom.id, FS_ID_CAP);
+    memcpy(c.to_id, mto.id, FS_ID_CAP);
+    c.bytes = psize;
+    c.from_cum = mfrom.cum;
+    c.to_cum = mto.cum;
+    c.from_full_bytes = mfrom.kind == FERRY_SYNC_ANCHOR ? mfrom.full_bytes : 0;
+    c.created = fs_now();
+    if ((rc = fs_new_id(c.id))) goto out;
+    char key[FS_KEY_CAP];
+    fs_key_compact(key, run, from, to, c.id);
+    /* the object is durable before the index names it */
+    if ((rc = ferry_store_put(store, key, patch, psize, NULL))) goto out;
+    if ((rc = index_add(store, run, &c))) goto out;
+    if (out) {
+        memset(out, 0, sizeof *out);
+        out->from = from;
+        out->to = to;
+        out->bytes = psize;
+        out->chain_bytes = mto.cum - mfrom.cum;
+        snprintf(out->key, sizeof out->key, "%s", key);
+    }
+out:
+    ferry_free(patch);
+    ferry_subscriber_free(sb); /* before sa: sb borrowed sa's model */
+    ferry_subscriber_free(sa);
+    if (rc) ferry__context(rc, "run %s: compacting %llu..%llu", run, (unsigned long long)from, (unsigned long long)to);
+    return rc;
+}

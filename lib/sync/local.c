@@ -1,0 +1,141 @@
+/* File mode's local state: PATH (a .safetensors checkpoint) and
+ * PATH.ferry.json, which records the version PATH holds.
+ *
+ * Two files cannot be replaced together atomically, so the state file
+ * names both the old and the new version around the rename of PATH
+ * ("current" and "pending"), and the version PATH holds is decided by its
+ * model hash when it is opened: a crash before, during or after the rename
+ * leaves PATH complete (ferry_model_save renames a fully written file) and
+ * its hash equal to one of the two.  A PATH whose hash matches neither is
+ * treated as holding no version; it is never trusted on its name alone. */
+#include "sync_impl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+int fs_local_state_path(const char *path, char *out, size_t cap)
+{
+    if ((size_t)snprintf(out, cap, "%s.ferry.json", path) >= cap) return ferry__fail(FERRY_ERR_ARG, "%s: path too long", path);
+    return FERRY_OK;
+}
+
+static json_t *state_json(const fs_state *s)
+{
+    if (!s || !s->version) return json_null();
+    char h[33];
+    fs_hex(h, s->hash);
+    return json_pack("{s:I,s:s,s:s,s:I}", "version", (json_int_t)s->version, "id", s->id, "model_hash", h,
+                     "delta_bytes_cum", (json_int_t)s->cum);
+}
+
+static bool state_parse(json_t *o, fs_state *s)
+{
+    memset(s, 0, sizeof *s);
+    if (json_is_null(o) || !o) return true;
+    json_t *v = json_object_get(o, "version"), *c = json_object_get(o, "delta_bytes_cum");
+    const char *id = json_string_value(json_object_get(o, "id"));
+    const char *h = json_string_value(json_object_get(o, "model_hash"));
+    if (!json_is_integer(v) || json_integer_value(v) <= 0 || !json_is_integer(c) || json_integer_value(c) < 0 || !id ||
+        strlen(id) != FERRY_SYNC_ID_LEN || !fs_id_valid(id) || !h || !fs_unhex(h, s->hash))
+        return false;
+    s->version = (uint64_t)json_integer_value(v);
+    s->cum = (uint64_t)json_integer_value(c);
+    memcpy(s->id, id, FS_ID_CAP);
+    return true;
+}
+
+static int write_state(const char *path, const char *run, const fs_state *cur, const fs_state *pending)
+{
+    char sp[4096];
+    int rc = fs_local_state_path(path, sp, sizeof sp);
+    if (rc) return rc;
+    json_t *root = json_pack("{s:s,s:s,s:o,s:o}", "format", "ferry-local-1", "run", run, "current", state_json(cur),
+                             "pending", state_json(pending));
+    char *text = root ? json_dumps(root, JSON_INDENT(1)) : NULL;
+    json_decref(root);
+    if (!text) return ferry__fail(FERRY_ERR_NOMEM, "%s: cannot serialise the local state", sp);
+    rc = ferry_file_write(sp, text, strlen(text));
+    free(text);
+    return rc;
+}
+
+int fs_local_open(const char *path, const char *run, ferry_model **model, fs_state *st)
+{
+    memset(st, 0, sizeof *st);
+    *model = NULL;
+    char sp[4096];
+    int rc = fs_local_state_path(path, sp, sizeof sp);
+    if (rc) return rc;
+    ferry_model *m = NULL;
+    rc = ferry_model_open(path, &m);
+    if (rc) {
+        /* Missing or not a valid checkpoint: nothing usable is held; the
+         * next sync writes a complete version over it. */
+        ferry__clear_error();
+        return FERRY_OK;
+    }
+    void *text = NULL;
+    size_t n = 0;
+    fs_state cur = {0}, pend = {0};
+    bool have = false;
+    if (!ferry_file_read(sp, FS_JSON_MAX, &text, &n)) {
+        json_error_t err;
+        json_t *root = json_loadb(text, n, JSON_REJECT_DUPLICATES, &err);
+        const char *fmt = json_string_value(json_object_get(root, "format"));
+        const char *r = json_string_value(json_object_get(root, "run"));
+        have = fmt && !strcmp(fmt, "ferry-local-1") && r && !strcmp(r, run) &&
+               state_parse(json_object_get(root, "current"), &cur) && state_parse(json_object_get(root, "pending"), &pend);
+        json_decref(root);
+        ferry_free(text);
+    }
+    ferry__clear_error();
+    if (have && (cur.version || pend.version)) {
+        uint8_t h[16];
+        if ((rc = ferry_model_hash(m, h))) {
+            ferry_model_free(m);
+            return rc;
+        }
+        if (cur.version && !memcmp(h, cur.hash, 16)) *st = cur;
+        else if (pend.version && !memcmp(h, pend.hash, 16)) *st = pend;
+    }
+    if (!st->version) {
+        ferry_model_free(m);
+        return FERRY_OK;
+    }
+    *model = m;
+    return FERRY_OK;
+}
+
+static void fsync_dir_of(const char *path)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+}
+
+int fs_local_commit(const char *path, const char *run, const ferry_model *model, const char *staged_file,
+                    const fs_state *from, const fs_state *to)
+{
+    int rc = write_state(path, run, from, to);
+    if (rc) return rc;
+    if (staged_file) {
+        /* The staged anchor was fsynced by the store's get_file. */
+        if (rename(staged_file, path))
+            return ferry__fail(FERRY_ERR_IO, "%s: cannot rename %s over it: %s", path, staged_file, strerror(errno));
+        fsync_dir_of(path);
+    } else if ((rc = ferry_model_save(model, path))) {
+        return rc;
+    }
+    return write_state(path, run, to, NULL);
+}

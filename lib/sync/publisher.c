@@ -1,0 +1,343 @@
+/* Publisher: one version per call — objects, then the manifest, then HEAD
+ * by compare-and-swap (docs/PROTOCOL.md, "Publishing").
+ *
+ * The publisher keeps a private copy of the model it last published (the
+ * BF16 cast when publishing FP32 masters): the next delta is computed
+ * against exactly the bits subscribers hold, with the diff's base_hash
+ * option so that copy is never hashed again.  A restarted publisher gets
+ * those bits back through the subscriber path (or its cache file), so a
+ * restart never resets the version counter nor diffs against anything but
+ * the published model. */
+#include "sync_impl.h"
+
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct ferry_publisher {
+    ferry_store *st;
+    char run[FERRY_SYNC_RUN_MAX + 1];
+    char pubid[FERRY_SYNC_PUBLISHER_MAX];
+    uint32_t anchor_every;
+    int cast, level, threads, verify;
+    char *cache_path, *tmp_dir;
+    ferry_model *prev;           /* last published model, or NULL */
+    fs_manifest last;            /* its manifest (version 0 = none) */
+    char head_etag[FERRY_STORE_ETAG_MAX];
+    char fence[512];             /* set after a conflict: why every publish fails */
+};
+
+static void state_of(const fs_manifest *m, fs_state *st)
+{
+    memset(st, 0, sizeof *st);
+    if (!m->version) return;
+    st->version = m->version;
+    memcpy(st->id, m->id, FS_ID_CAP);
+    memcpy(st->hash, m->model_hash, 16);
+    st->cum = m->cum;
+}
+
+/* The model of HEAD's version, through a subscriber (file mode on the
+ * cache path, else private). */
+static int resume_model(ferry_publisher *p, const fs_head *h)
+{
+    ferry_subscriber_options so = {.path = p->cache_path, .threads = p->threads, .tmp_dir = p->tmp_dir};
+    ferry_subscriber *sub = NULL;
+    int rc = ferry_subscriber_open(p->st, p->run, &so, &sub);
+    if (!rc) rc = ferry_subscriber_sync(sub, FERRY_SYNC_EXACT, h->version, NULL);
+    if (!rc) {
+        fs_state st;
+        p->prev = fs_sub_take(sub, &st);
+        if (st.version != h->version || strcmp(st.id, h->id) || !p->prev)
+            rc = ferry__fail(FERRY_ERR_SYNC_CONFLICT, "run %s: HEAD moved while this publisher resumed from version %llu", p->run,
+                             (unsigned long long)h->version);
+    }
+    ferry_subscriber_free(sub);
+    if (rc) ferry__context(rc, "run %s: resuming after version %llu", p->run, (unsigned long long)h->version);
+    return rc;
+}
+
+int ferry_publisher_open(ferry_store *store, const char *run, const ferry_publisher_options *opts, ferry_publisher **out)
+{
+    if (!store || !out) return ferry__fail(FERRY_ERR_ARG, "ferry_publisher_open: NULL argument");
+    *out = NULL;
+    int rc = ferry_sync_run_check(run);
+    if (rc) return rc;
+    ferry_publisher_options o = {0};
+    if (opts) o = *opts;
+    if (o.publisher_id && !fs_publisher_valid(o.publisher_id))
+        return ferry__fail(FERRY_ERR_ARG, "publisher id '%.200s': empty, longer than %d bytes, or not printable ASCII without quotes",
+                           o.publisher_id, FERRY_SYNC_PUBLISHER_MAX - 1);
+    ferry_publisher *p = ferry__calloc(1, sizeof *p);
+    if (!p) return FERRY_ERR_NOMEM;
+    p->st = store;
+    snprintf(p->run, sizeof p->run, "%s", run);
+    if (o.publisher_id) snprintf(p->pubid, sizeof p->pubid, "%s", o.publisher_id);
+    else fs_default_publisher(p->pubid);
+    p->anchor_every = o.anchor_every ? o.anchor_every : 10;
+    p->cast = o.cast_bf16;
+    p->level = o.level;
+    p->threads = o.threads;
+    p->verify = o.verify;
+    if ((o.cache_path && !(p->cache_path = ferry__strdup(o.cache_path))) || (o.tmp_dir && !(p->tmp_dir = ferry__strdup(o.tmp_dir)))) {
+        ferry_publisher_free(p);
+        return FERRY_ERR_NOMEM;
+    }
+    fs_head h;
+    rc = fs_head_read(store, run, NULL, &h, p->head_etag);
+    if (rc == FERRY_ERR_STORE_NOT_FOUND) {
+        ferry__clear_error();
+        p->head_etag[0] = 0;
+        *out = p;
+        return FERRY_OK;
+    }
+    if (!rc) rc = fs_manifest_read(store, run, h.version, h.id, NULL, &p->last);
+    if (!rc && memcmp(p->last.model_hash, h.model_hash, 16))
+        rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "run %s: HEAD and the manifest of version %llu disagree on its model hash", run,
+                         (unsigned long long)h.version);
+    if (!rc) rc = resume_model(p, &h);
+    if (rc) {
+        ferry_publisher_free(p);
+        return rc;
+    }
+    *out = p;
+    return FERRY_OK;
+}
+
+void ferry_publisher_free(ferry_publisher *p)
+{
+    if (!p) return;
+    ferry_model_free(p->prev);
+    free(p->cache_path);
+    free(p->tmp_dir);
+    free(p);
+}
+
+uint64_t ferry_publisher_version(const ferry_publisher *p) { return p ? p->last.version : 0; }
+
+static int fenced(ferry_publisher *p, int code, const char *fmt, const fs_head *h)
+{
+    /* a long run name or publisher id may cut the message short: fine */
+    if (snprintf(p->fence, sizeof p->fence, fmt, p->run, (unsigned long long)h->version, h->id, h->publisher, p->pubid,
+                 (unsigned long long)p->last.version) < 0)
+        p->fence[0] = 0;
+    return ferry__fail(code, "%s", p->fence);
+}
+
+static const char k_other[] =
+    "run %s: HEAD is at version %llu (id %s) published by '%s'; this publisher ('%s') last published version %llu: "
+    "another publisher is writing this run (reopen to resume after it)";
+
+/* HEAD must still name this publisher's last version. */
+static int check_head(ferry_publisher *p)
+{
+    fs_head h;
+    char etag[FERRY_STORE_ETAG_MAX];
+    int rc = fs_head_read(p->st, p->run, NULL, &h, etag);
+    if (rc == FERRY_ERR_STORE_NOT_FOUND) {
+        if (!p->last.version) {
+            ferry__clear_error();
+            p->head_etag[0] = 0;
+            return FERRY_OK;
+        }
+        snprintf(p->fence, sizeof p->fence, "run %s: HEAD is gone, this publisher had moved it to version %llu", p->run,
+                 (unsigned long long)p->last.version);
+        return ferry__fail(FERRY_ERR_SYNC_BACKWARDS, "%s", p->fence);
+    }
+    if (rc) return rc;
+    if (h.version != p->last.version || strcmp(h.id, p->last.id)) return fenced(p, FERRY_ERR_SYNC_CONFLICT, k_other, &h);
+    memcpy(p->head_etag, etag, sizeof etag);
+    return FERRY_OK;
+}
+
+/* Moves HEAD from this publisher's last version to m.  The loop re-reads
+ * HEAD after a refused swap: our own write that landed (answer lost) is
+ * success; an unchanged HEAD with a new etag is retried; anything else is
+ * another publisher (or a HEAD moved backwards) and fences the handle. */
+static int move_head(ferry_publisher *p, const fs_manifest *m, char new_etag[FERRY_STORE_ETAG_MAX])
+{
+    char key[FS_KEY_CAP], mkey[FS_KEY_CAP];
+    fs_key_head(key, p->run);
+    fs_key_version(mkey, p->run, m->version, m->id, FS_OBJ_MANIFEST);
+    fs_head nh = {m->version, "", m->kind, {0}, "", fs_now()};
+    memcpy(nh.id, m->id, FS_ID_CAP);
+    memcpy(nh.model_hash, m->model_hash, 16);
+    snprintf(nh.publisher, sizeof nh.publisher, "%s", p->pubid);
+    char *text = fs_head_json(p->run, &nh, mkey);
+    if (!text) return FERRY_ERR_NOMEM;
+    int rc = FERRY_OK;
+    for (int attempt = 0; attempt < 5; attempt++) {
+        rc = ferry_store_cas(p->st, key, p->last.version ? p->head_etag : NULL, text, strlen(text), new_etag);
+        if (rc != FERRY_ERR_STORE_CONFLICT) break;
+        fs_head h;
+        char etag[FERRY_STORE_ETAG_MAX];
+        int r2 = fs_head_read(p->st, p->run, NULL, &h, etag);
+        if (r2 == FERRY_ERR_STORE_NOT_FOUND && !p->last.version) continue;
+        if (r2) {
+            rc = r2;
+            break;
+        }
+        if (h.version == m->version && !strcmp(h.id, m->id)) {
+            memcpy(new_etag, etag, FERRY_STORE_ETAG_MAX);
+            rc = FERRY_OK;
+            break;
+        }
+        if (h.version == p->last.version && !strcmp(h.id, p->last.id)) {
+            memcpy(p->head_etag, etag, sizeof etag);
+            continue;
+        }
+        rc = fenced(p, h.version < p->last.version ? FERRY_ERR_SYNC_BACKWARDS : FERRY_ERR_SYNC_CONFLICT,
+                    h.version < p->last.version
+                        ? "run %s: HEAD went back to version %llu (id %s, '%s'); this publisher ('%s') had moved it to %llu: refused"
+                        : k_other,
+                    &h);
+        break;
+    }
+    free(text);
+    return rc;
+}
+
+/* Saves the anchor aside and uploads it; *bytes is its size. */
+static int put_full(ferry_publisher *p, const ferry_model *m, const char *id, uint64_t version, uint64_t *bytes)
+{
+    char tmp[4200], key[FS_KEY_CAP];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s/ferry-publish.%ld.%s.safetensors", fs_tmp_dir(p->tmp_dir), (long)getpid(), id) >= sizeof tmp)
+        return ferry__fail(FERRY_ERR_ARG, "tmp_dir too long");
+    fs_key_version(key, p->run, version, id, FS_OBJ_FULL);
+    int rc = ferry_model_save(m, tmp);
+    if (rc) return rc;
+    struct stat sb = {0};
+    if (stat(tmp, &sb)) rc = ferry__fail(FERRY_ERR_IO, "%s: cannot stat the staged anchor", tmp);
+    else rc = ferry_store_put_file(p->st, key, tmp, NULL);
+    unlink(tmp);
+    *bytes = (uint64_t)sb.st_size;
+    return rc;
+}
+
+int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flags, ferry_publish_info *info)
+{
+    if (!p || !model) return ferry__fail(FERRY_ERR_ARG, "ferry_publish: NULL argument");
+    if (p->fence[0]) return ferry__fail(FERRY_ERR_SYNC_CONFLICT, "%s", p->fence);
+    uint64_t t0 = fs_mono_ms();
+    int rc = check_head(p);
+    if (rc) return rc;
+    const fs_manifest *L = &p->last;
+    fs_manifest m;
+    memset(&m, 0, sizeof m);
+    m.version = L->version + 1;
+    bool anchor = m.version == 1 || (flags & FERRY_PUBLISH_ANCHOR) || m.version - L->anchor.ref.version >= p->anchor_every;
+    m.kind = anchor ? FERRY_SYNC_ANCHOR : FERRY_SYNC_DELTA;
+    if ((rc = fs_new_id(m.id))) return rc;
+
+    ferry_model *next = NULL;
+    void *patch = NULL;
+    size_t psize = 0;
+    if ((rc = fs_model_copy(model, p->cast, &next))) return rc;
+    if (m.version > 1) {
+        ferry_diff_options d = {.level = p->level, .threads = p->threads, .cast_bf16 = p->cast, .base_hash = L->model_hash};
+        ferry_patch_info *pi = NULL;
+        if ((rc = ferry_diff(p->prev, model, &d, &patch, &psize))) goto out;
+        if ((rc = ferry_patch_inspect(patch, psize, &pi))) goto out;
+        ferry_patch_info_hashes(pi, m.base_hash, m.model_hash);
+        ferry_patch_info_free(pi);
+        if (p->verify) {
+            /* the delta applies to what subscribers hold, and our copy
+             * is bit for bit its result */
+            ferry_apply_options ao = {.threads = p->threads, .base_hash = L->model_hash};
+            ferry_model *r = NULL;
+            uint8_t h[16];
+            rc = ferry_apply_ex(p->prev, patch, psize, &ao, &r);
+            ferry_model_free(r);
+            if (!rc && !(rc = ferry_model_hash(next, h)) && memcmp(h, m.model_hash, 16))
+                rc = ferry__fail(FERRY_ERR_TARGET_MISMATCH, "run %s: the published copy does not hash to the delta's target", p->run);
+            if (rc) goto out;
+        }
+    }
+    if (anchor) {
+        uint8_t h[16];
+        if ((rc = ferry_model_hash(next, h))) goto out;
+        if (m.version > 1 && memcmp(h, m.model_hash, 16)) {
+            rc = ferry__fail(FERRY_ERR_TARGET_MISMATCH, "run %s: the anchor of version %llu does not hash to its delta's target",
+                             p->run, (unsigned long long)m.version);
+            goto out;
+        }
+        memcpy(m.model_hash, h, 16);
+        if ((rc = put_full(p, next, m.id, m.version, &m.full_bytes))) goto out;
+    }
+    if (patch) {
+        char key[FS_KEY_CAP];
+        fs_key_version(key, p->run, m.version, m.id, FS_OBJ_DELTA);
+        if ((rc = ferry_store_put(p->st, key, patch, psize, NULL))) goto out;
+        m.delta_bytes = psize;
+    }
+    if (L->version) {
+        m.prev.version = L->version;
+        memcpy(m.prev.id, L->id, FS_ID_CAP);
+    }
+    m.cum = L->cum + m.delta_bytes;
+    if (anchor) {
+        m.anchor = (fs_anchor_ref){{m.version, ""}, m.full_bytes, m.cum};
+        memcpy(m.anchor.ref.id, m.id, FS_ID_CAP);
+        m.prev_anchor = L->anchor;
+    } else {
+        m.anchor = L->anchor;
+        m.prev_anchor = L->prev_anchor;
+    }
+    m.model_bytes = ferry_model_nbytes(next);
+    m.tensors = ferry_model_count(next);
+    m.created = fs_now();
+    snprintf(m.publisher, sizeof m.publisher, "%s", p->pubid);
+    m.anchor_every = p->anchor_every;
+    {
+        char key[FS_KEY_CAP];
+        fs_key_version(key, p->run, m.version, m.id, FS_OBJ_MANIFEST);
+        char *text = fs_manifest_json(p->run, &m);
+        if (!text) {
+            rc = FERRY_ERR_NOMEM;
+            goto out;
+        }
+        rc = ferry_store_put(p->st, key, text, strlen(text), NULL);
+        free(text);
+        if (rc) goto out;
+    }
+    char etag[FERRY_STORE_ETAG_MAX];
+    if ((rc = move_head(p, &m, etag))) goto out;
+
+    /* published: this is now the base of the next delta */
+    if (p->cache_path) {
+        fs_state from, to;
+        state_of(L, &from);
+        state_of(&m, &to);
+        if (fs_local_commit(p->cache_path, p->run, next, NULL, &from, &to)) ferry__clear_error(); /* only an optimisation */
+    }
+    memcpy(p->head_etag, etag, sizeof etag);
+    p->last = m;
+    ferry_model_free(p->prev);
+    p->prev = next;
+    next = NULL;
+    if (info) {
+        memset(info, 0, sizeof *info);
+        info->version = m.version;
+        info->kind = m.kind;
+        info->delta_bytes = m.delta_bytes;
+        info->full_bytes = m.full_bytes;
+        info->model_bytes = m.model_bytes;
+        memcpy(info->model_hash, m.model_hash, 16);
+        memcpy(info->id, m.id, FS_ID_CAP);
+        info->seconds = (double)(fs_mono_ms() - t0) / 1e3;
+    }
+out:
+    ferry_free(patch);
+    ferry_model_free(next);
+    if (rc && rc != FERRY_ERR_SYNC_CONFLICT && rc != FERRY_ERR_SYNC_BACKWARDS)
+        ferry__context(rc, "run %s: publishing version %llu", p->run, (unsigned long long)m.version);
+    return rc;
+}
+
+int ferry_publish(ferry_publisher *p, const ferry_model *model, uint64_t *version)
+{
+    ferry_publish_info info;
+    int rc = ferry_publish_ex(p, model, 0, &info);
+    if (!rc && version) *version = info.version;
+    return rc;
+}

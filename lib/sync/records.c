@@ -1,0 +1,489 @@
+/* The protocol's small JSON records — HEAD, version manifests, the
+ * compaction index — written and parsed with jansson.  Parsers treat the
+ * text as hostile: every field is type- and range-checked and the record
+ * must agree with the key it was read from (run, version, id), so a
+ * manifest copied under another version's name is refused. */
+#include "sync_impl.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define J_MAX_INT ((uint64_t)INT64_MAX)
+
+static const char *k_kind[] = {"delta", "anchor"};
+
+/* ---- writing ---- */
+
+static json_t *jhash(const uint8_t h[16])
+{
+    char x[33];
+    fs_hex(x, h);
+    return json_string(x);
+}
+
+static json_t *jint(uint64_t v) { return json_integer((json_int_t)v); }
+
+static json_t *jref(const fs_ref *r)
+{
+    if (!r->version) return json_null();
+    return json_pack("{s:o,s:s}", "version", jint(r->version), "id", r->id);
+}
+
+static json_t *janchor(const fs_anchor_ref *a)
+{
+    if (!a->ref.version) return json_null();
+    return json_pack("{s:o,s:s,s:o,s:o}", "version", jint(a->ref.version), "id", a->ref.id, "bytes", jint(a->bytes),
+                     "delta_bytes_cum", jint(a->cum));
+}
+
+static char *dump(json_t *root)
+{
+    if (!root) {
+        ferry__fail(FERRY_ERR_NOMEM, "cannot build a JSON record");
+        return NULL;
+    }
+    char *s = json_dumps(root, JSON_INDENT(1) | JSON_ENSURE_ASCII);
+    json_decref(root);
+    if (!s) ferry__fail(FERRY_ERR_NOMEM, "cannot serialise a JSON record");
+    return s;
+}
+
+static void iso_time(char out[32], int64_t t)
+{
+    time_t tt = (time_t)t;
+    struct tm tm;
+    if (!gmtime_r(&tt, &tm) || !strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm)) snprintf(out, 32, "?");
+}
+
+char *fs_head_json(const char *run, const fs_head *h, const char *manifest_key)
+{
+    char t[32];
+    iso_time(t, h->time);
+    json_t *root = json_pack("{s:s,s:s,s:o,s:s,s:s,s:s,s:o,s:s,s:o,s:s}", "format", "ferry-head-1", "run", run, "version",
+                             jint(h->version), "id", h->id, "kind", k_kind[h->kind], "manifest", manifest_key,
+                             "model_hash", jhash(h->model_hash), "publisher", h->publisher, "time_unix", jint((uint64_t)h->time),
+                             "time", t);
+    return dump(root);
+}
+
+char *fs_manifest_json(const char *run, const fs_manifest *m)
+{
+    char key[FS_KEY_CAP], t[32];
+    iso_time(t, m->created);
+    json_t *full = json_null(), *delta = json_null();
+    if (m->kind == FERRY_SYNC_ANCHOR) {
+        fs_key_version(key, run, m->version, m->id, FS_OBJ_FULL);
+        full = json_pack("{s:s,s:o}", "key", key, "bytes", jint(m->full_bytes));
+    }
+    if (m->version > 1) {
+        fs_key_version(key, run, m->version, m->id, FS_OBJ_DELTA);
+        delta = json_pack("{s:s,s:o,s:o,s:s,s:o}", "key", key, "bytes", jint(m->delta_bytes), "base_version",
+                          jint(m->prev.version), "base_id", m->prev.id, "base_hash", jhash(m->base_hash));
+    }
+    json_t *root = json_pack("{s:s,s:s,s:o,s:s,s:s,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:s,s:s,s:o}",
+                             "format", "ferry-manifest-1", "run", run, "version", jint(m->version), "id", m->id,
+                             "kind", k_kind[m->kind], "prev", jref(&m->prev), "anchor", janchor(&m->anchor),
+                             "prev_anchor", janchor(&m->prev_anchor), "full", full, "delta", delta,
+                             "model_hash", jhash(m->model_hash), "model_bytes", jint(m->model_bytes),
+                             "tensors", jint(m->tensors), "delta_bytes_cum", jint(m->cum),
+                             "created_unix", jint((uint64_t)m->created), "created", t, "publisher", m->publisher,
+                             "anchor_every", jint(m->anchor_every));
+    return dump(root);
+}
+
+char *fs_index_json(const char *run, const fs_index *ix)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < ix->n; i++) {
+        const fs_compaction *c = &ix->c[i];
+        char key[FS_KEY_CAP];
+        fs_key_compact(key, run, c->from, c->to, c->id);
+        json_t *e = json_pack("{s:o,s:s,s:o,s:s,s:s,s:s,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "from", jint(c->from),
+                              "from_id", c->from_id, "to", jint(c->to), "to_id", c->to_id, "id", c->id, "key", key,
+                              "bytes", jint(c->bytes), "base_hash", jhash(c->base_hash), "target_hash",
+                              jhash(c->target_hash), "from_delta_bytes_cum", jint(c->from_cum),
+                              "to_delta_bytes_cum", jint(c->to_cum), "from_full_bytes", jint(c->from_full_bytes),
+                              "created_unix", jint((uint64_t)c->created), "chain_bytes", jint(c->to_cum - c->from_cum));
+        if (!e || json_array_append_new(arr, e)) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    }
+    if (!arr) return dump(NULL);
+    return dump(json_pack("{s:s,s:s,s:o}", "format", "ferry-compactions-1", "run", run, "compactions", arr));
+}
+
+/* ---- parsing ---- */
+
+typedef struct pctx {
+    const char *key;
+    int rc;
+} pctx;
+
+static int bad(pctx *c, const char *what)
+{
+    if (!c->rc) c->rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: %s", c->key, what);
+    return c->rc;
+}
+
+static uint64_t g_u64(pctx *c, json_t *o, const char *name)
+{
+    json_t *v = json_object_get(o, name);
+    if (!json_is_integer(v) || json_integer_value(v) < 0) {
+        char w[96];
+        snprintf(w, sizeof w, "field '%s' is missing or not a non-negative integer", name);
+        bad(c, w);
+        return 0;
+    }
+    return (uint64_t)json_integer_value(v);
+}
+
+static const char *g_str(pctx *c, json_t *o, const char *name)
+{
+    const char *s = json_string_value(json_object_get(o, name));
+    if (!s) {
+        char w[96];
+        snprintf(w, sizeof w, "field '%s' is missing or not a string", name);
+        bad(c, w);
+        return "";
+    }
+    return s;
+}
+
+static void g_hash(pctx *c, json_t *o, const char *name, uint8_t out[16])
+{
+    const char *s = g_str(c, o, name);
+    if (!c->rc && !fs_unhex(s, out)) {
+        char w[96];
+        snprintf(w, sizeof w, "field '%s' is not 32 lowercase hex digits", name);
+        bad(c, w);
+    }
+}
+
+static void g_id(pctx *c, json_t *o, const char *name, char out[FS_ID_CAP])
+{
+    const char *s = g_str(c, o, name);
+    if (c->rc) return;
+    if (strlen(s) != FERRY_SYNC_ID_LEN || !fs_id_valid(s)) {
+        char w[96];
+        snprintf(w, sizeof w, "field '%s' is not a %d-hex-digit id", name, FERRY_SYNC_ID_LEN);
+        bad(c, w);
+        return;
+    }
+    memcpy(out, s, FS_ID_CAP);
+}
+
+static void g_publisher(pctx *c, json_t *o, char out[FERRY_SYNC_PUBLISHER_MAX])
+{
+    const char *s = g_str(c, o, "publisher");
+    if (c->rc) return;
+    if (!fs_publisher_valid(s)) {
+        bad(c, "field 'publisher' is empty, too long or not printable ASCII");
+        return;
+    }
+    snprintf(out, FERRY_SYNC_PUBLISHER_MAX, "%s", s);
+}
+
+static int g_kind(pctx *c, json_t *o)
+{
+    const char *s = g_str(c, o, "kind");
+    if (!strcmp(s, "delta")) return FERRY_SYNC_DELTA;
+    if (!strcmp(s, "anchor")) return FERRY_SYNC_ANCHOR;
+    bad(c, "field 'kind' is neither \"anchor\" nor \"delta\"");
+    return 0;
+}
+
+static void g_ref(pctx *c, json_t *o, const char *name, fs_ref *r)
+{
+    memset(r, 0, sizeof *r);
+    json_t *v = json_object_get(o, name);
+    if (json_is_null(v)) return;
+    if (!json_is_object(v)) {
+        char w[96];
+        snprintf(w, sizeof w, "field '%s' is neither null nor an object", name);
+        bad(c, w);
+        return;
+    }
+    r->version = g_u64(c, v, "version");
+    g_id(c, v, "id", r->id);
+    if (!c->rc && !r->version) bad(c, "a link names version 0");
+}
+
+static void g_anchor(pctx *c, json_t *o, const char *name, fs_anchor_ref *a)
+{
+    memset(a, 0, sizeof *a);
+    g_ref(c, o, name, &a->ref);
+    if (c->rc || !a->ref.version) return;
+    json_t *v = json_object_get(o, name);
+    a->bytes = g_u64(c, v, "bytes");
+    a->cum = g_u64(c, v, "delta_bytes_cum");
+}
+
+static json_t *load(pctx *c, const void *text, size_t n, const char *format)
+{
+    json_error_t err;
+    json_t *root = json_loadb(text, n, JSON_REJECT_DUPLICATES, &err);
+    if (!root) {
+        char w[200];
+        snprintf(w, sizeof w, "not valid JSON (line %d: %s)", err.line, err.text);
+        bad(c, w);
+        return NULL;
+    }
+    if (!json_is_object(root)) bad(c, "not a JSON object");
+    else if (strcmp(g_str(c, root, "format"), format) && !c->rc) {
+        char w[96];
+        snprintf(w, sizeof w, "format is not \"%s\"", format);
+        bad(c, w);
+    }
+    if (c->rc) {
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+static void check_run(pctx *c, json_t *root, const char *run)
+{
+    const char *r = g_str(c, root, "run");
+    if (!c->rc && strcmp(r, run)) bad(c, "belongs to another run");
+}
+
+int fs_head_parse(const char *run, const char *key, const void *text, size_t n, fs_head *h)
+{
+    pctx c = {key, 0};
+    memset(h, 0, sizeof *h);
+    json_t *root = load(&c, text, n, "ferry-head-1");
+    if (!root) return c.rc;
+    check_run(&c, root, run);
+    h->version = g_u64(&c, root, "version");
+    g_id(&c, root, "id", h->id);
+    h->kind = g_kind(&c, root);
+    g_hash(&c, root, "model_hash", h->model_hash);
+    g_publisher(&c, root, h->publisher);
+    h->time = (int64_t)g_u64(&c, root, "time_unix");
+    if (!c.rc) {
+        char want[FS_KEY_CAP];
+        fs_key_version(want, run, h->version, h->id, FS_OBJ_MANIFEST);
+        if (strcmp(g_str(&c, root, "manifest"), want) && !c.rc) bad(&c, "field 'manifest' is not the manifest key of its version");
+    }
+    if (!c.rc && (!h->version || h->version > J_MAX_INT)) bad(&c, "version out of range");
+    json_decref(root);
+    return c.rc;
+}
+
+static void check_key(pctx *c, json_t *obj, const char *want)
+{
+    if (c->rc) return;
+    if (strcmp(g_str(c, obj, "key"), want) && !c->rc) bad(c, "an object key is not the one the protocol gives its version");
+}
+
+int fs_manifest_parse(const char *run, const char *key, const void *text, size_t n, fs_manifest *m)
+{
+    pctx c = {key, 0};
+    memset(m, 0, sizeof *m);
+    json_t *root = load(&c, text, n, "ferry-manifest-1");
+    if (!root) return c.rc;
+    check_run(&c, root, run);
+    m->version = g_u64(&c, root, "version");
+    g_id(&c, root, "id", m->id);
+    m->kind = g_kind(&c, root);
+    g_ref(&c, root, "prev", &m->prev);
+    g_anchor(&c, root, "anchor", &m->anchor);
+    g_anchor(&c, root, "prev_anchor", &m->prev_anchor);
+    g_hash(&c, root, "model_hash", m->model_hash);
+    m->model_bytes = g_u64(&c, root, "model_bytes");
+    m->tensors = g_u64(&c, root, "tensors");
+    m->cum = g_u64(&c, root, "delta_bytes_cum");
+    m->created = (int64_t)g_u64(&c, root, "created_unix");
+    g_publisher(&c, root, m->publisher);
+    m->anchor_every = (uint32_t)g_u64(&c, root, "anchor_every");
+    char want[FS_KEY_CAP];
+    json_t *full = json_object_get(root, "full"), *delta = json_object_get(root, "delta");
+    if (!c.rc) {
+        if (m->kind == FERRY_SYNC_ANCHOR) {
+            if (!json_is_object(full)) bad(&c, "an anchor without a 'full' object");
+            m->full_bytes = g_u64(&c, full, "bytes");
+            fs_key_version(want, run, m->version, m->id, FS_OBJ_FULL);
+            check_key(&c, full, want);
+        } else if (!json_is_null(full)) bad(&c, "a delta version with a 'full' object");
+    }
+    if (!c.rc) {
+        if (m->version > 1) {
+            if (!json_is_object(delta)) bad(&c, "a version above 1 without a 'delta' object");
+            m->delta_bytes = g_u64(&c, delta, "bytes");
+            g_hash(&c, delta, "base_hash", m->base_hash);
+            fs_ref base;
+            base.version = g_u64(&c, delta, "base_version");
+            g_id(&c, delta, "base_id", base.id);
+            fs_key_version(want, run, m->version, m->id, FS_OBJ_DELTA);
+            check_key(&c, delta, want);
+            if (!c.rc && (base.version != m->prev.version || strcmp(base.id, m->prev.id)))
+                bad(&c, "the delta's base is not the previous version");
+        } else if (!json_is_null(delta)) bad(&c, "version 1 with a 'delta' object");
+    }
+    /* The links must describe a lineage: prev is version - 1, the anchor is
+     * at or below the version (itself for an anchor), the previous anchor
+     * below the anchor. */
+    if (!c.rc) {
+        if (!m->version || m->version > J_MAX_INT) bad(&c, "version out of range");
+        else if (m->version == 1 ? m->prev.version != 0 : m->prev.version != m->version - 1)
+            bad(&c, "'prev' is not the previous version");
+        else if (!m->anchor.ref.version || m->anchor.ref.version > m->version) bad(&c, "'anchor' is missing or above the version");
+        else if (m->kind == FERRY_SYNC_ANCHOR &&
+                 (m->anchor.ref.version != m->version || strcmp(m->anchor.ref.id, m->id) || m->anchor.bytes != m->full_bytes ||
+                  m->anchor.cum != m->cum))
+            bad(&c, "an anchor whose 'anchor' link is not itself");
+        else if (m->kind == FERRY_SYNC_DELTA && m->anchor.ref.version == m->version) bad(&c, "a delta version names itself as anchor");
+        else if (m->prev_anchor.ref.version >= m->anchor.ref.version && m->prev_anchor.ref.version)
+            bad(&c, "'prev_anchor' is not below 'anchor'");
+        else if (m->anchor.cum > m->cum || m->prev_anchor.cum > m->anchor.cum) bad(&c, "cumulative delta bytes decrease");
+        else if (m->version == 1 && m->kind != FERRY_SYNC_ANCHOR) bad(&c, "version 1 is not an anchor");
+    }
+    json_decref(root);
+    return c.rc;
+}
+
+int fs_index_parse(const char *run, const char *key, const void *text, size_t n, fs_index *ix)
+{
+    pctx c = {key, 0};
+    memset(ix, 0, sizeof *ix);
+    json_t *root = load(&c, text, n, "ferry-compactions-1");
+    if (!root) return c.rc;
+    check_run(&c, root, run);
+    json_t *arr = json_object_get(root, "compactions");
+    if (!c.rc && !json_is_array(arr)) bad(&c, "'compactions' is not an array");
+    size_t cnt = c.rc ? 0 : json_array_size(arr);
+    if (cnt && !(ix->c = ferry__calloc(cnt, sizeof *ix->c))) c.rc = FERRY_ERR_NOMEM;
+    for (size_t i = 0; !c.rc && i < cnt; i++) {
+        json_t *e = json_array_get(arr, i);
+        fs_compaction *p = &ix->c[i];
+        if (!json_is_object(e)) {
+            bad(&c, "an entry is not an object");
+            break;
+        }
+        p->from = g_u64(&c, e, "from");
+        p->to = g_u64(&c, e, "to");
+        g_id(&c, e, "from_id", p->from_id);
+        g_id(&c, e, "to_id", p->to_id);
+        g_id(&c, e, "id", p->id);
+        p->bytes = g_u64(&c, e, "bytes");
+        g_hash(&c, e, "base_hash", p->base_hash);
+        g_hash(&c, e, "target_hash", p->target_hash);
+        p->from_cum = g_u64(&c, e, "from_delta_bytes_cum");
+        p->to_cum = g_u64(&c, e, "to_delta_bytes_cum");
+        p->from_full_bytes = g_u64(&c, e, "from_full_bytes");
+        p->created = (int64_t)g_u64(&c, e, "created_unix");
+        if (!c.rc) {
+            char want[FS_KEY_CAP];
+            fs_key_compact(want, run, p->from, p->to, p->id);
+            check_key(&c, e, want);
+        }
+        if (!c.rc && (!p->from || p->from >= p->to || p->to > J_MAX_INT || p->from_cum > p->to_cum))
+            bad(&c, "an entry's range is empty or out of order");
+        ix->n = i + 1;
+    }
+    json_decref(root);
+    if (c.rc) fs_index_release(ix);
+    return c.rc;
+}
+
+void fs_index_release(fs_index *ix)
+{
+    free(ix->c);
+    ix->c = NULL;
+    ix->n = 0;
+}
+
+/* ---- reading from the store ---- */
+
+static void count(fs_count *cnt, uint64_t bytes, bool manifest)
+{
+    if (!cnt) return;
+    cnt->bytes += bytes;
+    if (manifest) cnt->manifests++;
+    else cnt->objects++;
+}
+
+/* Small records are bounded by FS_JSON_MAX whatever the store's own limit. */
+static int get_small(ferry_store *st, const char *key, fs_count *cnt, void **data, size_t *size,
+                     char etag[FERRY_STORE_ETAG_MAX])
+{
+    ferry_store_stat ss;
+    int rc = ferry_store_get(st, key, data, size, &ss);
+    if (rc) return rc;
+    count(cnt, *size, true);
+    if (*size > FS_JSON_MAX) {
+        ferry_free(*data);
+        *data = NULL;
+        return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: %zu bytes is too large for a protocol record", key, *size);
+    }
+    if (etag) memcpy(etag, ss.etag, FERRY_STORE_ETAG_MAX);
+    return FERRY_OK;
+}
+
+int fs_head_read(ferry_store *st, const char *run, fs_count *cnt, fs_head *h, char etag[FERRY_STORE_ETAG_MAX])
+{
+    char key[FS_KEY_CAP];
+    fs_key_head(key, run);
+    int rc = FERRY_OK;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        void *d;
+        size_t n;
+        if (attempt) fs_sleep_ms(50);
+        if ((rc = get_small(st, key, cnt, &d, &n, etag))) return rc;
+        rc = fs_head_parse(run, key, d, n, h);
+        ferry_free(d);
+        if (rc != FERRY_ERR_SYNC_MANIFEST) return rc;
+    }
+    return rc;
+}
+
+int fs_manifest_read(ferry_store *st, const char *run, uint64_t version, const char *id, fs_count *cnt, fs_manifest *out)
+{
+    char key[FS_KEY_CAP];
+    fs_key_version(key, run, version, id, FS_OBJ_MANIFEST);
+    void *d;
+    size_t n;
+    int rc = get_small(st, key, cnt, &d, &n, NULL);
+    if (rc) return rc;
+    rc = fs_manifest_parse(run, key, d, n, out);
+    ferry_free(d);
+    if (!rc && (out->version != version || strcmp(out->id, id)))
+        rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: holds the manifest of version %llu id %s", key,
+                         (unsigned long long)out->version, out->id);
+    return rc;
+}
+
+int fs_index_read(ferry_store *st, const char *run, fs_count *cnt, fs_index *out, char etag[FERRY_STORE_ETAG_MAX])
+{
+    char key[FS_KEY_CAP];
+    fs_key_index(key, run);
+    memset(out, 0, sizeof *out);
+    void *d;
+    size_t n;
+    int rc = get_small(st, key, cnt, &d, &n, etag);
+    if (rc == FERRY_ERR_STORE_NOT_FOUND) {
+        if (etag) etag[0] = 0;
+        ferry__clear_error();
+        return FERRY_OK;
+    }
+    if (rc) return rc;
+    rc = fs_index_parse(run, key, d, n, out);
+    ferry_free(d);
+    return rc;
+}
+
+int fs_object_get(ferry_store *st, const char *key, uint64_t want_size, fs_count *cnt, void **data, size_t *size)
+{
+    int rc = ferry_store_get(st, key, data, size, NULL);
+    if (rc) return rc;
+    count(cnt, *size, false);
+    if (*size != want_size) {
+        ferry_free(*data);
+        *data = NULL;
+        return ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: %zu bytes, its manifest says %llu (truncated or replaced)", key, *size,
+                           (unsigned long long)want_size);
+    }
+    return FERRY_OK;
+}

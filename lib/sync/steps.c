@@ -1,0 +1,368 @@
+/* Executing a path: downloading anchors and deltas, checking each object
+ * against its manifest before use, applying, and committing the result.
+ *
+ * Checks per step (docs/PROTOCOL.md, "Verification"):
+ *  - the object's size is the manifest's (a truncated or replaced object
+ *    is refused before it is parsed);
+ *  - a delta's header names the base hash the subscriber holds and the
+ *    target hash the manifest gives the version (an object of another
+ *    version is refused by name); ferry_apply then verifies the patch's
+ *    checksum and the result's hash;
+ *  - an anchor is hashed after download and compared with its manifest.
+ * The model the subscriber exposes changes only to a verified version: in
+ * place by ferry_apply_inplace_ex (which writes only after verifying), or
+ * by an atomic rename, or by a copy of a verified model. */
+#include "sub.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+int sub_manifest(ferry_subscriber *s, uint64_t version, const char *id, fs_manifest *out)
+{
+    for (size_t i = 0; i < s->ncache; i++)
+        if (s->cache[i].version == version && !strcmp(s->cache[i].id, id)) {
+            *out = s->cache[i];
+            return FERRY_OK;
+        }
+    int rc = fs_manifest_read(s->st, s->run, version, id, &s->cnt, out);
+    if (rc) return rc;
+    s->cache[s->cache_next] = *out;
+    s->cache_next = (s->cache_next + 1) % SUB_CACHE;
+    if (s->ncache < SUB_CACHE) s->ncache++;
+    return FERRY_OK;
+}
+
+/* Replaces the work model by m (owned by the sync from now on). */
+static void work_replace(sub_work *w, ferry_model *m, char *staged)
+{
+    if (w->owned) ferry_model_free(w->m);
+    if (w->staged) {
+        unlink(w->staged);
+        free(w->staged);
+    }
+    w->m = m;
+    w->owned = true;
+    w->held = false;
+    w->writable = m && ferry_model_count(m) ? ferry_model_data_mut(m, 0) != NULL : true;
+    w->staged = staged;
+}
+
+void sub_work_release(ferry_subscriber *s, sub_work *w)
+{
+    (void)s;
+    if (w->owned) ferry_model_free(w->m);
+    if (w->staged) {
+        unlink(w->staged);
+        free(w->staged);
+    }
+    memset(w, 0, sizeof *w);
+}
+
+static void advance(ferry_subscriber *s, sub_work *w, const fs_state *to)
+{
+    w->st = *to;
+    if (w->held) {
+        /* patched in place: the exposed model is this version now */
+        s->cur = *to;
+        s->cur_off_lineage = false;
+    }
+    s->stats.steps++;
+}
+
+static void hexs(char out[33], const uint8_t h[16]) { fs_hex(out, h); }
+
+/* One delta (of a version, or compacted): fetch, check, apply. */
+static int step_delta(ferry_subscriber *s, sub_work *w, const char *key, uint64_t size, const uint8_t target[16],
+                      const fs_state *to)
+{
+    void *patch = NULL;
+    size_t n = 0;
+    int rc = fs_object_get(s->st, key, size, &s->cnt, &patch, &n);
+    if (rc) return rc;
+    ferry_patch_info *pi = NULL;
+    if ((rc = ferry_patch_inspect(patch, n, &pi))) {
+        ferry_free(patch);
+        return ferry__context(rc, "%s", key);
+    }
+    uint8_t pb[16], pt[16];
+    ferry_patch_info_hashes(pi, pb, pt);
+    ferry_patch_info_free(pi);
+    if (memcmp(pb, w->st.hash, 16) || memcmp(pt, target, 16)) {
+        char a[33], b[33], c[33], d[33];
+        hexs(a, pb), hexs(b, pt), hexs(c, w->st.hash), hexs(d, target);
+        ferry_free(patch);
+        return ferry__fail(FERRY_ERR_SYNC_CORRUPT,
+                           "%s: the patch turns model %.12s.. into %.12s.., but version %llu needs %.12s.. into %.12s.. "
+                           "(an object of another version?)",
+                           key, a, b, (unsigned long long)to->version, c, d);
+    }
+    ferry_apply_options ao = {.threads = s->threads, .base_hash = w->st.hash};
+    if (w->writable) {
+        rc = ferry_apply_inplace_ex(w->m, patch, n, &ao);
+        if (rc != FERRY_ERR_SHAPE_MISMATCH) {
+            ferry_free(patch);
+            if (rc) return ferry__context(rc, "%s", key);
+            advance(s, w, to);
+            return FERRY_OK;
+        }
+        /* the version changes the structure: build it aside */
+        ferry__clear_error();
+    }
+    ferry_model *out = NULL;
+    rc = ferry_apply_ex(w->m, patch, n, &ao, &out);
+    ferry_free(patch);
+    if (rc) return ferry__context(rc, "%s", key);
+    work_replace(w, out, NULL);
+    advance(s, w, to);
+    return FERRY_OK;
+}
+
+static int stage_path(ferry_subscriber *s, char *out, size_t cap, const fs_manifest *m)
+{
+    int w;
+    if (s->mode == SUB_FILE && !s->tmp_dir)
+        w = snprintf(out, cap, "%s.ferry-anchor.%ld.%s", s->path, (long)getpid(), m->id);
+    else
+        w = snprintf(out, cap, "%s/ferry-anchor.%ld.%s.safetensors", s->tmp_dir ? s->tmp_dir : fs_tmp_dir(NULL), (long)getpid(),
+                     m->id);
+    if (w < 0 || (size_t)w >= cap) return ferry__fail(FERRY_ERR_ARG, "staging path too long");
+    return FERRY_OK;
+}
+
+/* The full object of an anchor: downloaded aside, parsed, hashed. */
+static int step_full(ferry_subscriber *s, sub_work *w, const fs_manifest *m)
+{
+    char key[FS_KEY_CAP], tmp[4200];
+    fs_key_version(key, s->run, m->version, m->id, FS_OBJ_FULL);
+    int rc = stage_path(s, tmp, sizeof tmp, m);
+    if (rc) return rc;
+    ferry_store_stat ss;
+    if ((rc = ferry_store_get_file(s->st, key, tmp, &ss))) return rc;
+    s->cnt.bytes += ss.size;
+    s->cnt.objects++;
+    ferry_model *a = NULL;
+    if (ss.size != m->full_bytes) {
+        rc = ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: %llu bytes, its manifest says %llu (truncated or replaced)", key,
+                         (unsigned long long)ss.size, (unsigned long long)m->full_bytes);
+    } else if ((rc = ferry_model_open(tmp, &a))) {
+        rc = ferry__context(rc, "%s", key);
+    } else {
+        uint8_t h[16];
+        if (!(rc = ferry_model_hash(a, h)) && memcmp(h, m->model_hash, 16)) {
+            char x[33], y[33];
+            hexs(x, h), hexs(y, m->model_hash);
+            rc = ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: model hash %s, but the manifest of version %llu says %s", key, x,
+                             (unsigned long long)m->version, y);
+        }
+    }
+    if (rc) {
+        ferry_model_free(a);
+        unlink(tmp);
+        return rc;
+    }
+    char *staged = NULL;
+    if (s->mode == SUB_FILE) {
+        /* kept: renamed over PATH if nothing is applied after it */
+        if (!(staged = ferry__strdup(tmp))) {
+            ferry_model_free(a);
+            unlink(tmp);
+            return FERRY_ERR_NOMEM;
+        }
+    } else {
+        unlink(tmp); /* the mapping outlives the name */
+    }
+    work_replace(w, a, staged);
+    fs_state to = {m->version, "", {0}, m->cum};
+    memcpy(to.id, m->id, FS_ID_CAP);
+    memcpy(to.hash, m->model_hash, 16);
+    advance(s, w, &to);
+    return FERRY_OK;
+}
+
+/* Deltas from+1 .. to: the manifests are read from `to` back (each names
+ * its predecessor), then the deltas are applied forward. */
+static int step_chain(ferry_subscriber *s, sub_work *w, const fs_step *st, char badkey[FS_KEY_CAP], bool *off_lineage,
+                      uint32_t *steps)
+{
+    uint64_t n = st->to - st->from;
+    fs_manifest *list = ferry__calloc((size_t)n, sizeof *list);
+    if (!list) return FERRY_ERR_NOMEM;
+    int rc = FERRY_OK;
+    fs_ref at = {st->to, ""};
+    memcpy(at.id, st->to_id, FS_ID_CAP);
+    for (uint64_t i = n; i-- > 0;) {
+        if ((rc = sub_manifest(s, at.version, at.id, &list[i]))) {
+            fs_key_version(badkey, s->run, at.version, at.id, FS_OBJ_MANIFEST);
+            goto out;
+        }
+        at = list[i].prev;
+    }
+    /* The first delta must start from exactly the version held. */
+    if (list[0].prev.version != w->st.version || strcmp(list[0].prev.id, w->st.id) || memcmp(list[0].base_hash, w->st.hash, 16)) {
+        rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "run %s: version %llu (id %s) held locally is not on the lineage of version %llu",
+                         s->run, (unsigned long long)w->st.version, w->st.id, (unsigned long long)st->to);
+        *off_lineage = true;
+        goto out;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        const fs_manifest *m = &list[i];
+        char key[FS_KEY_CAP];
+        fs_key_version(key, s->run, m->version, m->id, FS_OBJ_DELTA);
+        if (i && memcmp(m->base_hash, list[i - 1].model_hash, 16)) {
+            fs_key_version(badkey, s->run, m->version, m->id, FS_OBJ_MANIFEST);
+            rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: base hash is not the model hash of version %llu", badkey,
+                             (unsigned long long)list[i - 1].version);
+            goto out;
+        }
+        fs_state to = {m->version, "", {0}, m->cum};
+        memcpy(to.id, m->id, FS_ID_CAP);
+        memcpy(to.hash, m->model_hash, 16);
+        if ((rc = step_delta(s, w, key, m->delta_bytes, m->model_hash, &to))) {
+            snprintf(badkey, FS_KEY_CAP, "%s", key);
+            goto out;
+        }
+        (*steps)++;
+    }
+out:
+    free(list);
+    return rc;
+}
+
+int sub_exec(ferry_subscriber *s, sub_work *w, const fs_plan *p, const fs_manifest *target, const fs_compaction *comps,
+             char badkey[FS_KEY_CAP], bool *off_lineage, uint32_t *steps)
+{
+    badkey[0] = 0;
+    *off_lineage = false;
+    for (int i = 0; i < p->n; i++) {
+        const fs_step *st = &p->step[i];
+        int rc;
+        if (st->kind == FS_STEP_FULL) {
+            fs_manifest m;
+            if ((rc = sub_manifest(s, st->to, st->to_id, &m))) {
+                fs_key_version(badkey, s->run, st->to, st->to_id, FS_OBJ_MANIFEST);
+                return rc;
+            }
+            if (m.kind != FERRY_SYNC_ANCHOR) {
+                fs_key_version(badkey, s->run, st->to, st->to_id, FS_OBJ_MANIFEST);
+                return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: named as an anchor but is not one", badkey);
+            }
+            if ((rc = step_full(s, w, &m))) {
+                fs_key_version(badkey, s->run, m.version, m.id, FS_OBJ_FULL);
+                return rc;
+            }
+            (*steps)++;
+        } else if (st->kind == FS_STEP_CHAIN) {
+            if ((rc = step_chain(s, w, st, badkey, off_lineage, steps))) return rc;
+        } else {
+            const fs_compaction *c = &comps[st->compaction];
+            fs_key_compact(badkey, s->run, c->from, c->to, c->id);
+            if (w->st.version != c->from || strcmp(w->st.id, c->from_id))
+                return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: starts from version %llu id %s, not the one reached", badkey,
+                                   (unsigned long long)c->from, c->from_id);
+            fs_state to = {c->to, "", {0}, c->to_cum};
+            memcpy(to.id, c->to_id, FS_ID_CAP);
+            memcpy(to.hash, c->target_hash, 16);
+            if ((rc = step_delta(s, w, badkey, c->bytes, c->target_hash, &to))) return rc;
+            badkey[0] = 0;
+            (*steps)++;
+        }
+    }
+    if (w->st.version != target->version || strcmp(w->st.id, target->id) || memcmp(w->st.hash, target->model_hash, 16)) {
+        /* only a compaction entry can lead elsewhere: its target differs
+         * from the lineage's version */
+        for (int i = 0; i < p->n; i++)
+            if (p->step[i].kind == FS_STEP_COMPACT) {
+                const fs_compaction *c = &comps[p->step[i].compaction];
+                fs_key_compact(badkey, s->run, c->from, c->to, c->id);
+            }
+        return ferry__fail(FERRY_ERR_SYNC_CORRUPT, "run %s: the path ended at version %llu id %s, not version %llu id %s", s->run,
+                           (unsigned long long)w->st.version, w->st.id, (unsigned long long)target->version, target->id);
+    }
+    return FERRY_OK;
+}
+
+/* Memory mode: the verified model w->m goes into the caller's buffers. */
+static int commit_memory(ferry_subscriber *s, sub_work *w)
+{
+    char why[512];
+    if (!fs_same_structure(s->user, w->m, why, sizeof why))
+        return ferry__fail(FERRY_ERR_SYNC_SHAPE,
+                           "run %s: version %llu does not fit the caller's model (%s); its buffers still hold version %llu",
+                           s->run, (unsigned long long)w->st.version, why, (unsigned long long)s->cur.version);
+    /* Metadata is part of the model hash: the caller's keys must be the
+     * target's (values are replaced, keys cannot be removed). */
+    size_t nm = ferry_model_metadata_count(s->user);
+    for (size_t i = 0; i < nm; i++) {
+        const char *k, *v;
+        ferry_model_metadata(s->user, i, &k, &v);
+        if (!ferry_model_metadata_get(w->m, k))
+            return ferry__fail(FERRY_ERR_SYNC_SHAPE, "run %s: version %llu has no metadata key '%.200s' the caller's model has",
+                               s->run, (unsigned long long)w->st.version, k);
+    }
+    for (size_t i = 0; i < ferry_model_count(w->m); i++)
+        if (!ferry_model_data_mut(s->user, i))
+            return ferry__fail(FERRY_ERR_ARG, "run %s: the caller's tensor '%.200s' is not writable", s->run,
+                               ferry_model_tensor(s->user, i)->name);
+    for (size_t i = 0; i < ferry_model_metadata_count(w->m); i++) {
+        const char *k, *v;
+        ferry_model_metadata(w->m, i, &k, &v);
+        const char *old = ferry_model_metadata_get(s->user, k);
+        int rc;
+        if ((!old || strcmp(old, v)) && (rc = ferry_model_set_metadata(s->user, k, v))) return rc;
+    }
+    for (size_t i = 0; i < ferry_model_count(w->m); i++) {
+        const ferry_tensor *t = ferry_model_tensor(w->m, i);
+        if (t->nbytes) memcpy(ferry_model_data_mut(s->user, i), t->data, (size_t)t->nbytes);
+    }
+    return FERRY_OK;
+}
+
+int sub_commit(ferry_subscriber *s, sub_work *w)
+{
+    if (w->held) return FERRY_OK; /* every step was applied in place: already exposed */
+    fs_state to = w->st;
+    int rc;
+    switch (s->mode) {
+    case SUB_MEMORY:
+        if ((rc = commit_memory(s, w))) return rc;
+        sub_work_release(s, w);
+        break;
+    case SUB_PRIVATE:
+        if (s->own_owned) ferry_model_free(s->own);
+        s->own = w->m;
+        s->own_owned = true;
+        s->own_writable = w->writable;
+        if (w->staged) {
+            unlink(w->staged);
+            free(w->staged);
+        }
+        memset(w, 0, sizeof *w);
+        break;
+    default: { /* SUB_FILE */
+        if ((rc = fs_local_commit(s->path, s->run, w->m, w->staged, &s->cur, &w->st))) return rc;
+        ferry_model *now = NULL;
+        if (w->staged) {
+            /* the mapping is of the file now at PATH */
+            free(w->staged);
+            w->staged = NULL;
+            now = w->m;
+        } else if (ferry_model_open(s->path, &now)) {
+            /* keep the verified model in memory rather than lose it */
+            ferry__clear_error();
+            now = w->m;
+        } else {
+            ferry_model_free(w->m);
+        }
+        if (s->own_owned) ferry_model_free(s->own);
+        s->own = now;
+        s->own_owned = true;
+        s->own_writable = false;
+        memset(w, 0, sizeof *w);
+        break;
+    }
+    }
+    s->cur = to;
+    s->cur_off_lineage = false;
+    return FERRY_OK;
+}

@@ -1,0 +1,67 @@
+/* The subscriber handle, shared by subscriber.c (open, target, retries,
+ * wait) and steps.c (executing a path, committing the result). */
+#ifndef FERRY_SYNC_SUB_H
+#define FERRY_SYNC_SUB_H
+
+#include "sync_impl.h"
+
+#include <pthread.h>
+
+enum { SUB_FILE = 1, SUB_MEMORY = 2, SUB_PRIVATE = 3 };
+
+#define SUB_CACHE 64   /* manifests kept (they are immutable) */
+#define SUB_BAD 64     /* rejected object keys remembered */
+
+struct ferry_subscriber {
+    ferry_store *st;
+    char run[FERRY_SYNC_RUN_MAX + 1];
+    int mode;
+    char *path;                 /* file mode */
+    char *tmp_dir;
+    ferry_model *user;          /* memory mode: the caller's model */
+    ferry_model *own;           /* file mode: PATH mapped; private mode: the model */
+    bool own_owned;             /* free `own` with the handle (not when adopted borrowed) */
+    bool own_writable;          /* `own` may be patched in place */
+    fs_state cur;               /* what user/own holds (version 0 = none) */
+    bool cur_unchecked;         /* memory mode: claimed by the caller, not yet compared */
+    bool cur_off_lineage;       /* cur is not on HEAD's lineage: no chain from it */
+    uint64_t max_head;          /* highest HEAD version seen (never go back) */
+    int threads;
+    uint32_t poll_ms, max_attempts;
+    int no_compactions;
+    fs_count cnt;
+    ferry_subscriber_stats stats;
+    fs_manifest cache[SUB_CACHE];
+    size_t ncache, cache_next;
+    char bad[SUB_BAD][FS_KEY_CAP];
+    size_t nbad, bad_next;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool woken;
+};
+
+/* The model a sync is building: it starts as what the subscriber holds
+ * and moves one verified version per step. */
+typedef struct sub_work {
+    ferry_model *m;
+    bool owned;     /* created by this sync: freed when replaced */
+    bool held;      /* is the subscriber's exposed model (patched in place) */
+    bool writable;  /* in-place apply allowed */
+    char *staged;   /* file mode: m is mapped from this downloaded anchor, unchanged */
+    fs_state st;
+} sub_work;
+
+/* Manifest through the cache. */
+int sub_manifest(ferry_subscriber *s, uint64_t version, const char *id, fs_manifest *out);
+/* Executes one plan; on an object-level failure *badkey names the object
+ * (empty if the failure was that the start is not on the lineage, which
+ * sets *off_lineage). */
+int sub_exec(ferry_subscriber *s, sub_work *w, const fs_plan *p, const fs_manifest *target, const fs_compaction *comps,
+             char badkey[FS_KEY_CAP], bool *off_lineage, uint32_t *steps);
+/* Makes w the subscriber's version (file: written and renamed; memory:
+ * copied into the caller's buffers if the structure matches). */
+int sub_commit(ferry_subscriber *s, sub_work *w);
+/* Frees what the sync created and did not commit. */
+void sub_work_release(ferry_subscriber *s, sub_work *w);
+
+#endif

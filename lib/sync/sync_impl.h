@@ -1,0 +1,216 @@
+/* Internal interface of lib/sync (versions, publisher, subscriber,
+ * compaction, retention).  The protocol is specified in docs/PROTOCOL.md;
+ * this header names its pieces. */
+#ifndef FERRY_SYNC_IMPL_H
+#define FERRY_SYNC_IMPL_H
+
+#include "common.h"
+#include "ferry_sync.h"
+
+#include <stdio.h>
+
+#define FS_KEY_CAP 320   /* run (<= 200) + "/c/" + 20 + "-" + 20 + "-" + 16 + ".patch" */
+#define FS_ID_CAP (FERRY_SYNC_ID_LEN + 1)
+#define FS_JSON_MAX ((size_t)1 << 20) /* bound on HEAD, manifests, index, state files */
+
+/* ---- keys, ids, hex, time (keys.c) ---- */
+
+/* A version of the lineage: its number and random id (version 0 = none). */
+typedef struct fs_ref {
+    uint64_t version;
+    char id[FS_ID_CAP];
+} fs_ref;
+
+enum { FS_OBJ_MANIFEST, FS_OBJ_FULL, FS_OBJ_DELTA };
+void fs_key_head(char out[FS_KEY_CAP], const char *run);
+void fs_key_index(char out[FS_KEY_CAP], const char *run);
+void fs_key_version(char out[FS_KEY_CAP], const char *run, uint64_t version, const char *id, int obj);
+void fs_key_compact(char out[FS_KEY_CAP], const char *run, uint64_t from, uint64_t to, const char *id);
+
+/* What a key under RUN/ is (gc.c): the kinds above, a compacted delta, or
+ * FS_KEY_OTHER for anything the protocol does not name. */
+enum { FS_KEY_OTHER = -1, FS_KEY_HEAD = 10, FS_KEY_INDEX = 11, FS_KEY_COMPACT = 12 };
+typedef struct fs_key_info {
+    int kind;                 /* FS_OBJ_* or FS_KEY_* */
+    uint64_t version, to;     /* version (from, for a compacted delta), to */
+    char id[FS_ID_CAP];
+} fs_key_info;
+void fs_key_parse(const char *run, const char *key, fs_key_info *out);
+
+/* A fresh random id (FERRY_SYNC_ID_LEN hex digits). */
+int fs_new_id(char out[FS_ID_CAP]);
+bool fs_id_valid(const char *s);
+void fs_hex(char out[33], const uint8_t h[16]);
+bool fs_unhex(const char *s, uint8_t out[16]);
+int64_t fs_now(void);
+void fs_sleep_ms(uint64_t ms);
+uint64_t fs_mono_ms(void);
+/* The default publisher id, "HOST:PID:RANDOM". */
+void fs_default_publisher(char out[FERRY_SYNC_PUBLISHER_MAX]);
+bool fs_publisher_valid(const char *s);
+/* tmp_dir option, $TMPDIR, or /tmp. */
+const char *fs_tmp_dir(const char *opt);
+
+/* ---- records: HEAD, manifests, the compaction index (records.c) ---- */
+
+typedef struct fs_head {
+    uint64_t version;
+    char id[FS_ID_CAP];
+    int kind;
+    uint8_t model_hash[16];
+    char publisher[FERRY_SYNC_PUBLISHER_MAX];
+    int64_t time;
+} fs_head;
+
+/* The link of a manifest to an anchor: its version, id, full-object bytes
+ * and cumulative delta bytes (for pricing paths without reading it). */
+typedef struct fs_anchor_ref {
+    fs_ref ref;               /* version 0 = none */
+    uint64_t bytes, cum;
+} fs_anchor_ref;
+
+typedef struct fs_manifest {
+    uint64_t version;
+    char id[FS_ID_CAP];
+    int kind;                 /* FERRY_SYNC_ANCHOR / _DELTA */
+    fs_ref prev;              /* version - 1 (version 0 for version 1) */
+    fs_anchor_ref anchor;     /* nearest anchor <= version (itself for an anchor) */
+    fs_anchor_ref prev_anchor;/* the anchor before that one (version 0 = none) */
+    uint64_t full_bytes;      /* anchors only */
+    uint64_t delta_bytes;     /* versions > 1: the delta from prev */
+    uint8_t base_hash[16];    /* prev's model hash (versions > 1) */
+    uint8_t model_hash[16];
+    uint64_t model_bytes, tensors;
+    uint64_t cum;             /* sum of delta_bytes of versions 2..version */
+    int64_t created;
+    char publisher[FERRY_SYNC_PUBLISHER_MAX];
+    uint32_t anchor_every;
+} fs_manifest;
+
+typedef struct fs_compaction {
+    uint64_t from, to;
+    char from_id[FS_ID_CAP], to_id[FS_ID_CAP], id[FS_ID_CAP];
+    uint64_t bytes;
+    uint8_t base_hash[16], target_hash[16];
+    uint64_t from_cum, to_cum;
+    uint64_t from_full_bytes; /* full object of `from` if it is an anchor, else 0 */
+    int64_t created;
+} fs_compaction;
+
+typedef struct fs_index {
+    fs_compaction *c;
+    size_t n;
+} fs_index;
+
+/* Serialisers return a new NUL-terminated JSON text (free()). */
+char *fs_head_json(const char *run, const fs_head *h, const char *manifest_key);
+char *fs_manifest_json(const char *run, const fs_manifest *m);
+char *fs_index_json(const char *run, const fs_index *ix);
+/* Parsers validate every field and its consistency; key names the object
+ * in errors (FERRY_ERR_SYNC_MANIFEST). */
+int fs_head_parse(const char *run, const char *key, const void *text, size_t n, fs_head *out);
+int fs_manifest_parse(const char *run, const char *key, const void *text, size_t n, fs_manifest *out);
+int fs_index_parse(const char *run, const char *key, const void *text, size_t n, fs_index *out);
+void fs_index_release(fs_index *ix);
+
+/* Byte counters of a reader (NULL = not counted). */
+typedef struct fs_count {
+    uint64_t bytes, objects, manifests;
+} fs_count;
+
+/* Reads HEAD; FERRY_ERR_STORE_NOT_FOUND for a run without one.  A HEAD
+ * that does not parse is read again (up to 3 times, 50 ms apart), since a
+ * store that writes objects in place (s3rver) can show a partial one.
+ * etag (may be NULL) receives its etag. */
+int fs_head_read(ferry_store *st, const char *run, fs_count *cnt, fs_head *h, char etag[FERRY_STORE_ETAG_MAX]);
+/* Reads and checks the manifest of (version, id). */
+int fs_manifest_read(ferry_store *st, const char *run, uint64_t version, const char *id, fs_count *cnt,
+                     fs_manifest *out);
+/* Reads the compaction index (an absent one is empty); etag may be NULL. */
+int fs_index_read(ferry_store *st, const char *run, fs_count *cnt, fs_index *out, char etag[FERRY_STORE_ETAG_MAX]);
+/* Gets a whole object, checks its size against the manifest's, counts it. */
+int fs_object_get(ferry_store *st, const char *key, uint64_t want_size, fs_count *cnt, void **data, size_t *size);
+
+/* ---- local state of file mode (local.c) ---- */
+
+/* A complete, verified version held locally. */
+typedef struct fs_state {
+    uint64_t version;         /* 0 = none */
+    char id[FS_ID_CAP];
+    uint8_t hash[16];
+    uint64_t cum;
+} fs_state;
+
+/* Opens PATH (if any) and its state file; *st is the state whose hash the
+ * file has, or none.  *model is NULL when PATH is missing or unreadable. */
+int fs_local_open(const char *path, const char *run, ferry_model **model, fs_state *st);
+/* Makes PATH hold model (of state to), replacing the version `from`:
+ * state file with both, PATH written aside and renamed (or staged_file
+ * renamed, when model is that file mapped), state file with `to`. */
+int fs_local_commit(const char *path, const char *run, const ferry_model *model, const char *staged_file,
+                    const fs_state *from, const fs_state *to);
+/* "PATH.ferry.json" */
+int fs_local_state_path(const char *path, char *out, size_t cap);
+
+/* ---- subscriber internals used by the publisher and compaction ---- */
+
+/* Gives the (private-mode) subscriber a starting model and state; with
+ * owned false the model is borrowed read-only and must outlive the sync. */
+void fs_sub_adopt(ferry_subscriber *s, ferry_model *model, bool owned, const fs_state *st);
+/* Takes the private-mode model away (the subscriber then holds none). */
+ferry_model *fs_sub_take(ferry_subscriber *s, fs_state *st);
+void fs_sub_state(const ferry_subscriber *s, fs_state *st);
+/* Finds the manifest of `version` on the lineage of HEAD (head, head_id),
+ * walking back through prev and anchor links; FERRY_ERR_SYNC_GONE if the
+ * walk meets a manifest that is gone before reaching it. */
+int fs_find_manifest(ferry_store *st, const char *run, const fs_head *head, uint64_t version, fs_count *cnt,
+                     fs_manifest *out);
+
+/* ---- paths (plan.c) ---- */
+
+enum { FS_STEP_FULL = 1, FS_STEP_CHAIN = 2, FS_STEP_COMPACT = 3 };
+typedef struct fs_step {
+    int kind;
+    uint64_t from, to;        /* CHAIN: deltas from+1..to; FULL: to = the anchor */
+    char to_id[FS_ID_CAP];    /* id of `to` (CHAIN, FULL) */
+    size_t compaction;        /* COMPACT: index into the compaction list */
+} fs_step;
+
+typedef struct fs_plan {
+    int n;
+    fs_step step[4];
+    uint64_t bytes;
+    char desc[128];
+} fs_plan;
+
+/* What the planner knows. */
+typedef struct fs_plan_in {
+    const fs_state *cur;      /* where the subscriber is (version 0 = none) */
+    bool cur_usable;          /* cur is on the target's lineage as far as known */
+    const fs_manifest *target;
+    const fs_compaction *c;   /* usable compactions (already filtered) */
+    size_t nc;
+    /* exclusions: a path may not use these */
+    const uint64_t *bad_delta_versions;
+    size_t nbad_delta;
+    const uint64_t *bad_full_versions;
+    size_t nbad_full;
+} fs_plan_in;
+
+/* Prices the options (chain, anchor, compacted; UINT64_MAX where not
+ * available) and picks the cheapest; returns false if none is left. */
+bool fs_plan_pick(const fs_plan_in *in, fs_plan *out, uint64_t *chain_bytes, uint64_t *anchor_bytes,
+                  uint64_t *compact_bytes);
+
+/* ---- models ---- */
+
+/* Owned copy of m; with cast_bf16, F32 tensors become their BF16 cast. */
+int fs_model_copy(const ferry_model *m, int cast_bf16, ferry_model **out);
+/* Same tensor names, dtypes, shapes (in order) in both models. */
+bool fs_same_structure(const ferry_model *a, const ferry_model *b, char *why, size_t cap);
+
+/* Object-level failures (a corrupt, foreign or vanished object or manifest
+ * on a path) are answered by trying another path; others abort a sync. */
+bool fs_object_error(int rc);
+
+#endif
