@@ -174,8 +174,8 @@ static inline ferry_model *golden_model(char which)
             u = golden_fstep(u, 64, 2);
             memcpy(f64 + 8 * 7, &u, 8);
         }
-        /* the scalar stays: a changed scalar is wholly changed, and ferry_diff
-         * then carries it WHOLE, which ferry_apply_inplace refuses */
+        /* the scalar stays: c is the sparse-only successor (a changed
+         * scalar is wholly changed and carried WHOLE) */
     }
 
     ferry_model *m = NULL;

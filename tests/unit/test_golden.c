@@ -265,11 +265,19 @@ static bool table_fits_base(const patch_table *t, const ferry_model *base)
 }
 
 /* Whether the patch changes structure, which in-place apply refuses:
- * entries carried whole or removed, or metadata that differs. */
+ * tensors removed, added, re-typed or re-shaped (carried whole), or metadata
+ * that differs.  (A tensor carried whole with its base's dtype and shape,
+ * because it changed densely, keeps its place.) */
 static bool table_changes_structure(const patch_table *t, const ferry_model *base)
 {
-    for (size_t j = 0; j < t->n; j++)
-        if (t->e[j].kind == PK_WHOLE || t->e[j].kind == PK_REMOVED) return true;
+    for (size_t j = 0; j < t->n; j++) {
+        const patch_entry *e = &t->e[j];
+        const ferry_tensor *b = ferry_model_find(base, e->name);
+        if (e->kind == PK_REMOVED) return true;
+        if (e->kind == PK_WHOLE &&
+            (!b || b->dtype != e->dtype || b->ndim != e->ndim || memcmp(b->shape, e->shape, e->ndim * sizeof *e->shape)))
+            return true;
+    }
     if (t->nmeta != ferry_model_metadata_count(base)) return true;
     for (size_t i = 0; i < t->nmeta; i++) {
         const char *v = ferry_model_metadata_get(base, t->meta_key[i]);
