@@ -312,7 +312,13 @@ static int sync_run(ferry_subscriber *s, int mode, uint64_t version, ferry_sync_
             if ((rc = load_compactions(s, &t.m, &ix))) break;
             ix_read = true;
         }
-        size_t nd = 0, nf = 0;
+        size_t nd = 0, nf = 0, kc = 0;
+        for (size_t i = 0; i < ix.n; i++) { /* drop compactions rejected since the index was read */
+            char key[FS_KEY_CAP];
+            fs_key_compact(key, s->run, ix.c[i].from, ix.c[i].to, ix.c[i].id);
+            if (!is_bad(s, key)) ix.c[kc++] = ix.c[i];
+        }
+        ix.n = kc;
         for (size_t i = 0; i < s->nbad; i++) {
             fs_key_info ki;
             fs_key_parse(s->run, s->bad[i], &ki);
