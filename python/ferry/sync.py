@@ -350,7 +350,7 @@ class Subscriber:
         torch = _torch()
         mirror, host = {}, {}
         for name, t in tensors.items():
-            if torch is not None and isinstance(t, torch.Tensor) and t.device.type != "cpu":
+            if _needs_mirror(t):
                 mirror[name] = t
                 host[name] = None
             else:
@@ -458,6 +458,13 @@ class Subscriber:
             self.close()
         except Exception:
             pass
+
+
+def _needs_mirror(t):
+    """Whether the library cannot write t's memory itself (a tensor on a
+    GPU or another device): it is then patched through a host mirror."""
+    torch = _torch()
+    return torch is not None and isinstance(t, torch.Tensor) and t.device.type != "cpu"
 
 
 def _copy(v):

@@ -241,6 +241,40 @@ def _raises(exc, f, *a, **k):
     raise AssertionError("%s not raised" % exc.__name__)
 
 
+def test_device_tensors_through_host_mirror():
+    """GPU weights are patched in a host mirror, then copied to the device.
+    No GPU here: the mirror path is forced on CPU tensors, which it must
+    treat exactly like device memory (never handed to the library)."""
+    need_sync()
+    import ferry.sync as fs
+    store, tr = fresh_store(), Trainer(5)
+    pub = ferry.Publisher(store, "dev")
+    sub = ferry.Subscriber(store, "dev")
+    w = engine_like(tr)
+    ptrs = {k: v.data_ptr() for k, v in w.items()}
+    saved = fs._needs_mirror
+    fs._needs_mirror = lambda t: isinstance(t, torch.Tensor)
+    try:
+        for i in range(4):
+            if i:
+                tr.step()
+            pub.publish(tr.net.state_dict())
+            h = sub._h.value if sub._h else None
+            assert sub.sync_into(w) == i + 1
+            assert equal(w, tr.bf16()), i
+            if i:
+                assert sub._h.value == h            # same mirrors, same handle
+            borrowed = sub._model._keep
+            assert all(b.data_ptr() not in ptrs.values() for b in borrowed)
+        assert {k: v.data_ptr() for k, v in w.items()} == ptrs
+        # A refused sync leaves the device tensors as they were.
+        snap = {k: bits(v) for k, v in w.items()}
+        _raises(ferry.FerryError, sub.sync_into, w, min_version=99)
+        assert all(np.array_equal(bits(w[k]), snap[k]) for k in w)
+    finally:
+        fs._needs_mirror = saved
+
+
 if __name__ == "__main__":
     try:
         run("sync", [v for k, v in list(globals().items()) if k.startswith("test_")])
