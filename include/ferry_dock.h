@@ -22,16 +22,23 @@
  * RUN/quarantine/REASON/… (or deleted, see options).
  *
  * POLICIES.  take(trainer_version = T):
- *   FERRY_DOCK_SEQUENTIAL  only batches of version exactly T are admitted;
- *                          batches of versions below T are stale (they can
- *                          never be admitted): dropped, counted, deleted.
- *   FERRY_DOCK_ASYNC, S    a batch of version v is admitted iff T − v <= S;
- *                          older ones are dropped, counted, deleted.
- * In both, T is the newest policy version the trainer has published, so a
- * batch with v > T cannot exist unless something is wrong (an island or a
- * trainer with a broken version counter): it is rejected with
- * FERRY_ERR_DOCK_FUTURE, counted, reported through the event callback and
- * quarantined.
+ *   FERRY_DOCK_SEQUENTIAL  T is the version the trainer requested: only
+ *                          batches of version exactly T are admitted.
+ *                          Batches of versions below T are stale (a
+ *                          sequential trainer never asks for them again):
+ *                          dropped, counted, deleted.  Batches above T are
+ *                          left in place for a later request (a trainer may
+ *                          request T+1 before it has drained T).
+ *   FERRY_DOCK_ASYNC, S    T is the newest version the trainer has
+ *                          published; a batch of version v is admitted iff
+ *                          T − v <= S; older ones are dropped, counted,
+ *                          deleted.  A batch with v > T cannot exist unless
+ *                          something is wrong (an island or a trainer with a
+ *                          broken version counter): it is rejected with
+ *                          FERRY_ERR_DOCK_FUTURE, counted, reported through
+ *                          the event callback and quarantined.
+ * In both modes T may not go below a T already used by the run's consumer
+ * (FERRY_ERR_DOCK_REGRESSED), unless the options allow it.
  *
  * DELIVERY is at-least-once from islands (an island may put the same
  * (island, seq) again after a crash) and at-most-once into the trainer:
@@ -79,7 +86,7 @@ enum {
     FERRY_ERR_DOCK_RUN = 106,       /* an intact batch of another run */
     FERRY_ERR_DOCK_KEY = 107,       /* an object under RUN/traj/ whose name is not a batch key */
     FERRY_ERR_DOCK_MISPLACED = 108, /* header's version / island / seq differ from its key's */
-    FERRY_ERR_DOCK_FUTURE = 109,    /* batch version > trainer version */
+    FERRY_ERR_DOCK_FUTURE = 109,    /* ASYNC: batch version > trainer version */
     FERRY_ERR_DOCK_CURSOR = 110,    /* the cursor object is malformed, or of another run */
     FERRY_ERR_DOCK_REGRESSED = 111, /* trainer_version below one this run's consumer already used */
     FERRY_ERR_DOCK_CONTENDED = 112, /* the cursor kept changing under us (another consumer) */
@@ -245,7 +252,7 @@ FERRY_API int ferry_dock_take(ferry_dock *d, const ferry_dock_policy *p, uint64_
 FERRY_API void ferry_dock_batches_free(ferry_dock_batch *b, size_t n);
 
 /* One housekeeping pass over all of RUN/traj/ (consumer role): drops the
- * stale, rejects the future, deletes duplicates; admits nothing.  Useful at
+ * stale, rejects the future (ASYNC), deletes duplicates; admits nothing.  Useful at
  * the end of a run, before checking that the store is empty. */
 FERRY_API int ferry_dock_sweep(ferry_dock *d, const ferry_dock_policy *p, uint64_t trainer_version);
 

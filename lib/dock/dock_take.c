@@ -184,6 +184,7 @@ static void quarantine_key(const ferry_dock *d, const char *key, int code, char 
 typedef struct dk_pass {
     ferry_dock *d;
     uint64_t tv, lo, hi;
+    bool sequential; /* versions above the window are left, not "future" */
     size_t want, admitted;
     uint32_t budget;
     bool budget_hit;
@@ -302,6 +303,7 @@ static int classify(dk_pass *ps, const ferry_store_entry *e)
         return fetch(ps, e, false, 0, 0, 0, &admitted);
     }
     if (v > ps->hi) {
+        if (ps->sequential) return FERRY_OK; /* a later request's version */
         if (!spend(ps)) return FERRY_OK;
         return fetch(ps, e, true, v, isl, s, &admitted);
     }
@@ -465,6 +467,7 @@ static int pass(ferry_dock *d, const ferry_dock_policy *p, uint64_t tv, size_t w
 {
     dk_pass ps = {.d = d, .tv = tv, .hi = tv, .want = want, .budget = d->o.max_scan};
     window(p, tv, &ps.lo);
+    ps.sequential = p->mode == FERRY_DOCK_SEQUENTIAL;
     d->work.passes++;
 
     /* What to list: the window's versions, those that left it since the
