@@ -3,12 +3,18 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cmd_sync.h"
 
 static const struct { const char *name; int (*fn)(int, char **); const char *help; } k_cmds[] = {
     {"diff", cmd_diff, "encode the patch that turns OLD into NEW"},
     {"apply", cmd_apply, "apply a patch to a base checkpoint"},
     {"inspect", cmd_inspect, "show what a patch holds"},
     {"stats", cmd_stats, "change statistics between two checkpoints"},
+    {"publish", cmd_publish, "publish a checkpoint as the next version of a run"},
+    {"pull", cmd_pull, "bring a local checkpoint to a version of a run (or follow it)"},
+    {"log", cmd_log, "list a run's versions, kinds, bases, sizes and times"},
+    {"gc", cmd_gc, "delete what no retained version of a run needs"},
+    {"compact", cmd_compact, "squash a range of a run's deltas into one"},
 };
 
 static void usage(FILE *f)

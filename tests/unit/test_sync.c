@@ -992,7 +992,9 @@ static void test_wait(void)
     CHECK_OK(ferry_subscriber_wait(s, 1, 20000, &head)); /* woken */
     pthread_join(th, NULL);
     CHECK(head == 1 && time(NULL) - t0 < 10);
-    CHECK_RC(ferry_subscriber_open(st, "../x", NULL, &s), FERRY_ERR_SYNC_RUN);
+    ferry_subscriber *s2 = NULL;
+    CHECK_RC(ferry_subscriber_open(st, "../x", NULL, &s2), FERRY_ERR_SYNC_RUN);
+    CHECK(s2 == NULL);
     CHECK_RC(ferry_sync_run_check("a//b"), FERRY_ERR_SYNC_RUN);
     CHECK_RC(ferry_sync_run_check(".hidden"), FERRY_ERR_SYNC_RUN);
     CHECK_OK(ferry_sync_run_check("team-1/run_7.b"));

@@ -1,0 +1,242 @@
+/* ferry pull: keep a local checkpoint at a version of a run (once, or
+ * following HEAD). */
+#include "cmd_sync.h"
+
+#ifndef FERRY_NO_NET
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util.h"
+
+static void pull_help(void)
+{
+    printf("usage: ferry pull STORE --run RUN --to PATH [--min-version N | --exact-version N]\n"
+           "                  [--follow [--interval S] [--until-version N] [--idle-timeout S]]\n"
+           "                  [--check] [--no-compactions] [--threads N] [--json] [-q]\n\n"
+           "Brings the checkpoint PATH (a .safetensors file; its version is recorded in\n"
+           "PATH.ferry.json) to the latest version of RUN, or to at least / exactly version\n"
+           "N, by the cheapest verified path: the deltas from the version it holds, a\n"
+           "compacted delta, or an anchor plus deltas.  Every object is checked against its\n"
+           "manifest and every step's base and target hashes; PATH is replaced by an\n"
+           "atomic rename only with a complete, verified version, and is left as it was on\n"
+           "any failure.  Corrupt objects are reported and another path is taken.\n\n"
+           "  --min-version N     nothing to do if PATH holds N or later, else the latest\n"
+           "                      (exit 4 if HEAD is below N)\n"
+           "  --exact-version N   exactly N (older than PATH's version is allowed)\n"
+           "  --follow            keep PATH at the latest version as versions appear\n"
+           "  --interval S        how often --follow polls HEAD (default 1)\n"
+           "  --until-version N   --follow: stop once PATH holds N or later\n"
+           "  --idle-timeout S    --follow: stop (exit 4) when no new version came for S seconds\n"
+           "  --check             change nothing: say which version PATH holds, checked\n"
+           "                      against the run's manifests (exit 1 if none)\n"
+           "  --no-compactions    ignore compacted deltas\n"
+           "  --threads N         codec threads (default 1)\n\n%s\n",
+           sync_common_help);
+}
+
+static void print_sync(const sync_common *c, const char *path, const ferry_sync_info *in)
+{
+    if (c->quiet) return;
+    if (c->json) {
+        printf("{\"path\": ");
+        json_str(stdout, path);
+        printf(", \"run\": ");
+        json_str(stdout, c->run);
+        printf(", \"from_version\": %llu, \"version\": %llu, \"head\": %llu, \"route\": ", (unsigned long long)in->from_version,
+               (unsigned long long)in->to_version, (unsigned long long)in->head_version);
+        json_str(stdout, in->path);
+        printf(", \"bytes_fetched\": %llu, \"planned_bytes\": %llu, \"steps\": %u, \"rejected\": %u}\n",
+               (unsigned long long)in->bytes_fetched, (unsigned long long)in->planned_bytes, in->steps, in->rejected);
+    } else if (in->from_version == in->to_version && !in->steps) {
+        printf("%s: version %llu (up to date)\n", path, (unsigned long long)in->to_version);
+    } else {
+        printf("%s: version %llu (from %llu by %s; %llu bytes fetched", path, (unsigned long long)in->to_version,
+               (unsigned long long)in->from_version, in->path, (unsigned long long)in->bytes_fetched);
+        if (in->rejected) printf("; %u object%s rejected", in->rejected, in->rejected > 1 ? "s" : "");
+        printf(")\n");
+    }
+    fflush(stdout);
+}
+
+/* --check: the version PATH holds, confirmed against the run's manifests. */
+static int check_local(const sync_common *c, ferry_store *st, ferry_subscriber *sub, const char *path)
+{
+    uint64_t v = ferry_subscriber_version(sub);
+    uint8_t h[16];
+    if (!v || ferry_subscriber_hash(sub, h)) {
+        fprintf(stderr, "ferry pull: %s holds no recorded version of run %s\n", path, c->run);
+        return 1;
+    }
+    ferry_run_log *log = NULL;
+    int rc = ferry_run_log_read(st, c->run, 0, &log);
+    if (rc) return sync_fail("pull", rc, c->run);
+    int found = 0;
+    for (size_t i = 0; i < log->count; i++)
+        if (log->versions[i].version == v) found = memcmp(log->versions[i].model_hash, h, 16) ? -1 : 1;
+    uint64_t head = log->head;
+    ferry_run_log_free(log);
+    char hx[33];
+    hex16(hx, h);
+    if (found != 1) {
+        fprintf(stderr, "ferry pull: %s: version %llu %s\n", path, (unsigned long long)v,
+                found ? "has another model hash in the store" : "is no longer in the store (cannot confirm it)");
+        return found ? SYNC_EXIT_CORRUPT : SYNC_EXIT_NOT_YET;
+    }
+    if (c->json) {
+        printf("{\"path\": ");
+        json_str(stdout, path);
+        printf(", \"version\": %llu, \"model_hash\": \"%s\", \"head\": %llu, \"verified\": true}\n", (unsigned long long)v, hx,
+               (unsigned long long)head);
+    } else if (!c->quiet) {
+        printf("%s: version %llu of run %s (model hash %s; HEAD is %llu)\n", path, (unsigned long long)v, c->run, hx,
+               (unsigned long long)head);
+    }
+    return 0;
+}
+
+/* Errors worth waiting out while following: the store, or a version
+ * without a path yet (a later anchor may give one). */
+static bool transient(int rc)
+{
+    return rc == FERRY_ERR_STORE_TIMEOUT || rc == FERRY_ERR_STORE_NET || rc == FERRY_ERR_STORE_HTTP ||
+           rc == FERRY_ERR_SYNC_NO_PATH || rc == FERRY_ERR_SYNC_NOT_YET || rc == FERRY_ERR_STORE_CORRUPT;
+}
+
+static void pause_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* Syncs, then waits for HEAD to move (the library polls it at the
+ * subscriber's interval and returns as soon as a newer version shows).
+ * Killing the process at any point is safe: PATH only ever changes by an
+ * atomic rename to a verified version. */
+static int follow(const sync_common *c, ferry_subscriber *sub, const char *path, int mode, uint64_t ver, uint64_t until,
+                  double idle_s, double interval_s)
+{
+    double last_new = cli_now();
+    uint64_t errors = 0;
+    for (;;) {
+        ferry_sync_info in;
+        uint64_t before = ferry_subscriber_version(sub);
+        int rc = ferry_subscriber_sync(sub, mode, ver, &in);
+        sync_progress_end();
+        if (!rc) {
+            errors = 0;
+            if (ferry_subscriber_version(sub) != before || in.steps) {
+                print_sync(c, path, &in);
+                last_new = cli_now();
+            }
+            mode = FERRY_SYNC_LATEST;
+        } else if (transient(rc)) {
+            if (rc != FERRY_ERR_SYNC_NOT_YET) fprintf(stderr, "ferry pull: %s (retrying)\n", ferry_last_error());
+            if (++errors > 1000) return sync_fail("pull", rc, path);
+        } else {
+            return sync_fail("pull", rc, path);
+        }
+        if (until && ferry_subscriber_version(sub) >= until) return 0;
+        double waited = cli_now() - last_new;
+        if (idle_s > 0 && waited >= idle_s) {
+            fprintf(stderr, "ferry pull: no new version for %.1f s (holding version %llu)\n", idle_s,
+                    (unsigned long long)ferry_subscriber_version(sub));
+            return SYNC_EXIT_NOT_YET;
+        }
+        double span = 10 * interval_s;
+        if (idle_s > 0 && idle_s - waited < span) span = idle_s - waited;
+        uint64_t head;
+        rc = ferry_subscriber_wait(sub, ferry_subscriber_version(sub), (uint64_t)(span * 1000.0) + 1, &head);
+        if (rc && rc != FERRY_ERR_SYNC_TIMEOUT && !transient(rc)) return sync_fail("pull", rc, path);
+        if (rc && rc != FERRY_ERR_SYNC_TIMEOUT) {
+            fprintf(stderr, "ferry pull: %s (retrying)\n", ferry_last_error());
+            if (++errors > 1000) return sync_fail("pull", rc, path);
+            pause_s(interval_s); /* the store failed at once: do not spin */
+        }
+    }
+}
+
+int cmd_pull(int argc, char **argv)
+{
+    sync_common c;
+    sync_common_init(&c);
+    ferry_subscriber_options so = {0};
+    const char *to = NULL;
+    int mode = FERRY_SYNC_LATEST, modes = 0;
+    uint64_t ver = 0, until = 0;
+    bool fol = false, check = false;
+    double interval = 1.0, idle = 0;
+    long num;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (cli_is_help(a)) { pull_help(); return 0; }
+        int r = sync_common_opt("pull", argc, argv, &i, &c);
+        if (r == 2) return 2;
+        if (r) continue;
+        if (!strcmp(a, "--follow")) fol = true;
+        else if (!strcmp(a, "--check")) check = true;
+        else if (!strcmp(a, "--no-compactions")) so.no_compactions = 1;
+        else if (!strcmp(a, "--to")) {
+            if (++i == argc) return cli_usage_error("pull", "--to needs a path");
+            to = argv[i];
+        } else if (!strcmp(a, "--min-version") || !strcmp(a, "--exact-version") || !strcmp(a, "--until-version")) {
+            uint64_t *dst = a[2] == 'u' ? &until : &ver;
+            if (++i == argc || !sync_parse_u64(argv[i], dst) || !*dst) return cli_usage_error("pull", "%s needs a version >= 1", a);
+            if (a[2] != 'u') {
+                mode = a[2] == 'm' ? FERRY_SYNC_MIN : FERRY_SYNC_EXACT;
+                modes++;
+            }
+        } else if (!strcmp(a, "--interval") || !strcmp(a, "--idle-timeout")) {
+            char *end;
+            double s = ++i < argc ? strtod(argv[i], &end) : -1;
+            if (i == argc || *end || !(s > 0) || s > 86400) return cli_usage_error("pull", "%s needs seconds", a);
+            if (a[2] == 'i' && a[3] == 'n') interval = s;
+            else idle = s;
+        } else if (!strcmp(a, "--threads")) {
+            if (++i == argc || !cli_parse_int(argv[i], 1, 256, &num)) return cli_usage_error("pull", "--threads needs 1..256");
+            so.threads = (int)num;
+        } else if (a[0] == '-' && a[1]) return cli_usage_error("pull", "unknown option '%s'", a);
+        else if (!sync_common_pos(&c, a)) return cli_usage_error("pull", "unexpected argument '%s'", a);
+    }
+    int st = sync_common_check("pull", &c);
+    if (st) return st;
+    if (!to) return cli_usage_error("pull", "missing --to PATH");
+    if (modes > 1) return cli_usage_error("pull", "give --min-version or --exact-version, not both");
+    if (fol && mode == FERRY_SYNC_EXACT) return cli_usage_error("pull", "--follow keeps the latest version: not with --exact-version");
+    if (!fol && (until || idle > 0)) return cli_usage_error("pull", "--until-version and --idle-timeout go with --follow");
+    if (check && (fol || modes)) return cli_usage_error("pull", "--check changes nothing: no version options or --follow");
+    so.path = to;
+    so.poll_interval_ms = (uint32_t)(interval * 1000.0 + 0.5) ? (uint32_t)(interval * 1000.0 + 0.5) : 1;
+
+    ferry_store *store = NULL;
+    ferry_subscriber *sub = NULL;
+    int rc, ret;
+    if ((ret = sync_open_store("pull", &c, 0, &store))) return ret;
+    if ((rc = ferry_subscriber_open(store, c.run, &so, &sub))) {
+        ret = sync_fail("pull", rc, to);
+        goto out;
+    }
+    if (check) ret = check_local(&c, store, sub, to);
+    else if (fol) ret = follow(&c, sub, to, mode, ver, until, idle, interval);
+    else {
+        ferry_sync_info in;
+        rc = ferry_subscriber_sync(sub, mode, ver, &in);
+        sync_progress_end();
+        if (rc) ret = sync_fail("pull", rc, to);
+        else {
+            print_sync(&c, to, &in);
+            if (in.rejected && !c.quiet) {
+                ferry_subscriber_stats ss;
+                ferry_subscriber_get_stats(sub, &ss);
+                fprintf(stderr, "ferry pull: rejected: %s\n", ss.last_rejection);
+            }
+            ret = 0;
+        }
+    }
+out:
+    ferry_subscriber_free(sub);
+    ferry_store_free(store);
+    return ret;
+}
+#endif

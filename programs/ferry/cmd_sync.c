@@ -1,0 +1,178 @@
+/* Shared parts of the sync commands: store options, progress, errors. */
+#include "cmd_sync.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util.h"
+
+#ifdef FERRY_NO_NET
+static int no_net(const char *cmd)
+{
+    fprintf(stderr, "ferry %s: this build has no store layer (built with NO_NET=1)\n", cmd);
+    return 1;
+}
+int cmd_publish(int argc, char **argv) { (void)argc, (void)argv; return no_net("publish"); }
+int cmd_pull(int argc, char **argv) { (void)argc, (void)argv; return no_net("pull"); }
+int cmd_log(int argc, char **argv) { (void)argc, (void)argv; return no_net("log"); }
+int cmd_gc(int argc, char **argv) { (void)argc, (void)argv; return no_net("gc"); }
+int cmd_compact(int argc, char **argv) { (void)argc, (void)argv; return no_net("compact"); }
+#else
+
+const char sync_common_help[] =
+    "STORE is a URL: file:///abs/dir or a plain path, s3://BUCKET[/PREFIX],\n"
+    "http(s)://HOST/PATH (read-only).  S3 credentials come from AWS_ACCESS_KEY_ID,\n"
+    "AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN); see docs/STORE.md.\n\n"
+    "  --run RUN          the run (a key prefix in the store; required)\n"
+    "  --endpoint URL     S3 endpoint (default $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, AWS)\n"
+    "  --region R         S3 signing region (default $AWS_REGION or us-east-1)\n"
+    "  --deadline S       per store call, retries included (default 300)\n"
+    "  --connect-timeout S  per connection attempt (default 10)\n"
+    "  --rate BYTES       cap each transfer at BYTES per second\n"
+    "  --part-size BYTES  multipart upload part size (default 64 MiB)\n"
+    "  --cas-verify       read HEAD back after each swap (stores without conditional writes)\n"
+    "  --progress         progress lines \"progress DONE TOTAL\" on stderr\n"
+    "  --no-progress      no progress bar (default: a bar when stderr is a terminal)\n"
+    "  --json             one JSON object on stdout\n"
+    "  -q, --quiet        nothing on stdout on success\n\n"
+    "Exit status: 0 success, 1 failure, 2 usage, 3 another publisher or HEAD moved\n"
+    "backwards, 4 version not there (yet, or any more) or nothing new in time,\n"
+    "5 store unreachable past the deadline, 6 objects failed verification.";
+
+void sync_common_init(sync_common *c)
+{
+    memset(c, 0, sizeof *c);
+    c->progress = -1;
+}
+
+bool sync_parse_u64(const char *s, uint64_t *out)
+{
+    if (!s || !*s || *s == '-' || *s == '+') return false;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v > (unsigned long long)INT64_MAX) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_seconds(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= 0) || v > 86400.0 * 30) return false;
+    *out = v;
+    return true;
+}
+
+int sync_common_opt(const char *cmd, int argc, char **argv, int *i, sync_common *c)
+{
+    const char *a = argv[*i];
+    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    double sec;
+    uint64_t n;
+    if (!strcmp(a, "--json")) c->json = true;
+    else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) c->quiet = true;
+    else if (!strcmp(a, "--progress")) c->progress = 1;
+    else if (!strcmp(a, "--no-progress")) c->progress = 0;
+    else if (!strcmp(a, "--cas-verify")) c->so.cas_mode = FERRY_STORE_CAS_VERIFY;
+    else if (!strcmp(a, "--run") || !strcmp(a, "--endpoint") || !strcmp(a, "--region")) {
+        if (!v) return cli_usage_error(cmd, "%s needs a value", a);
+        if (a[2] == 'r' && a[3] == 'u') c->run = v;
+        else if (a[2] == 'e') c->so.endpoint = v;
+        else c->so.region = v;
+        (*i)++;
+    } else if (!strcmp(a, "--deadline") || !strcmp(a, "--connect-timeout")) {
+        if (!v || !parse_seconds(v, &sec) || sec <= 0) return cli_usage_error(cmd, "%s needs seconds", a);
+        if (a[2] == 'd') c->so.deadline_ms = (uint64_t)(sec * 1000.0 + 0.5) ? (uint64_t)(sec * 1000.0 + 0.5) : 1;
+        else c->so.connect_timeout_ms = (uint32_t)(sec * 1000.0 + 0.5) ? (uint32_t)(sec * 1000.0 + 0.5) : 1;
+        (*i)++;
+    } else if (!strcmp(a, "--rate") || !strcmp(a, "--part-size")) {
+        if (!v || !sync_parse_u64(v, &n) || !n) return cli_usage_error(cmd, "%s needs a positive byte count", a);
+        if (a[2] == 'r') c->so.max_bytes_per_s = n;
+        else c->so.part_size = n;
+        (*i)++;
+    } else return 0;
+    return 1;
+}
+
+bool sync_common_pos(sync_common *c, const char *arg)
+{
+    if (c->store_url) return false;
+    c->store_url = arg;
+    return true;
+}
+
+int sync_common_check(const char *cmd, const sync_common *c)
+{
+    if (!c->store_url) return cli_usage_error(cmd, "expects STORE");
+    if (!c->run) return cli_usage_error(cmd, "missing --run RUN");
+    return 0;
+}
+
+/* ---- progress ---- */
+
+static int g_progress_mode;
+static double g_last;
+static bool g_bar_open;
+
+void sync_progress_end(void)
+{
+    if (g_bar_open) fputc('\n', stderr);
+    g_bar_open = false;
+}
+
+static int on_progress(void *user, uint64_t done, uint64_t total)
+{
+    (void)user;
+    if (g_progress_mode == 1) {
+        fprintf(stderr, "progress %llu %llu\n", (unsigned long long)done, (unsigned long long)total);
+        return 0;
+    }
+    /* a bar for long transfers only, redrawn at most 10 times a second */
+    double now = cli_now();
+    if (total < (1u << 20) || (now - g_last < 0.1 && done < total)) return 0;
+    g_last = now;
+    int w = 30, fill = (int)((double)w * (double)done / (double)total);
+    char bar[31];
+    for (int k = 0; k < w; k++) bar[k] = k < fill ? '#' : '.';
+    bar[w] = 0;
+    fprintf(stderr, "\r[%s] %5.1f%% %.1f/%.1f MiB", bar, 100.0 * (double)done / (double)total, (double)done / 1048576.0,
+            (double)total / 1048576.0);
+    g_bar_open = done < total;
+    if (done >= total) fputc('\n', stderr);
+    return 0;
+}
+
+int sync_open_store(const char *cmd, sync_common *c, int create, ferry_store **out)
+{
+    g_progress_mode = c->progress < 0 ? (isatty(2) ? 2 : 0) : c->progress;
+    if (g_progress_mode) c->so.progress = on_progress;
+    c->so.create = create;
+    int rc = ferry_store_open(c->store_url, &c->so, out);
+    return rc ? sync_fail(cmd, rc, c->store_url) : 0;
+}
+
+int sync_fail(const char *cmd, int rc, const char *what)
+{
+    sync_progress_end();
+    cli_fail(cmd, rc, what);
+    switch (rc) {
+    case FERRY_ERR_SYNC_CONFLICT:
+    case FERRY_ERR_SYNC_BACKWARDS: return SYNC_EXIT_CONFLICT;
+    case FERRY_ERR_SYNC_NOT_YET:
+    case FERRY_ERR_SYNC_GONE:
+    case FERRY_ERR_SYNC_TIMEOUT: return SYNC_EXIT_NOT_YET;
+    case FERRY_ERR_STORE_TIMEOUT:
+    case FERRY_ERR_STORE_NET: return SYNC_EXIT_STORE;
+    case FERRY_ERR_SYNC_CORRUPT:
+    case FERRY_ERR_SYNC_MANIFEST:
+    case FERRY_ERR_SYNC_NO_PATH: return SYNC_EXIT_CORRUPT;
+    default: return SYNC_EXIT_FAIL;
+    }
+}
+#endif
