@@ -213,7 +213,9 @@ int dk_cursor_encode(const dk_state *s, const char *run, uint64_t nonce, ferry_b
     return ferry__buf_append(out, c.digest, 16);
 }
 
-#define BAD(...) (dk_state_release(out), ferry__fail(FERRY_ERR_DOCK_CURSOR, __VA_ARGS__))
+/* The message is formatted before the state is released: its arguments
+ * may point into the state. */
+#define BAD(...) (ferry__fail(FERRY_ERR_DOCK_CURSOR, __VA_ARGS__), dk_state_release(out), FERRY_ERR_DOCK_CURSOR)
 
 /* Hostile-input rules: the checksum is verified before any count is
  * believed, and every count is checked against the bytes left before
