@@ -380,7 +380,7 @@ def load(path, framework="auto"):
     shape, uint16 words).  "np": numpy and Raw only.  "pt": torch tensors
     wherever torch has the dtype (U16/U32/U64 stay numpy before torch 2.3).
     Dtypes with no numpy or torch type (F4, F6_*) come back as ferry.Raw."""
-    if os.path.isfile(path):
+    if os.path.isfile(path) and not os.fsencode(path).endswith(b".index.json"):
         return _load_file(path, framework)
     with Model.open(path) as m:
         return m.tensors(framework)

@@ -439,6 +439,33 @@ def test_without_torch():
     assert r.returncode == 0, r.stderr
 
 
+def test_load_sharded_checkpoint():
+    import json
+    d = os.path.join(TMP, "sharded")
+    os.makedirs(d)
+    a = {"x.a": torch.randn(8, 4).to(torch.bfloat16), "x.b": np.arange(5, dtype=np.int32)}
+    b = {"y": np.ones((2, 2), np.float32)}
+    ferry.save(os.path.join(d, "m-1.safetensors"), a, {"format": "pt"})
+    ferry.save(os.path.join(d, "m-2.safetensors"), b, {"format": "pt"})
+    wm = {k: "m-1.safetensors" for k in a}
+    wm.update({k: "m-2.safetensors" for k in b})
+    idx = os.path.join(d, "model.safetensors.index.json")
+    with open(idx, "w") as f:
+        json.dump({"metadata": {"total_size": 0}, "weight_map": wm}, f)
+    whole = dict(a, **b)
+    for p in (d, idx):
+        got = ferry.load(p)
+        assert same(got, whole)
+        got["y"][0, 0] = 7                     # copies: writable, file unchanged
+    assert ferry.load(idx)["y"][0, 0] == 1
+    assert ferry.model_hash(idx) == ferry.model_hash(whole, {"format": "pt"})
+    patch = ferry.diff(idx, dict(whole, y=np.zeros((2, 2), np.float32)), threads=2)
+    e = _raises(ferry.FerryError, ferry.apply, whole, patch)   # metadata differs
+    assert e.code == 45
+    out = ferry.apply(idx, patch, threads=2)
+    assert np.array_equal(out["y"], np.zeros((2, 2), np.float32))
+
+
 if __name__ == "__main__":
     import shutil
     try:
