@@ -227,8 +227,6 @@ class Model:
     def from_tensors(cls, tensors, metadata=None, writable=False):
         """Borrows every tensor of a mapping name -> array (zero-copy).
         writable=True: the library may write into them (in-place apply)."""
-        if isinstance(tensors, Model):
-            return tensors
         if not isinstance(tensors, collections.abc.Mapping):
             raise TypeError("expected a mapping of names to tensors (a state_dict), got %s"
                             % type(tensors).__name__)
@@ -339,20 +337,25 @@ class Model:
         return out
 
 
-def as_model(x, writable=False):
-    """(Model, owned): a Model as is, a path opened, a mapping borrowed."""
+def as_model(x, writable=False, metadata=None):
+    """(Model, owned): a Model as is, a path opened, a mapping borrowed
+    (with metadata, which only a mapping can take)."""
+    if isinstance(x, (Model, str, bytes, os.PathLike)) and metadata:
+        raise ValueError("metadata applies to a mapping of tensors, not to a %s"
+                         % type(x).__name__)
     if isinstance(x, Model):
         return x, False
     if isinstance(x, (str, bytes, os.PathLike)):
         return Model.open(x), True
-    return Model.from_tensors(x, writable=writable), True
+    return Model.from_tensors(x, metadata, writable=writable), True
 
 
 class _Using:
-    """with _Using(x) as m: a Model for x, closed after if it was made here."""
+    """with _Using(x) as m: a Model for x, closed after if it was made here
+    (a caller's Model is left open)."""
 
-    def __init__(self, x, writable=False):
-        self.m, self.owned = as_model(x, writable)
+    def __init__(self, x, writable=False, metadata=None):
+        self.m, self.owned = as_model(x, writable, metadata)
 
     def __enter__(self):
         return self.m
@@ -423,16 +426,13 @@ def _load_file(path, framework):
 def save(path, tensors, metadata=None):
     """Writes tensors (mapping name -> array) as one .safetensors file,
     atomically, without copying the data first."""
-    with Model.from_tensors(tensors, metadata) as m:
+    with _Using(tensors, metadata=metadata) as m:
         m.save(path)
 
 
 def model_hash(tensors, metadata=None):
     """16-byte model hash of a mapping (or a path, or a Model)."""
-    if isinstance(tensors, collections.abc.Mapping):
-        with Model.from_tensors(tensors, metadata) as m:
-            return m.hash()
-    with _Using(tensors) as m:
+    with _Using(tensors, metadata=metadata) as m:
         return m.hash()
 
 

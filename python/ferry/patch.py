@@ -94,7 +94,7 @@ def apply_inplace(tensors, patch, threads=1, base_hash=None):
     its last apply), which saves hashing them again."""
     p, n, _keep = _patch_arg(patch)
     o, _hk = _apply_options(threads, base_hash)
-    with Model.from_tensors(tensors, writable=True) as m:
+    with _Using(tensors, writable=True) as m:
         check(L.ferry_apply_inplace_ex(m.handle, p, n, ctypes.byref(o)))
 
 

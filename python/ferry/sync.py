@@ -17,7 +17,7 @@ import os
 
 from . import _lib
 from .errors import FerryError, check
-from .model import Model, Raw, _torch
+from .model import Model, Raw, _Using, _torch
 
 L = _lib.lib
 _P, _I, _U32, _U64, _S = (ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32,
@@ -194,16 +194,17 @@ class Publisher:
         self.last_info = None
 
     def publish(self, named_tensors, anchor=False):
-        """Publishes a mapping name -> tensor (a state_dict) as the next
-        version and returns its number.  The tensors are read in place
+        """Publishes a mapping name -> tensor (a state_dict; or a Model, or
+        a checkpoint's path) as the next version and returns its number.  The tensors are read in place
         (CPU) or copied to the host once (GPU); the library keeps its own
         copy, so training may go on right after.  self.last_info holds
         what the publish did (kind, delta_bytes, full_bytes, model_bytes,
         model_hash, seconds)."""
-        if not isinstance(named_tensors, (collections.abc.Mapping, Model)):
+        if not isinstance(named_tensors, (collections.abc.Mapping, Model, str, bytes,
+                                          os.PathLike)):
             named_tensors = dict(named_tensors)  # named_parameters() and the like
         info = _PublishInfo()
-        with Model.from_tensors(named_tensors) as m:
+        with _Using(named_tensors) as m:
             check(L.ferry_publish_ex(self.handle, m.handle, 1 if anchor else 0,
                                      ctypes.byref(info)))
         self.last_info = _info_dict(info)

@@ -466,6 +466,22 @@ def test_load_sharded_checkpoint():
     assert np.array_equal(out["y"], np.zeros((2, 2), np.float32))
 
 
+def test_callers_model_stays_open():
+    old, new = _two_versions()
+    m = ferry.Model.from_tensors(new, {"k": "v"})
+    path = os.path.join(TMP, "from-model.safetensors")
+    ferry.save(path, m)
+    assert ferry.model_hash(m) == m.hash() == ferry.model_hash(path)
+    assert len(m) == 3 and m.metadata == {"k": "v"}
+    _raises(ValueError, ferry.save, path, m, {"x": "y"})
+    base = ferry.Model.from_tensors({"a": old["a"].clone(), "b": old["b"].copy(),
+                                     "c": old["c"].copy()}, writable=True)
+    ferry.apply_inplace(base, ferry.diff(old, new))
+    assert base.hash() == ferry.model_hash(new)
+    m.close()
+    _raises(ValueError, ferry.model_hash, m)
+
+
 if __name__ == "__main__":
     import shutil
     try:

@@ -200,11 +200,14 @@ def test_publisher_conflict_and_wait():
     b.publish(tr.net.state_dict())
     e = _raises(ferry.FerryError, a.publish, tr.net.state_dict())
     assert e.code == 80 and "trainer-b" in e.message, e
+    path = os.path.join(TMP, "c.safetensors")
+    ferry.save(path, tr.net.state_dict())
+    assert b.publish(path) == 3                                    # a checkpoint file
     sub = ferry.Subscriber(store, "c")
-    assert sub.wait(after_version=0, timeout_s=5) == 2
-    assert sub.wait(after_version=2, timeout_s=0.2) is None
+    assert sub.wait(after_version=0, timeout_s=5) == 3
+    assert sub.wait(after_version=3, timeout_s=0.2) is None
     sub.sync()
-    assert sub.version == 2
+    assert sub.version == 3 and equal(sub.tensors(framework="pt"), tr.bf16())
 
 
 def test_errors_before_io():
