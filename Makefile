@@ -86,8 +86,11 @@ $(LOCO_CORE_OBJ) $(BUILD)/lib/loco/exchange.o: CFLAGS += -ffp-contract=off
 $(BUILD)/tests/test_loco_codec: private CFLAGS += -ffp-contract=off
 LOCO_LIB := $(BUILD)/libferry_loco.a
 LOCO_BIN := $(patsubst examples/rl/%.c,$(BUILD)/examples/%,$(wildcard examples/rl/loco_*.c))
+# tests/mpi/*.c: MPI test programs, run under mpirun by tests/scripts/loco_mpi.sh
+# (not by tests/run.sh directly, hence outside $(BUILD)/tests/test_*).
+LOCO_MPI_TEST := $(patsubst tests/mpi/%.c,$(BUILD)/tests/mpi/%,$(wildcard tests/mpi/*.c))
 ifneq ($(MPICC),)
-LOCO_ALL := $(LOCO_LIB) $(LOCO_BIN)
+LOCO_ALL := $(LOCO_LIB) $(LOCO_BIN) $(LOCO_MPI_TEST)
 endif
 
 .PHONY: all lib cli tests examples benches test bench fuzz install clean loco
@@ -153,6 +156,10 @@ $(LOCO_LIB): $(LOCO_CORE_OBJ) $(BUILD)/lib/loco/exchange.o
 $(BUILD)/tests/test_loco_codec: tests/unit/test_loco_codec.c tests/unit/check.h $(LOCO_CORE_OBJ) $(STATIC)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests/unit $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(LOCO_CORE_OBJ) $(STATIC) $(LDFLAGS) $(LIBS)
+
+$(BUILD)/tests/mpi/%: tests/mpi/%.c $(LOCO_LIB) $(STATIC)
+	@mkdir -p $(dir $@)
+	$(MPICC_CC) $(CPPFLAGS) $(CFLAGS) -ffp-contract=off -Wno-missing-prototypes -o $@ $< $(LOCO_LIB) $(STATIC) $(LDFLAGS) $(LIBS)
 
 $(BUILD)/examples/loco_%: examples/rl/loco_%.c $(RL_OBJ) $(LOCO_LIB) $(STATIC) $(wildcard examples/rl/*.h)
 	@mkdir -p $(dir $@)

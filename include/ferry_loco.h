@@ -240,14 +240,16 @@ typedef struct ferry_loco_stats {
 typedef struct ferry_loco ferry_loco;
 
 /* Collective over comm (duplicated: the object's traffic never mixes with
- * the caller's).  Copies the n initial global weights, which must be
- * bit-identical on every rank (checked: FERRY_ERR_LOCO_DIVERGED); n and
+ * the caller's; MPI errors on it are returned as FERRY_ERR_LOCO_MPI rather
+ * than aborting).  n: 1..INT_MAX/4 weights (dense collectives count in
+ * ints), else FERRY_ERR_LIMIT.  Copies the n initial global weights, which
+ * must be bit-identical on every rank (checked: FERRY_ERR_LOCO_DIVERGED); n and
  * cfg->mode must agree too (FERRY_ERR_ARG).  The outer settings are not
  * compared: ranks configured differently diverge, and the first sync says
  * so.  Residual and momentum start at 0. */
 FERRY_API int ferry_loco_create(MPI_Comm comm, const float *init, uint64_t n,
                                 const ferry_loco_config *cfg, ferry_loco **out);
-/* Not collective.  Accepts NULL. */
+/* Collective (MPI_Comm_free of the duplicated communicator).  Accepts NULL. */
 FERRY_API void ferry_loco_free(ferry_loco *s);
 
 FERRY_API int ferry_loco_rank(const ferry_loco *s);
@@ -264,8 +266,12 @@ FERRY_API uint64_t ferry_loco_round(const ferry_loco *s);
  * failure on one rank (its gate, an MPI call) is exchanged first and the
  * others return FERRY_ERR_LOCO_PEER naming it; a payload that fails to
  * decode fails everywhere with the decoder's code, naming its rank.  On
- * error the global weights, momentum and residual are unchanged and local
- * is untouched. */
+ * error local is untouched, the round does not advance, and the global
+ * weights, momentum and residual are unchanged, except after
+ * FERRY_ERR_LOCO_DIVERGED: then the global weights and momentum hold this
+ * rank's (disagreeing) result, for inspection; the run cannot go on.
+ * Limits: the round's payloads together must fit in 2 GiB (MPI's int
+ * counts; FERRY_ERR_LIMIT on every rank otherwise). */
 FERRY_API int ferry_loco_sync(ferry_loco *s, float *local, ferry_loco_stats *st);
 
 /* Collective; any mode.  Replaces vec (n floats) by the mean of every

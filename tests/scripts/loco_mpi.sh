@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# lib/loco over real MPI: build/examples/loco_train under `mpirun -np 2` and
+# lib/loco over real MPI: tests/mpi/test_loco_mpi (the exchange against a
+# serial reference, bit for bit) under `mpirun -np 3`, then
+# build/examples/loco_train under `mpirun -np 2` and
 # `-np 4 --oversubscribe`, each mode, on a small network (seconds).
 # Asserts: exit 0 and one "hash-agree R/R" line per round (the program
 # itself fails the run when ranks disagree); the same run gives the same
@@ -33,6 +35,22 @@ fi
 pass=0; fail=0
 ok() { echo "ok   $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL $1"; fail=$((fail + 1)); }
+
+# The library against its serial reference (tests/mpi/test_loco_mpi.c):
+# 3 ranks, so that the rank order of the sums is not a mirror image.
+MT=$BUILD/tests/mpi/test_loco_mpi
+if [ -x "$MT" ]; then
+    timeout 120 "${MPIENV[@]}" mpirun -np 3 --oversubscribe "$MT" >"$tmp/mt.out" 2>&1
+    rc=$?
+    line=$(grep -E '^mpi: [0-9]+ passed' "$tmp/mt.out")
+    if [ $rc -eq 0 ] && grep -q ', 0 failed' <<<"$line"; then
+        ok "test_loco_mpi -np 3: $line"
+    else
+        bad "test_loco_mpi -np 3: exit $rc"; sed 's/^/    | /' "$tmp/mt.out" | tail -20
+    fi
+else
+    bad "$MT is not built"
+fi
 
 SMALL=(--dim 64 --layers 1 --prompts-per-step 4 --group-size 4)
 ROUNDS=3

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Summarises bench/loco.sh's runs (bench/results/loco/PHASE/*.jsonl) as
+markdown: bytes per round and in total for PULSELoCo, DiLoCo and DDP, the
+ratios, gated shares, and the reward curves across seeds (mean, seed
+spread, and PULSELoCo minus DiLoCo).  Standard library only."""
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+MODES = ("pulseloco", "diloco", "ddp")
+
+
+def load(path):
+    start, rounds, summary = None, [], None
+    with open(path) as f:
+        for line in f:
+            o = json.loads(line)
+            if o.get("event") == "start":
+                start = o
+            elif o.get("event") == "summary":
+                summary = o
+            else:
+                rounds.append(o)
+    return start, rounds, summary
+
+
+def runs(phase_dir):
+    out = {}
+    for p in sorted(glob.glob(os.path.join(phase_dir, "*.jsonl"))):
+        m = re.match(r"(\w+)-lr(.+)-s(\d+)\.jsonl$", os.path.basename(p))
+        if not m:
+            continue
+        start, rounds, summary = load(p)
+        if summary is None:
+            continue
+        out.setdefault((m.group(2), m.group(1)), {})[int(m.group(3))] = (start, rounds, summary)
+    return out
+
+
+def mb(x):
+    return "%.2f MB" % (x / 1e6)
+
+
+def sd(xs):
+    return statistics.stdev(xs) if len(xs) > 1 else 0.0
+
+
+def window_mean(rounds, k):
+    return statistics.mean(r["reward"] for r in rounds[-k:])
+
+
+def phase_report(name, phase_dir):
+    rs = runs(phase_dir)
+    if not rs:
+        return []
+    lines = ["## %s" % name, ""]
+    for lr in sorted({k[0] for k in rs}, key=float):
+        by_mode = {m: rs.get((lr, m), {}) for m in MODES}
+        any_run = next(v for v in by_mode.values() if v)
+        start = next(iter(any_run.values()))[0]
+        seeds = sorted(set.intersection(*[set(v) for v in by_mode.values() if v]))
+        nr = start["rounds"]
+        k = max(1, nr // 5)
+        lines += ["### inner lr %s: %d ranks, H %d, %d rounds (%d local steps per rank), %d params, seeds %s"
+                  % (lr, start["ranks"], start["h"], nr, nr * start["h"], start["params"],
+                     " ".join(map(str, seeds))), ""]
+        lines += ["| mode | bytes/round (all ranks) | total bytes | DiLoCo / mode | DDP / mode | gated share first/last round | reward round 0 | reward last %d rounds (mean ± sd over seeds) |" % k,
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        totals = {}
+        for m in MODES:
+            if not by_mode[m]:
+                continue
+            tot = statistics.mean(by_mode[m][s][2]["bytes_total"] for s in seeds)
+            totals[m] = tot
+        for m in MODES:
+            if m not in totals:
+                continue
+            rr = [by_mode[m][s][1] for s in seeds]
+            per_round = totals[m] / nr
+            g0 = statistics.mean(r[0]["gated_fraction"] for r in rr)
+            gl = statistics.mean(r[-1]["gated_fraction"] for r in rr)
+            last = [window_mean(r, k) for r in rr]
+            r0 = statistics.mean(r[0]["reward"] for r in rr)
+            lines.append("| %s | %s | %s | %s | %s | %.1f%% / %.1f%% | %.4f | %.4f ± %.4f |" % (
+                m, mb(per_round), mb(totals[m]),
+                "%.1fx" % (totals["diloco"] / totals[m]) if "diloco" in totals else "-",
+                "%.1fx" % (totals["ddp"] / totals[m]) if "ddp" in totals else "-",
+                100 * g0, 100 * gl, r0, statistics.mean(last), sd(last)))
+        lines.append("")
+        # Reward curves: mean over seeds per round, the seed spread, and the
+        # PULSELoCo - DiLoCo gap against that spread.
+        if by_mode["pulseloco"] and by_mode["diloco"]:
+            lines += ["Reward per round (mean over seeds; sd = standard deviation over seeds):", "",
+                      "| round | steps | pulseloco | sd | diloco | sd | ddp | sd | pulse - diloco |",
+                      "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            gaps, sds = [], []
+            step = max(1, nr // 10)
+            for i in range(nr):
+                vals = {m: [by_mode[m][s][1][i]["reward"] for s in seeds] for m in MODES if by_mode[m]}
+                gap = statistics.mean(vals["pulseloco"]) - statistics.mean(vals["diloco"])
+                gaps.append(gap)
+                sds.append((sd(vals["pulseloco"]) + sd(vals["diloco"])) / 2)
+                if i % step == 0 or i == nr - 1:
+                    d = vals.get("ddp", [0.0])
+                    lines.append("| %d | %d | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %+.4f |" % (
+                        i, (i + 1) * start["h"], statistics.mean(vals["pulseloco"]), sd(vals["pulseloco"]),
+                        statistics.mean(vals["diloco"]), sd(vals["diloco"]),
+                        statistics.mean(d), sd(d), gap))
+            lines += ["", "Over all %d rounds: mean |pulse - diloco| = %.4f, mean seed sd = %.4f; "
+                      "last %d rounds: pulse - diloco = %+.4f (seed sd of that window: pulse %.4f, diloco %.4f)."
+                      % (nr, statistics.mean(abs(g) for g in gaps), statistics.mean(sds), k,
+                         statistics.mean(gaps[-k:]),
+                         sd([window_mean(by_mode["pulseloco"][s][1], k) for s in seeds]),
+                         sd([window_mean(by_mode["diloco"][s][1], k) for s in seeds])), ""]
+    return lines
+
+
+def sweep_report(phase_dir):
+    rs = runs(phase_dir)
+    if not rs:
+        return []
+    lines = ["## sweep: PULSELoCo's gated share against the inner learning rate", "",
+             "| inner lr | gated share (mean of rounds) | bytes/round | bytes per gated entry | DiLoCo / pulse | DDP / pulse | reward first → last round |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for lr in sorted({k[0] for k in rs}, key=float, reverse=True):
+        v = rs.get((lr, "pulseloco"))
+        if not v:
+            continue
+        start, rounds, summ = v[min(v)]
+        n, R, H = start["params"], start["ranks"], start["h"]
+        per_round = summ["bytes_total"] / len(rounds)
+        gated = sum(r["gated"] for r in rounds)
+        dense = 4 * n * R
+        lines.append("| %s | %.2f%% | %s | %.2f | %.1fx | %.1fx | %.4f → %.4f |" % (
+            lr, 100 * summ["mean_gated_fraction"], mb(per_round), summ["bytes_total"] / max(gated, 1),
+            dense / per_round, dense * H / per_round, rounds[0]["reward"], rounds[-1]["reward"]))
+    lines += ["", "DiLoCo sends 4 bytes per weight and rank per round (%s here), DDP that every step." % mb(dense), ""]
+    return lines
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "bench/results/loco"
+    lines = ["# bench/loco: PULSELoCo, DiLoCo, DDP on the reference RL workload", ""]
+    lines += phase_report("curves: the workload's default inner lr", os.path.join(out, "curves"))
+    lines += phase_report("llm: an LLM-like inner lr (per-round moves below most BF16 cells)", os.path.join(out, "llm"))
+    lines += sweep_report(os.path.join(out, "sweep"))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
