@@ -22,6 +22,7 @@ bytes shipped are printed against full BF16 checkpoints.
 import argparse
 import multiprocessing as mp
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -176,6 +177,7 @@ def main():
           % (nver, full, shipped, nver * full / max(shipped, 1), nver, a.anchor_every,
              "/".join(map(str, fetched)), nver * full / max(max(fetched or [1]), 1)))
     print("trainer: %.1f s for %d steps" % (train_s, a.steps))
+    shutil.rmtree(tmp, ignore_errors=True)
     if not ok:
         sys.exit(1)
 

@@ -9,6 +9,15 @@ README.md ("Python") and the docstrings of each function.
     w = ferry.load("step-000.safetensors")          # name -> array
     patch = ferry.diff("step-000.safetensors", model.state_dict(), cast_bf16=True)
     ferry.apply_inplace(engine_weights, patch)       # verified first, then written
+
+    pub = ferry.Publisher("s3://bucket/p", "run-7")  # trainer (sync layer)
+    pub.publish(model.state_dict())
+    sub = ferry.Subscriber("s3://bucket/p", "run-7") # rollout worker
+    sub.sync_into(engine_weights)
+
+Modules: _lib (loading, prototypes), errors (FerryError), model (Model,
+load/save, dtype mapping), patch (diff/apply), sync (Store, Publisher,
+Subscriber; present when libferry has the sync layer).
 """
 from . import _lib
 from .errors import FerryError, strerror, last_error
