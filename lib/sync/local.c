@@ -10,8 +10,10 @@
  * treated as holding no version; it is never trusted on its name alone. */
 #include "sync_impl.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -62,8 +64,43 @@ static int write_state(const char *path, const char *run, const fs_state *cur, c
     return rc;
 }
 
+/* A process killed while it wrote PATH leaves PATH.tmp.PID (ferry_model_save),
+ * PATH.ferry.json.tmp.PID (the state file) or PATH.ferry-anchor.PID.ID (a
+ * staged anchor) beside it.  They are never
+ * read; those of processes that no longer exist are removed here. */
+static void remove_stale(const char *path)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    size_t bn = strlen(base);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        const char *n = e->d_name, *rest;
+        if (strncmp(n, base, bn)) continue;
+        if (!strncmp(n + bn, ".tmp.", 5)) rest = n + bn + 5;
+        else if (!strncmp(n + bn, ".ferry.json.tmp.", 16)) rest = n + bn + 16;
+        else if (!strncmp(n + bn, ".ferry-anchor.", 14)) rest = n + bn + 14;
+        else continue;
+        char *end;
+        long pid = strtol(rest, &end, 10);
+        if (end == rest || pid <= 0 || (*end && *end != '.')) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours to judge) */
+        char full[8300];
+        snprintf(full, sizeof full, "%s/%s", dir, n);
+        unlink(full);
+    }
+    closedir(d);
+}
+
 int fs_local_open(const char *path, const char *run, ferry_model **model, fs_state *st)
 {
+    remove_stale(path);
     memset(st, 0, sizeof *st);
     *model = NULL;
     char sp[4096];
