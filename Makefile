@@ -114,8 +114,11 @@ $(STATIC): $(LIB_OBJ)
 $(SHARED): $(LIB_OBJ)
 	$(CC) -shared -Wl,-soname,libferry.so.0 -o $@ $^ $(LDFLAGS) $(LIBS)
 
-$(BUILD)/ferry: $(CLI_OBJ) $(STATIC)
-	$(CC) -o $@ $(CLI_OBJ) $(STATIC) $(LDFLAGS) $(LIBS)
+# `ferry demo` runs the reference RL workload: the CLI links examples/rl.
+$(CLI_OBJ): CPPFLAGS += -Iexamples/rl
+$(CLI_OBJ): $(wildcard examples/rl/*.h programs/ferry/*.h)
+$(BUILD)/ferry: $(CLI_OBJ) $(RL_OBJ) $(STATIC)
+	$(CC) -o $@ $(CLI_OBJ) $(RL_OBJ) $(STATIC) $(LDFLAGS) $(LIBS)
 
 # Unit tests may use internal headers (lib/*), so they link the static library.
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/check.h $(STATIC)

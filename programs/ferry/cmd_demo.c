@@ -1,0 +1,509 @@
+/*
+ * ferry demo — the main job on one machine: a decoupled RL run, one trainer
+ * and N rollout islands (separate processes) that share only a store.
+ *
+ *   ferry demo [--islands 3] [--steps N] [--mode async|sequential] ...  (--help)
+ *
+ * This file: options, the work directory and store, the printout (text rows
+ * or JSON lines), the legs (one, or a baseline and an adaptive one) and the
+ * report.  The trainer and the islands' supervisor are demo_trainer.c, the
+ * island demo_island.c, the HTML report demo_report.c; demo.h describes the
+ * objects they share in the store.
+ */
+#include "cli.h"
+#include "util.h"
+
+#ifdef FERRY_NO_NET
+int cmd_demo(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "ferry demo: this build has no store layer (NO_NET=1); build with `make` to run the demo\n");
+    return 1;
+}
+#else
+#include <errno.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "adamw.h"
+#include "demo.h"
+#include "ferry_store.h"
+
+#define DEFAULT_STEPS 120
+#define DEFAULT_LR 5e-4f
+
+static void demo_help(void)
+{
+    rl_policy_config d = rl_policy_config_default();
+    printf("usage: ferry demo [options]\n"
+"\n"
+"A decoupled RL run on this machine: one trainer (this process: FP32 master\n"
+"weights, AdamW, GRPO) and N rollout islands (separate processes holding BF16\n"
+"weights) that share nothing but an object store.  The trainer publishes every\n"
+"policy version through the sync layer as a ferry patch (an anchor every K\n"
+"versions); islands sync, sample trajectories of a digit-reversal task with\n"
+"their BF16 weights and put version-tagged batches through the dock; the\n"
+"trainer takes them under the staleness policy and steps.  Prints one row per\n"
+"step and writes an HTML report.\n"
+"\n"
+"  --store URL           object store (default: a file:// store in a new\n"
+"                        temporary directory, removed at the end); s3://BUCKET\n"
+"                        [/PREFIX] takes credentials from AWS_* variables\n"
+"  --islands N           rollout islands, 1..%d (default 3)\n"
+"  --steps N             trainer steps (default %d)\n"
+"  --mode async|sequential\n"
+"                        async (default): islands sample continuously with the\n"
+"                        version they hold and follow HEAD in the background;\n"
+"                        sequential: every step requests rollouts of one exact\n"
+"                        version, and only batches of it are admitted\n"
+"  --max-staleness S     async: admit a batch iff trainer version - batch\n"
+"                        version <= S; older ones are dropped and counted\n"
+"                        (default 2)\n"
+"  --seed S              run seed: weights, prompts, samples (default 1)\n"
+"  --adaptive THRESH     adaptive publication: publish a new version only when\n"
+"                        this fraction (0..1] of BF16 words differs from the\n"
+"                        last published version (or after --max-skip steps).\n"
+"                        Runs a baseline leg (publish every step) first, then\n"
+"                        the adaptive leg, and compares them\n"
+"  --no-baseline         with --adaptive: only the adaptive leg\n"
+"  --max-skip N          adaptive: publish at least every N steps (default 8)\n"
+"  --kill-island-at STEP kill -9 island 0 at that step; it is restarted (async:\n"
+"                        --restart-after steps later, default 3) and rejoins\n"
+"  --report PATH         HTML report (default: report.html in the work\n"
+"                        directory, whose path is printed)\n"
+"  --keep                keep the temporary store\n"
+"  --json                JSON lines instead of the table\n"
+"  --quiet               only the summary\n"
+"\n"
+"workload (examples/rl):\n"
+"  --prompts P           prompts per trainer step, split among the islands\n"
+"                        (default 16)\n"
+"  --group G             samples per prompt (default 8)\n"
+"  --lr X                AdamW learning rate (default %g)\n"
+"  --task reverse|copy|sort  (default reverse)\n"
+"  --digits K            prompt length (default 6)\n"
+"  --dim H               hidden width (default %u: %s parameters)\n"
+"\n"
+"transport:\n"
+"  --sync patch|full     islands fetch ferry patches (default), or a full\n"
+"                        checkpoint per version (every version an anchor;\n"
+"                        the baseline: trajectories are bit-identical)\n"
+"  --anchor-every K      an anchor (full checkpoint) every K versions (default 20)\n"
+"  --queue Q             async: batches an island may have waiting (default 1)\n"
+"  --timeout SEC         fail a step that gets no batch for SEC s (default 120)\n"
+"\n"
+"Exit status 0 when every step completed, 1 on failure, 2 on bad options.\n",
+           DEMO_MAX_ISLANDS, DEFAULT_STEPS, (double)DEFAULT_LR, d.hidden, "1,001,298");
+}
+
+static int parse_double(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    if (*s < '0' || *s > '9') return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+typedef struct cli_opts {
+    demo_options d;
+    const char *store, *report;
+    double adaptive;
+    int no_baseline, keep;
+} cli_opts;
+
+/* 0: run, 1: help printed, 2: usage error printed. */
+static int parse_args(int argc, char **argv, cli_opts *c)
+{
+    demo_options *o = &c->d;
+    memset(c, 0, sizeof *c);
+    o->islands = 3;
+    o->steps = DEFAULT_STEPS;
+    o->prompts = 16;
+    o->group = 8;
+    o->queue = 1;
+    o->anchor_every = 20;
+    o->max_skip = 8;
+    o->mode = DEMO_ASYNC;
+    o->max_staleness = 2;
+    o->seed = 1;
+    o->kill_at = -1;
+    o->restart_after = 3;
+    o->timeout_s = 120;
+    o->lr = DEFAULT_LR;
+    o->task = rl_task_default();
+    o->net = rl_policy_config_default();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long l;
+        double x;
+        if (cli_is_help(a)) {
+            demo_help();
+            return 1;
+        }
+        if (!strcmp(a, "--json")) { o->json = 1; continue; }
+        if (!strcmp(a, "--quiet")) { o->quiet = 1; continue; }
+        if (!strcmp(a, "--keep")) { c->keep = 1; continue; }
+        if (!strcmp(a, "--no-baseline")) { c->no_baseline = 1; continue; }
+        if (strncmp(a, "--", 2)) return cli_usage_error("demo", "unexpected argument '%s'", a);
+        if (!v) return cli_usage_error("demo", "unknown option '%s', or it needs a value", a);
+        int bad = 0;
+        if (!strcmp(a, "--store")) c->store = v;
+        else if (!strcmp(a, "--report")) c->report = v;
+        else if (!strcmp(a, "--islands")) bad = !cli_parse_int(v, 1, DEMO_MAX_ISLANDS, &l), o->islands = (uint32_t)l;
+        else if (!strcmp(a, "--steps")) bad = !cli_parse_int(v, 1, 1000000, &l), o->steps = (uint32_t)l;
+        else if (!strcmp(a, "--mode")) {
+            if (!strcmp(v, "async")) o->mode = DEMO_ASYNC;
+            else if (!strcmp(v, "sequential")) o->mode = DEMO_SEQUENTIAL;
+            else bad = 1;
+        } else if (!strcmp(a, "--max-staleness")) bad = !cli_parse_int(v, 0, 1000000, &l), o->max_staleness = (uint64_t)l;
+        else if (!strcmp(a, "--seed")) bad = parse_u64(v, &o->seed);
+        else if (!strcmp(a, "--adaptive")) bad = parse_double(v, &c->adaptive) || c->adaptive <= 0 || c->adaptive > 1;
+        else if (!strcmp(a, "--max-skip")) bad = !cli_parse_int(v, 1, 1000000, &l), o->max_skip = (uint32_t)l;
+        else if (!strcmp(a, "--kill-island-at")) bad = !cli_parse_int(v, 0, 1000000, &l), o->kill_at = l;
+        else if (!strcmp(a, "--restart-after")) bad = !cli_parse_int(v, 0, 1000000, &l), o->restart_after = (uint32_t)l;
+        else if (!strcmp(a, "--prompts")) bad = !cli_parse_int(v, 1, 65536, &l), o->prompts = (uint32_t)l;
+        else if (!strcmp(a, "--group")) bad = !cli_parse_int(v, 1, 1024, &l), o->group = (uint32_t)l;
+        else if (!strcmp(a, "--lr")) bad = parse_double(v, &x) || x <= 0 || x > 1, o->lr = (float)x;
+        else if (!strcmp(a, "--task")) bad = rl_task_parse(v, &o->task.kind) != 0;
+        else if (!strcmp(a, "--digits")) {
+            bad = !cli_parse_int(v, 1, RL_TASK_MAX_LEN, &l);
+            o->task.prompt_len = o->task.completion_len = (uint32_t)l;
+        } else if (!strcmp(a, "--dim")) bad = !cli_parse_int(v, 1, 65536, &l), o->net.hidden = (uint32_t)l;
+        else if (!strcmp(a, "--sync")) {
+            if (!strcmp(v, "full")) o->full_sync = 1;
+            else if (!strcmp(v, "patch")) o->full_sync = 0;
+            else bad = 1;
+        } else if (!strcmp(a, "--anchor-every")) bad = !cli_parse_int(v, 1, 1000000, &l), o->anchor_every = (uint32_t)l;
+        else if (!strcmp(a, "--queue")) bad = !cli_parse_int(v, 1, 64, &l), o->queue = (uint32_t)l;
+        else if (!strcmp(a, "--timeout")) bad = parse_double(v, &o->timeout_s) || o->timeout_s <= 0 || o->timeout_s > 86400;
+        else return cli_usage_error("demo", "unknown option '%s'", a);
+        if (bad) return cli_usage_error("demo", "bad value for %s: '%s'", a, v);
+        i++;
+    }
+    if (o->prompts < o->islands)
+        return cli_usage_error("demo", "--prompts (%u) must be at least --islands (%u): each island samples a share", o->prompts,
+                               o->islands);
+    if (c->no_baseline && c->adaptive <= 0) return cli_usage_error("demo", "--no-baseline goes with --adaptive");
+    o->net.window = rl_policy_config_for_task(&o->task).window;
+    if (!rl_policy_config_params(&o->net)) return cli_usage_error("demo", "the network is too large (--dim)");
+    return 0;
+}
+
+/* ======================================================================
+ * Output
+ * ====================================================================== */
+static void mb(char *buf, size_t cap, uint64_t bytes)
+{
+    if (bytes >= 10u * 1000 * 1000) snprintf(buf, cap, "%.1f MB", (double)bytes / 1e6);
+    else if (bytes >= 10000) snprintf(buf, cap, "%.1f kB", (double)bytes / 1e3);
+    else snprintf(buf, cap, "%" PRIu64 " B", bytes);
+}
+
+void demo_print_leg_start(const demo_options *o, const demo_leg *leg, const char *run, size_t params, const long *pids)
+{
+    if (o->json) {
+        printf("{\"event\":\"leg\",\"leg\":");
+        json_str(stdout, leg->name);
+        printf(",\"run\":\"%s\",\"trainer_pid\":%ld,\"params\":%zu,\"full_bytes\":%" PRIu64 ",\"island_pids\":[", run,
+               (long)getpid(), params, leg->full_bytes);
+        for (uint32_t i = 0; i < o->islands; i++) printf("%s%ld", i ? "," : "", pids[i]);
+        printf("]}\n");
+    } else {
+        printf("\n== leg: %s (run %s)\n   trainer: pid %ld (this process); islands:", leg->name, run, (long)getpid());
+        for (uint32_t i = 0; i < o->islands; i++) printf(" %u=pid %ld", i, pids[i]);
+        printf("\n");
+        if (!o->quiet)
+            printf("%5s %5s %7s %8s %9s %9s %6s %7s %7s %5s %5s\n", "step", "ver", "reward", "changed%", "patch_B", "full_B", "ratio",
+                   "pub_ms", "sync_ms", "stale", "drop");
+    }
+    fflush(stdout);
+}
+
+void demo_print_step(const demo_options *o, const demo_leg *leg, const demo_step *s)
+{
+    if (o->json) {
+        printf("{\"event\":\"step\",\"leg\":");
+        json_str(stdout, leg->name);
+        printf(",\"step\":%u,\"version\":%" PRIu64 ",\"reward\":%.4f,\"batches\":%u,\"prompts\":%u,"
+               "\"staleness_min\":%" PRIu64 ",\"staleness_max\":%" PRIu64 ",\"dropped\":%" PRIu64 ",\"discarded\":%" PRIu64
+               ",\"published\":%s,\"new_version\":%" PRIu64 ",\"changed_pct\":%.3f,\"patch_bytes\":%" PRIu64
+               ",\"anchor_bytes\":%" PRIu64 ",\"full_bytes\":%" PRIu64 ",\"publish_ms\":%.2f,\"sync_ms\":%.2f,\"t_s\":%.3f}\n",
+               s->step, s->version, s->reward, s->batches, s->prompts, s->stale_min, s->stale_max, s->dropped, s->discarded,
+               s->published ? "true" : "false", s->published ? s->pub_version : s->version, 100 * s->changed, s->delta_bytes,
+               s->anchor_bytes, leg->full_bytes, s->pub_ms, s->sync_ms, s->t_s);
+    } else if (!o->quiet) {
+        char stale[24], patch[24], ratio[16], pub[16];
+        if (s->stale_min == s->stale_max) snprintf(stale, sizeof stale, "%" PRIu64, s->stale_min);
+        else snprintf(stale, sizeof stale, "%" PRIu64 "-%" PRIu64, s->stale_min, s->stale_max);
+        if (s->published) {
+            snprintf(patch, sizeof patch, "%" PRIu64, s->delta_bytes);
+            snprintf(ratio, sizeof ratio, "%.1f%%", leg->full_bytes ? 100.0 * (double)s->delta_bytes / (double)leg->full_bytes : 0);
+            snprintf(pub, sizeof pub, "%.1f", s->pub_ms);
+        } else {
+            snprintf(patch, sizeof patch, "(held)");
+            snprintf(ratio, sizeof ratio, "-");
+            snprintf(pub, sizeof pub, "-");
+        }
+        printf("%5u %5" PRIu64 " %7.4f %8.2f %9s %9" PRIu64 " %6s %7s %7.1f %5s %5" PRIu64 "%s\n", s->step, s->version, s->reward,
+               100 * s->changed, patch, leg->full_bytes, ratio, pub, s->sync_ms, stale, s->dropped,
+               s->anchor_bytes ? "  +anchor" : "");
+    }
+    fflush(stdout);
+}
+
+static const char *event_name(int kind)
+{
+    return kind == DEMO_EV_KILL ? "kill" : kind == DEMO_EV_RESTART ? "restart" : "died";
+}
+
+void demo_print_event(const demo_options *o, const demo_leg *leg, const demo_event *e)
+{
+    if (o->json) {
+        printf("{\"event\":\"%s\",\"leg\":", event_name(e->kind));
+        json_str(stdout, leg->name);
+        printf(",\"step\":%u,\"island\":%u,\"pid\":%ld,\"what\":", e->step, e->island, e->pid);
+        json_str(stdout, e->what);
+        printf("}\n");
+    } else {
+        printf("  ** step %u: %s\n", e->step, e->what);
+    }
+    fflush(stdout);
+}
+
+static void print_summary(const demo_options *o, const demo_leg *leg)
+{
+    uint64_t full_equiv = leg->versions * leg->full_bytes, ferry = leg->delta_total + leg->anchor_total;
+    uint64_t maxst = 0, restarts = 0;
+    for (int i = 0; i < FERRY_DOCK_HIST; i++)
+        if (leg->stale_hist[i]) maxst = (uint64_t)i;
+    for (size_t i = 0; i < leg->nevents; i++) restarts += leg->events[i].kind == DEMO_EV_RESTART;
+    if (o->json) {
+        printf("{\"event\":\"summary\",\"leg\":");
+        json_str(stdout, leg->name);
+        printf(",\"adaptive\":%g,\"steps\":%zu,\"seconds\":%.2f,\"steps_per_s\":%.3f,\"reward_first\":%.4f,\"reward_last\":%.4f,"
+               "\"window\":%d,\"versions\":%" PRIu64 ",\"anchors\":%" PRIu64 ",\"delta_bytes\":%" PRIu64 ",\"anchor_bytes\":%" PRIu64
+               ",\"full_bytes\":%" PRIu64 ",\"full_checkpoint_bytes\":%" PRIu64 ",\"fetched_bytes\":%" PRIu64 ",\"admitted\":%" PRIu64
+               ",\"dropped\":%" PRIu64 ",\"duplicates\":%" PRIu64 ",\"rejected\":%" PRIu64 ",\"discarded\":%" PRIu64
+               ",\"leftover\":%" PRIu64 ",\"max_staleness_seen\":%" PRIu64 ",\"staleness_hist\":[",
+               leg->adaptive, leg->nsteps, leg->seconds, leg->seconds > 0 ? (double)leg->nsteps / leg->seconds : 0, leg->reward_first,
+               leg->reward_last, leg->window, leg->versions, leg->anchors, leg->delta_total, leg->anchor_total, leg->full_bytes,
+               full_equiv, leg->fetched_total, leg->admitted, leg->dropped, leg->duplicates, leg->rejected, leg->discarded,
+               leg->leftover, maxst);
+        for (uint64_t i = 0; i <= maxst; i++) printf("%s%" PRIu64, i ? "," : "", leg->stale_hist[i]);
+        printf("],\"restarts\":%" PRIu64 ",\"restarted_batches\":%" PRIu64 ",\"traj_hash\":\"%s\",\"masters_hash\":\"%s\"}\n",
+               restarts, leg->restarted_batches, leg->traj_hash, leg->masters_hash);
+        fflush(stdout);
+        return;
+    }
+    char a[32], b[32], c[32], d[32];
+    mb(a, sizeof a, leg->delta_total);
+    mb(b, sizeof b, leg->anchor_total);
+    mb(c, sizeof c, full_equiv);
+    mb(d, sizeof d, leg->fetched_total);
+    printf("-- %s: %zu steps in %.1f s (%.2f steps/s); mean reward %.3f (first %d steps) -> %.3f (last %d)\n", leg->name,
+           leg->nsteps, leg->seconds, leg->seconds > 0 ? (double)leg->nsteps / leg->seconds : 0, leg->reward_first, leg->window,
+           leg->reward_last, leg->window);
+    printf("   policy: %" PRIu64 " versions; deltas %s + %" PRIu64 " anchors %s uploaded, against %s of full checkpoints "
+           "(%.1fx less); islands fetched %s\n",
+           leg->versions, a, leg->anchors, b, c, ferry ? (double)full_equiv / (double)ferry : 0, d);
+    printf("   batches: %" PRIu64 " consumed (staleness", leg->admitted - leg->discarded);
+    for (uint64_t i = 0; i <= maxst; i++) printf(" %" PRIu64 ":%" PRIu64, i, leg->stale_hist[i]);
+    printf("), %" PRIu64 " dropped as stale, %" PRIu64 " duplicates, %" PRIu64 " rejected, %" PRIu64 " discarded, %" PRIu64
+           " unused at the end\n",
+           leg->dropped, leg->duplicates, leg->rejected, leg->discarded, leg->leftover);
+    if (restarts)
+        printf("   churn: %" PRIu64 " island restart(s); %" PRIu64 " batches from restarted islands consumed after the restart\n", restarts,
+               leg->restarted_batches);
+    printf("   hashes: trajectories %s, final masters %s\n", leg->traj_hash, leg->masters_hash);
+    fflush(stdout);
+}
+
+/* ======================================================================
+ * Work directory, store, machine
+ * ====================================================================== */
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    demo_interrupted = 1;
+}
+
+static void machine_line(char *buf, size_t cap)
+{
+    char model[160] = "unknown CPU";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof line, f)) {
+            char *p = strchr(line, ':');
+            if (!strncmp(line, "model name", 10) && p) {
+                snprintf(model, sizeof model, "%s", p + 2);
+                model[strcspn(model, "\n")] = 0;
+                break;
+            }
+        }
+        fclose(f);
+    }
+    snprintf(buf, cap, "%ld cores, %s", sysconf(_SC_NPROCESSORS_ONLN), model);
+}
+
+int cmd_demo(int argc, char **argv)
+{
+    cli_opts c;
+    int pa = parse_args(argc, argv, &c);
+    if (pa) return pa == 1 ? 0 : 2;
+    demo_options *o = &c.d;
+
+    char exe[4096];
+    ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (el <= 0) {
+        fprintf(stderr, "ferry demo: cannot find this program (/proc/self/exe): %s\n", strerror(errno));
+        return 1;
+    }
+    exe[el] = 0;
+    o->exe = exe;
+
+    char work[4096] = "", store_dir[4200] = "", url[4300], report[4300];
+    int made_store = 0, status = 1;
+    if (!c.store || !c.report) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(work, sizeof work, "%s/ferry-demo.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(work)) {
+            fprintf(stderr, "ferry demo: cannot create a work directory %s: %s\n", work, strerror(errno));
+            return 1;
+        }
+    }
+    if (c.store) {
+        snprintf(url, sizeof url, "%s", c.store);
+    } else {
+        snprintf(store_dir, sizeof store_dir, "%s/store", work);
+        snprintf(url, sizeof url, "file://%s", store_dir);
+        made_store = 1;
+    }
+    if (c.report) snprintf(report, sizeof report, "%s", c.report);
+    else snprintf(report, sizeof report, "%s/report.html", work);
+
+    ferry_store *st = NULL;
+    ferry_store_options so = {.create = 1, .deadline_ms = 60000};
+    int rc = ferry_store_open(url, &so, &st);
+    if (rc) {
+        cli_fail("demo", rc, url);
+        goto out;
+    }
+    o->store_url = ferry_store_url(st);
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    rl_policy tmp_pol;
+    memset(&tmp_pol, 0, sizeof tmp_pol);
+    size_t params = 0;
+    if (!rl_policy_create(&tmp_pol, &o->net)) params = tmp_pol.nparams;
+    rl_policy_release(&tmp_pol);
+    char machine[256];
+    machine_line(machine, sizeof machine);
+    const char *mode = o->mode == DEMO_ASYNC ? "async" : "sequential";
+    if (o->json) {
+        printf("{\"event\":\"start\",\"store\":");
+        json_str(stdout, o->store_url);
+        printf(",\"mode\":\"%s\",\"max_staleness\":%" PRIu64 ",\"islands\":%u,\"steps\":%u,\"prompts\":%u,\"group\":%u,"
+               "\"seed\":%" PRIu64 ",\"params\":%zu,\"task\":\"%s\",\"digits\":%u,\"lr\":%g,\"sync\":\"%s\",\"adaptive\":%g,"
+               "\"anchor_every\":%u,\"machine\":",
+               mode, o->max_staleness, o->islands, o->steps, o->prompts, o->group, o->seed, params, rl_task_name(o->task.kind),
+               o->task.prompt_len, (double)o->lr, o->full_sync ? "full" : "patch", c.adaptive, o->anchor_every);
+        json_str(stdout, machine);
+        printf("}\n");
+    } else {
+        printf("ferry demo: 1 trainer + %u rollout islands (separate processes) sharing only the store %s\n", o->islands,
+               o->store_url);
+        printf("  policy: %zu parameters (FP32 masters + AdamW lr %g on the trainer, BF16 on the islands); task: %s %u digits;\n"
+               "  %u steps of %u prompts x %u samples; mode %s", params, (double)o->lr, rl_task_name(o->task.kind),
+               o->task.prompt_len, o->steps, o->prompts, o->group, mode);
+        if (o->mode == DEMO_ASYNC) printf(" (max staleness %" PRIu64 ")", o->max_staleness);
+        printf("; islands sync by %s; seed %" PRIu64 "\n", o->full_sync ? "full checkpoints" : "ferry patches", o->seed);
+        printf("  columns: ver = policy version the step trained on; changed%% = BF16 words that differ from the last\n"
+               "  published version; patch_B / full_B = the new version's ferry delta / a full BF16 checkpoint;\n"
+               "  pub_ms = publish (diff + upload); sync_ms = islands' last sync (fetch + apply + verify);\n"
+               "  stale = trainer version - batch version of the step's batches; drop = batches dropped as stale\n");
+    }
+    fflush(stdout);
+
+    demo_leg legs[2];
+    memset(legs, 0, sizeof legs);
+    size_t nlegs = 0;
+    int failed = 0;
+    if (c.adaptive <= 0 || !c.no_baseline) {
+        failed = demo_run_leg(o, st, 0, "publish every step", &legs[nlegs]);
+        nlegs++;
+        if (!failed) print_summary(o, &legs[nlegs - 1]);
+    }
+    if (!failed && c.adaptive > 0 && !demo_interrupted) {
+        char name[48];
+        snprintf(name, sizeof name, "adaptive %g", c.adaptive);
+        failed = demo_run_leg(o, st, c.adaptive, name, &legs[nlegs]);
+        nlegs++;
+        if (!failed) print_summary(o, &legs[nlegs - 1]);
+    }
+    if (!failed) {
+        demo_report_info info = {.title = "ferry demo", .store_url = o->store_url, .mode = mode, .max_staleness = o->max_staleness,
+                                 .islands = o->islands, .prompts = o->prompts, .group = o->group, .seed = o->seed,
+                                 .params = params, .task = rl_task_name(o->task.kind), .digits = o->task.prompt_len,
+                                 .lr = o->lr, .machine = machine, .full_sync = o->full_sync};
+        if ((rc = demo_report_write(report, &info, legs, nlegs))) {
+            cli_fail("demo", rc, report);
+        } else {
+            if (o->json) {
+                printf("{\"event\":\"report\",\"path\":");
+                json_str(stdout, report);
+                printf("}\n");
+            } else {
+                printf("report: %s\n", report);
+            }
+            status = 0;
+        }
+    }
+    for (size_t i = 0; i < nlegs; i++) demo_leg_release(&legs[i]);
+out:
+    ferry_store_free(st);
+    if (made_store) {
+        if (c.keep) {
+            if (!o->json) printf("store kept: %s\n", url);
+        } else {
+            nftw(store_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        }
+    }
+    /* the work directory stays while it holds the report or a kept store */
+    if (work[0] && !((!c.report && status == 0) || (c.keep && made_store))) nftw(work, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    fflush(stdout);
+    return status;
+}
+#endif

@@ -1,0 +1,194 @@
+/*
+ * demo.h — `ferry demo`: a decoupled RL run on one machine.
+ *
+ * One trainer (the `ferry demo` process: FP32 masters, AdamW, GRPO) and N
+ * rollout islands (separate processes, `ferry island`, BF16 weights) that
+ * share nothing but an object store.  Three kinds of objects cross it:
+ *
+ *   RUN/policy/...       policy versions (ferry_sync.h): the trainer
+ *                        publishes, islands subscribe
+ *   RUN/traj/...         trajectory batches (ferry_dock.h): islands put,
+ *                        the trainer takes
+ *   RUN/demo/config      the run's parameters, written once by the trainer
+ *   RUN/demo/control     "step S version V" (sequential pull: the rollout
+ *                        request) or "stop"; islands poll it
+ *   RUN/demo/island-I    island I's status line (pid, version held, sync
+ *                        times and bytes, batches put), for the trainer's
+ *                        per-step report
+ *
+ * Islands are told only the store URL, the run and their id; everything
+ * else they read from the store.  The workload itself is examples/rl
+ * (policy.h, rollout.h, grpo.h, adamw.h, traj.h).
+ *
+ * Files: cmd_demo.c (options, trainer, supervisor, output), demo_island.c
+ * (the island), demo_report.c (the HTML report), demo_common.c (the
+ * objects above).
+ */
+#ifndef FERRY_DEMO_H
+#define FERRY_DEMO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ferry.h"
+#include "ferry_dock.h"
+#include "policy.h"
+#include "task.h"
+
+enum { DEMO_SEQUENTIAL = 1, DEMO_ASYNC = 2 };
+
+#define DEMO_MAX_ISLANDS 64
+#define DEMO_RUN_MAX 48
+#define DEMO_KEY_MAX 160
+
+/* RUN/demo/config: everything an island needs besides the store. */
+typedef struct demo_config {
+    int mode;               /* DEMO_SEQUENTIAL / DEMO_ASYNC */
+    int full_sync;          /* islands fetch a full checkpoint per version
+                               (the baseline of the parity test) */
+    uint32_t islands;       /* N */
+    uint32_t prompts;       /* prompts per trainer step, split in N shards */
+    uint32_t group;         /* completions per prompt */
+    uint32_t queue;         /* async: batches an island may have waiting in
+                               the store before it pauses */
+    uint64_t seed;
+    rl_task task;
+    rl_policy_config net;
+} demo_config;
+
+/* The keys of a run. */
+void demo_key(char out[DEMO_KEY_MAX], const char *run, const char *leaf);
+/* The sync layer's run name of a demo run: RUN/policy. */
+void demo_policy_run(char out[DEMO_KEY_MAX], const char *run);
+
+/* Shard i of N of a step's prompts: [*first, *first + *count). */
+void demo_shard(uint32_t prompts, uint32_t islands, uint32_t i, uint32_t *first, uint32_t *count);
+
+/* Text form of the config; parse returns 0 or FERRY_ERR_ARG. */
+int demo_config_format(const demo_config *c, char *buf, size_t cap);
+int demo_config_parse(const char *text, demo_config *c);
+
+/* Status line of an island. */
+typedef struct demo_island_status {
+    long pid;
+    uint64_t version;       /* held */
+    uint64_t syncs;         /* syncs that moved the version */
+    double sync_ms;         /* wall time of the last one (fetch + apply + verify) */
+    uint64_t sync_bytes;    /* bytes it fetched */
+    uint64_t fetched_total; /* bytes fetched since the island started */
+    uint64_t batches;       /* batches put since it started */
+    char path[128];         /* the sync's path ("chain 4..5", "anchor 1 + chain 1..7") */
+} demo_island_status;
+
+int demo_status_format(const demo_island_status *s, char *buf, size_t cap);
+int demo_status_parse(const char *text, demo_island_status *s);
+
+double demo_now_ms(void);       /* monotonic */
+uint64_t demo_wall_ms(void);    /* since the epoch */
+void demo_sleep_ms(double ms);
+
+/* ---- results, for the printout, the JSON and the report ---------------- */
+
+typedef struct demo_step {
+    uint32_t step;
+    uint64_t version;       /* trainer version when the step took its batches */
+    double reward;          /* mean reward of the step's completions */
+    uint32_t batches, prompts;
+    uint64_t stale_min, stale_max;
+    uint64_t dropped;       /* batches dropped as stale during this step */
+    uint64_t discarded;     /* duplicate shards / invalid payloads ignored */
+    int published;          /* a new version followed this step */
+    uint64_t pub_version;
+    double changed;         /* fraction of BF16 words that differ from the
+                               last published version */
+    uint64_t delta_bytes;   /* bytes of the new version's delta */
+    uint64_t anchor_bytes;  /* bytes of its full object (anchors only) */
+    double pub_ms;          /* ferry_publish_ex: diff + uploads + HEAD */
+    double sync_ms;         /* islands' mean sync time to the consumed version */
+    double t_s;             /* seconds since the leg started */
+} demo_step;
+
+enum { DEMO_EV_KILL = 1, DEMO_EV_RESTART = 2, DEMO_EV_DIED = 3 };
+
+typedef struct demo_event {
+    int kind;
+    uint32_t step, island;
+    long pid;
+    char what[120];
+} demo_event;
+
+typedef struct demo_leg {
+    char name[48];
+    double adaptive;        /* 0: publish after every step */
+    demo_step *steps;
+    size_t nsteps;
+    demo_event events[64];
+    size_t nevents;
+    uint64_t stale_hist[FERRY_DOCK_HIST];
+    uint64_t full_bytes;    /* one full BF16 checkpoint (.safetensors) */
+    uint64_t versions, anchors, delta_total, anchor_total;
+    uint64_t fetched_total; /* bytes the islands fetched, summed */
+    uint64_t admitted, dropped, duplicates, rejected, discarded;
+    uint64_t leftover;      /* batches still in the store at the end (deleted) */
+    uint64_t restarted_batches; /* batches of restarted islands consumed after their restart */
+    double seconds, reward_first, reward_last;
+    int window;             /* steps averaged in reward_first / _last */
+    char traj_hash[33], masters_hash[33];
+} demo_leg;
+
+typedef struct demo_report_info {
+    const char *title;
+    const char *store_url;
+    const char *mode;       /* "sequential" / "async" */
+    uint64_t max_staleness;
+    uint32_t islands, prompts, group;
+    uint64_t seed;
+    size_t params;
+    const char *task;
+    uint32_t digits;
+    double lr;
+    const char *machine;    /* one line: cores, CPU */
+    int full_sync;
+} demo_report_info;
+
+/* ---- the trainer (demo_trainer.c) --------------------------------------- */
+
+typedef struct demo_options {
+    const char *store_url;  /* resolved URL of the store */
+    const char *exe;        /* this program, for the islands */
+    uint32_t islands, steps, prompts, group, queue, anchor_every, max_skip;
+    int mode, full_sync, json, quiet;
+    uint64_t max_staleness, seed;
+    long kill_at;           /* step at which island 0 is killed, -1: never */
+    uint32_t restart_after; /* async: steps before the killed island restarts */
+    double timeout_s;       /* a step that gets no batch for this long fails */
+    float lr;
+    rl_task task;
+    rl_policy_config net;
+} demo_options;
+
+/* Runs one leg: a fresh run in the store, islands started and stopped,
+ * `steps` trainer steps; adaptive = 0 publishes after every step.  Fills
+ * leg (free leg->steps) and prints as it goes (demo_print_*).  Returns 0,
+ * or 1 after printing why it failed. */
+int demo_run_leg(const demo_options *o, ferry_store *st, double adaptive, const char *name, demo_leg *leg);
+void demo_leg_release(demo_leg *leg);
+
+/* Output (cmd_demo.c): text rows or JSON lines. */
+void demo_print_leg_start(const demo_options *o, const demo_leg *leg, const char *run, size_t params,
+                          const long *pids);
+void demo_print_step(const demo_options *o, const demo_leg *leg, const demo_step *s);
+void demo_print_event(const demo_options *o, const demo_leg *leg, const demo_event *e);
+
+/* Set by SIGINT / SIGTERM: the run stops cleanly. */
+extern volatile int demo_interrupted;
+
+/* Writes the self-contained HTML report (inline SVG, no external assets)
+ * atomically.  Returns 0 or a FERRY_ERR_* code. */
+int demo_report_write(const char *path, const demo_report_info *info, const demo_leg *legs, size_t nlegs);
+
+/* The hidden `ferry island` command (demo_island.c). */
+int cmd_island(int argc, char **argv);
+
+#endif /* FERRY_DEMO_H */

@@ -1,0 +1,456 @@
+/*
+ * ferry island — one rollout island of `ferry demo` (hidden command).
+ *
+ *   ferry island --store URL --run RUN --island I
+ *
+ * An island is told only where the store is, which run, and its id; it
+ * reads the rest (RUN/demo/config) from the store and talks to nothing
+ * else.  It holds the policy as BF16 weights, kept current through the
+ * sync layer in memory mode (ferry_subscriber_sync patches its own buffer in
+ * place, verified), computes with their exact FP32 values
+ * (rl_policy_set_bf16) and puts each batch of trajectories, tagged with the
+ * version that sampled it, through the dock.
+ *
+ *  sequential pull: it polls RUN/demo/control ("step S version V"), syncs
+ *    to exactly V, samples its shard of step S's prompts and puts it;
+ *  async push-pull: a background thread follows HEAD (ferry_subscriber_wait
+ *    + sync to the latest version into a second buffer); the rollout loop
+ *    samples with whatever version it holds, picking up a newer one between
+ *    batches, and pauses while `queue` of its batches are still waiting in
+ *    the store (the trainer deletes what it takes or drops).
+ *
+ * A restarted island (kill -9 and start again) needs nothing from its
+ * previous life: the subscriber starts from no version and reaches the one
+ * it needs through the cheapest verified path (an anchor plus deltas); the
+ * dock tells it the next free sequence number (ferry_dock_resume_seq).
+ */
+#include "cli.h"
+#include "util.h"
+
+#ifdef FERRY_NO_NET
+int cmd_island(int argc, char **argv);
+int cmd_island(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "ferry island: this build has no store layer (NO_NET=1)\n");
+    return 1;
+}
+#else
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "demo.h"
+#include "ferry_store.h"
+#include "ferry_sync.h"
+#include "rollout.h"
+#include "traj.h"
+
+#define ISLAND_IDLE_EXIT_MS (600 * 1000.0) /* backstop: no work for this long */
+
+typedef struct island {
+    ferry_store *st;
+    char run[DEMO_RUN_MAX + 1];
+    char policy_run[DEMO_KEY_MAX];
+    char control_key[DEMO_KEY_MAX], status_key[DEMO_KEY_MAX];
+    uint32_t id;
+    demo_config cfg;
+    rl_policy pol;          /* FP32 values of the BF16 weights held */
+    rl_work ws;
+    uint16_t *held;         /* BF16 weights the rollouts use */
+    ferry_model *m_held;    /* borrows held (memory-mode subscriber in sequential mode) */
+    ferry_subscriber *sub;
+    ferry_dock *dock;
+    uint64_t seq;
+    demo_island_status status;
+    unsigned char *wire;
+    size_t wire_cap;
+    /* async: the background follower */
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t mu;
+    uint16_t *bg;           /* the follower's buffer (its subscriber's model) */
+    ferry_model *m_bg;
+    uint16_t *ready;        /* last version the follower completed */
+    uint64_t ready_version;
+    demo_island_status bg_status;
+    volatile int stop, fatal;
+} island;
+
+static int island_fail(const island *is, const char *what, int rc)
+{
+    const char *d = ferry_last_error();
+    fprintf(stderr, "ferry island %u: %s: %s (%s)\n", is->id, what, d[0] ? d : ferry_strerror(rc), rl_strerror(rc));
+    return 1;
+}
+
+static int open_subscriber(island *is, ferry_model *m, ferry_subscriber **out)
+{
+    ferry_subscriber_options so = {.model = m,
+                                   .poll_interval_ms = ferry_store_kind(is->st) == FERRY_STORE_FILE ? 5 : 50};
+    return ferry_subscriber_open(is->st, is->policy_run, &so, out);
+}
+
+/* One sync, timed, recorded in *s. */
+static int sync_to(island *is, ferry_subscriber **sub, ferry_model *m, int mode, uint64_t version,
+                   demo_island_status *s)
+{
+    int rc;
+    if (is->cfg.full_sync) {
+        /* the full-checkpoint baseline: a subscriber that holds nothing can
+         * only take an anchor, and the trainer makes every version one */
+        ferry_subscriber_free(*sub);
+        *sub = NULL;
+        if ((rc = open_subscriber(is, m, sub))) return rc;
+    }
+    ferry_sync_info info;
+    double t0 = demo_now_ms();
+    if ((rc = ferry_subscriber_sync(*sub, mode, version, &info))) return rc;
+    if (info.to_version != info.from_version || is->cfg.full_sync) {
+        s->syncs++;
+        s->sync_ms = demo_now_ms() - t0;
+        s->sync_bytes = info.bytes_fetched;
+        snprintf(s->path, sizeof s->path, "%s", info.path);
+    }
+    s->fetched_total += info.bytes_fetched;
+    s->version = info.to_version;
+    return 0;
+}
+
+static int read_control(island *is, int *stop, uint64_t *step, uint64_t *version)
+{
+    void *data = NULL;
+    size_t size = 0;
+    int rc = ferry_store_get(is->st, is->control_key, &data, &size, NULL);
+    *stop = 0;
+    *step = *version = UINT64_MAX;
+    if (rc == FERRY_ERR_STORE_NOT_FOUND) return 0;
+    if (rc) return rc;
+    const char *t = data;
+    unsigned long long s, v;
+    if (!strncmp(t, "stop", 4)) *stop = 1;
+    else if (sscanf(t, "step %llu version %llu", &s, &v) == 2) *step = s, *version = v;
+    else rc = FERRY_ERR_ARG;
+    ferry_free(data);
+    return rc;
+}
+
+static int put_status(island *is)
+{
+    char buf[512];
+    int rc = demo_status_format(&is->status, buf, sizeof buf);
+    if (!rc) rc = ferry_store_put(is->st, is->status_key, buf, strlen(buf), NULL);
+    return rc;
+}
+
+/* Samples one batch with the weights held and puts it. */
+static int rollout_put(island *is, uint64_t step, uint32_t first, uint32_t count, uint64_t version, char key[DEMO_KEY_MAX])
+{
+    rl_rollout_args ra = {.seed = is->cfg.seed, .step = step, .version = version, .first_prompt = first,
+                          .n_prompts = count, .group = is->cfg.group};
+    rl_batch b;
+    int rc = rl_rollout(&is->pol, &is->cfg.task, &ra, &is->ws, &b);
+    if (rc) return rc;
+    size_t need = rl_batch_wire_size(&b), len = 0;
+    if (need > is->wire_cap) {
+        unsigned char *w = realloc(is->wire, need);
+        if (!w) {
+            rl_batch_release(&b);
+            return FERRY_ERR_NOMEM;
+        }
+        is->wire = w;
+        is->wire_cap = need;
+    }
+    rc = rl_batch_serialize(&b, is->wire, is->wire_cap, &len);
+    rl_batch_release(&b);
+    if (rc) return rc;
+    if ((rc = ferry_dock_put(is->dock, is->id, version, is->seq, is->wire, len))) return rc;
+    if (key && (rc = ferry_dock_key(is->run, version, is->id, is->seq, key))) return rc;
+    is->seq++;
+    is->status.batches++;
+    return 0;
+}
+
+/* ---- sequential pull ---------------------------------------------------- */
+static int run_sequential(island *is)
+{
+    uint64_t last_step = UINT64_MAX;
+    double backoff = 1, idle_since = demo_now_ms();
+    uint32_t first, count;
+    demo_shard(is->cfg.prompts, is->cfg.islands, is->id % is->cfg.islands, &first, &count);
+    for (;;) {
+        int stop, rc;
+        uint64_t step, version;
+        if ((rc = read_control(is, &stop, &step, &version))) return island_fail(is, "reading the control object", rc);
+        if (stop) return 0;
+        if (step == UINT64_MAX || step == last_step) {
+            if (demo_now_ms() - idle_since > ISLAND_IDLE_EXIT_MS) {
+                fprintf(stderr, "ferry island %u: no request for %.0f s, exiting\n", is->id, ISLAND_IDLE_EXIT_MS / 1e3);
+                return 1;
+            }
+            demo_sleep_ms(backoff);
+            if (backoff < 16) backoff *= 2;
+            continue;
+        }
+        backoff = 1;
+        if (is->status.version != version || is->cfg.full_sync) {
+            if ((rc = sync_to(is, &is->sub, is->m_held, FERRY_SYNC_EXACT, version, &is->status)))
+                return island_fail(is, "syncing to the requested version", rc);
+            rl_policy_set_bf16(&is->pol, is->held);
+        }
+        if ((rc = rollout_put(is, step, first, count, version, NULL))) return island_fail(is, "rollout / put", rc);
+        if ((rc = put_status(is))) return island_fail(is, "status", rc);
+        last_step = step;
+        idle_since = demo_now_ms();
+    }
+}
+
+/* ---- async push-pull ---------------------------------------------------- */
+static void *follower(void *arg)
+{
+    island *is = arg;
+    ferry_subscriber *sub = NULL;
+    int rc = open_subscriber(is, is->m_bg, &sub), failures = 0;
+    if (rc) {
+        island_fail(is, "subscriber", rc);
+        is->fatal = 1;
+        return NULL;
+    }
+    pthread_mutex_lock(&is->mu);
+    is->sub = sub; /* for ferry_subscriber_wake */
+    pthread_mutex_unlock(&is->mu);
+    demo_island_status s = {0};
+    while (!is->stop) {
+        uint64_t head = 0;
+        rc = ferry_subscriber_wait(sub, s.version, 1000, &head);
+        if (is->stop) break;
+        if (rc == FERRY_ERR_SYNC_TIMEOUT) continue;
+        if (!rc && head > s.version) {
+            /* a full-checkpoint sync replaces the subscriber: hide it from
+             * ferry_subscriber_wake meanwhile */
+            if (is->cfg.full_sync) {
+                pthread_mutex_lock(&is->mu);
+                is->sub = NULL;
+                pthread_mutex_unlock(&is->mu);
+            }
+            rc = sync_to(is, &sub, is->m_bg, FERRY_SYNC_LATEST, 0, &s);
+            pthread_mutex_lock(&is->mu);
+            is->sub = sub;
+            pthread_mutex_unlock(&is->mu);
+            if (!sub) {
+                island_fail(is, "subscriber", rc);
+                is->fatal = 1;
+                break;
+            }
+        }
+        if (rc) {
+            island_fail(is, "following the policy", rc);
+            if (++failures >= 20) {
+                is->fatal = 1;
+                break;
+            }
+            demo_sleep_ms(100);
+            continue;
+        }
+        failures = 0;
+        if (s.version > is->ready_version) {
+            pthread_mutex_lock(&is->mu);
+            memcpy(is->ready, is->bg, is->pol.nparams * 2);
+            is->ready_version = s.version;
+            is->bg_status = s;
+            pthread_mutex_unlock(&is->mu);
+        }
+    }
+    pthread_mutex_lock(&is->mu);
+    is->sub = NULL;
+    pthread_mutex_unlock(&is->mu);
+    ferry_subscriber_free(sub);
+    return NULL;
+}
+
+static int run_async(island *is)
+{
+    size_t n = is->pol.nparams;
+    int rc;
+    if (!(is->bg = malloc(n * 2)) || !(is->ready = malloc(n * 2))) return island_fail(is, "alloc", FERRY_ERR_NOMEM);
+    if ((rc = rl_policy_model_bf16(&is->pol, is->bg, &is->m_bg))) return island_fail(is, "model", rc);
+    if (pthread_mutex_init(&is->mu, NULL)) return island_fail(is, "mutex", FERRY_ERR_NOMEM);
+    if (pthread_create(&is->thread, NULL, follower, is)) return island_fail(is, "thread", FERRY_ERR_NOMEM);
+    is->thread_started = 1;
+
+    uint32_t first, count;
+    demo_shard(is->cfg.prompts, is->cfg.islands, is->id % is->cfg.islands, &first, &count);
+    char out_keys[64][DEMO_KEY_MAX];
+    uint32_t nout = 0;
+    double backoff = 1, idle_since = demo_now_ms();
+    for (;;) {
+        int stop;
+        uint64_t step, version;
+        if (is->fatal) return 1;
+        if ((rc = read_control(is, &stop, &step, &version))) return island_fail(is, "reading the control object", rc);
+        if (stop) return 0;
+        /* a newer version from the follower, between batches */
+        pthread_mutex_lock(&is->mu);
+        if (is->ready_version > is->status.version) {
+            memcpy(is->held, is->ready, n * 2);
+            uint64_t batches = is->status.batches;
+            is->status = is->bg_status;
+            is->status.batches = batches;
+            is->status.pid = (long)getpid();
+            rl_policy_set_bf16(&is->pol, is->held);
+        }
+        pthread_mutex_unlock(&is->mu);
+        /* batches of ours the trainer has not taken (or dropped) yet */
+        for (uint32_t i = 0; i < nout;) {
+            ferry_store_stat sst;
+            rc = ferry_store_head(is->st, out_keys[i], &sst);
+            if (rc == FERRY_ERR_STORE_NOT_FOUND) {
+                memmove(out_keys[i], out_keys[nout - 1], DEMO_KEY_MAX);
+                nout--;
+            } else if (rc) {
+                return island_fail(is, "checking a batch", rc);
+            } else {
+                i++;
+            }
+        }
+        if (!is->status.version || nout >= is->cfg.queue || nout >= 64) {
+            if (demo_now_ms() - idle_since > ISLAND_IDLE_EXIT_MS) {
+                fprintf(stderr, "ferry island %u: idle for %.0f s, exiting\n", is->id, ISLAND_IDLE_EXIT_MS / 1e3);
+                return 1;
+            }
+            demo_sleep_ms(backoff);
+            if (backoff < 16) backoff *= 2;
+            continue;
+        }
+        backoff = 1;
+        /* a PRNG coordinate of our own: island and sequence number */
+        uint64_t coord = ((uint64_t)(is->id + 1) << 40) | is->seq;
+        if ((rc = rollout_put(is, coord, first, count, is->status.version, out_keys[nout])))
+            return island_fail(is, "rollout / put", rc);
+        nout++;
+        if ((rc = put_status(is))) return island_fail(is, "status", rc);
+        idle_since = demo_now_ms();
+    }
+}
+
+static void island_release(island *is)
+{
+    if (is->thread_started) {
+        is->stop = 1;
+        pthread_mutex_lock(&is->mu);
+        if (is->sub) ferry_subscriber_wake(is->sub);
+        pthread_mutex_unlock(&is->mu);
+        pthread_join(is->thread, NULL);
+        pthread_mutex_destroy(&is->mu);
+    } else {
+        ferry_subscriber_free(is->sub);
+    }
+    ferry_dock_free(is->dock);
+    ferry_model_free(is->m_held);
+    ferry_model_free(is->m_bg);
+    free(is->held);
+    free(is->bg);
+    free(is->ready);
+    free(is->wire);
+    rl_work_release(&is->ws);
+    rl_policy_release(&is->pol);
+    ferry_store_free(is->st);
+}
+
+static void island_help(void)
+{
+    puts("usage: ferry island --store URL --run RUN --island I\n\n"
+         "One rollout island of `ferry demo` (started by it; not meant to be run by\n"
+         "hand).  Reads its parameters from RUN/demo/config in the store, follows\n"
+         "the policy of RUN/policy through the sync layer, and puts version-tagged\n"
+         "trajectory batches through the dock until RUN/demo/control says stop.");
+}
+
+int cmd_island(int argc, char **argv)
+{
+    const char *url = NULL, *run = NULL;
+    long id = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (cli_is_help(a)) {
+            island_help();
+            return 0;
+        }
+        if (!v) return cli_usage_error("island", "option '%s' needs a value", a);
+        if (!strcmp(a, "--store")) url = v;
+        else if (!strcmp(a, "--run")) run = v;
+        else if (!strcmp(a, "--island")) {
+            if (!cli_parse_int(v, 0, DEMO_MAX_ISLANDS - 1, &id)) return cli_usage_error("island", "bad island id '%s'", v);
+        } else
+            return cli_usage_error("island", "unknown option '%s'", a);
+        i++;
+    }
+    if (!url || !run || id < 0) return cli_usage_error("island", "needs --store, --run and --island");
+    if (strlen(run) > DEMO_RUN_MAX || ferry_dock_run_check(run)) return cli_usage_error("island", "bad run id '%s'", run);
+
+    island is;
+    memset(&is, 0, sizeof is);
+    is.id = (uint32_t)id;
+    snprintf(is.run, sizeof is.run, "%s", run);
+    demo_policy_run(is.policy_run, run);
+    demo_key(is.control_key, run, "control");
+    char leaf[32];
+    snprintf(leaf, sizeof leaf, "island-%u", is.id);
+    demo_key(is.status_key, run, leaf);
+    is.status.pid = (long)getpid();
+
+    int rc, status = 1;
+    ferry_store_options so = {.deadline_ms = 60000};
+    if ((rc = ferry_store_open(url, &so, &is.st))) {
+        island_fail(&is, "store", rc);
+        goto out;
+    }
+    char ckey[DEMO_KEY_MAX];
+    demo_key(ckey, run, "config");
+    void *text = NULL;
+    size_t tsize = 0;
+    if ((rc = ferry_store_get(is.st, ckey, &text, &tsize, NULL))) {
+        island_fail(&is, "reading the run's config", rc);
+        goto out;
+    }
+    rc = demo_config_parse(text, &is.cfg);
+    ferry_free(text);
+    if (rc) {
+        fprintf(stderr, "ferry island %u: %s is malformed\n", is.id, ckey);
+        goto out;
+    }
+    if ((rc = rl_policy_create(&is.pol, &is.cfg.net)) || (rc = rl_task_fits(&is.pol, &is.cfg.task))) {
+        island_fail(&is, "policy", rc);
+        goto out;
+    }
+    if (!(is.held = calloc(is.pol.nparams, 2))) {
+        island_fail(&is, "alloc", FERRY_ERR_NOMEM);
+        goto out;
+    }
+    if ((rc = rl_policy_model_bf16(&is.pol, is.held, &is.m_held))) {
+        island_fail(&is, "model", rc);
+        goto out;
+    }
+    ferry_dock_options dopt = {.role = FERRY_DOCK_PRODUCER};
+    if ((rc = ferry_dock_open(is.st, run, &dopt, &is.dock)) || (rc = ferry_dock_resume_seq(is.dock, is.id, &is.seq))) {
+        island_fail(&is, "dock", rc);
+        goto out;
+    }
+    if (is.cfg.mode == DEMO_SEQUENTIAL) {
+        if ((rc = open_subscriber(&is, is.m_held, &is.sub))) {
+            island_fail(&is, "subscriber", rc);
+            goto out;
+        }
+        status = run_sequential(&is);
+    } else {
+        status = run_async(&is);
+    }
+out:
+    island_release(&is);
+    return status;
+}
+#endif

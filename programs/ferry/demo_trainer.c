@@ -1,0 +1,651 @@
+/*
+ * ferry demo: the trainer and the islands' supervisor (one leg of a demo).
+ *
+ * The trainer holds the FP32 masters and AdamW's moments.  Version 1 is the
+ * initial policy; after each optimizer step it publishes the next version
+ * through the sync layer (ferry_publish_ex of the FP32 masters with
+ * cast_bf16: the codec gates the masters directly into BF16 words; the
+ * publisher diffs against the exact bits of the previous version, whose
+ * hash it passes as the diff's base_hash).  A step:
+ *
+ *   sequential: writes the request "step S version T" to RUN/demo/control;
+ *     each island syncs to exactly T and puts its shard of step S; the dock
+ *     admits only batches of version T; the trainer waits for every shard;
+ *   async: islands sample continuously with what they hold; the dock
+ *     admits a batch of version v iff T - v <= max_staleness and drops
+ *     (counts, deletes) older ones; the trainer takes one batch per island.
+ *
+ * Then: each batch parsed (traj.h) and its rewards re-verified, the GRPO
+ * gradient accumulated in a fixed order (shards in prompt order, so the
+ * result does not depend on which island was faster), an AdamW step, the
+ * cast, and — unless adaptive publication holds it back — a publish.
+ *
+ * Adaptive publication (ECHO's proposal): publish only when the share of
+ * BF16 words that differ from the last published version reaches the
+ * threshold (or after max_skip steps without a publish); until then the
+ * islands keep sampling with the last published version.
+ *
+ * The supervisor starts the islands (fork + exec of `ferry island`), kills
+ * island 0 with SIGKILL at --kill-island-at and restarts it, and restarts
+ * any island that dies (at most 5 times each).  Islands get
+ * PR_SET_PDEATHSIG, so they never outlive the trainer.
+ */
+#ifndef FERRY_NO_NET
+#include "demo.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "adamw.h"
+#include "ferry_store.h"
+#include "ferry_sync.h"
+#include "grpo.h"
+#include "rollout.h"
+#include "traj.h"
+#include "util.h"
+
+#define MAX_RESTARTS 5
+
+volatile int demo_interrupted;
+
+/* ======================================================================
+ * Supervisor
+ * ====================================================================== */
+typedef struct sup {
+    const demo_options *o;
+    const char *url, *run;
+    uint32_t n;
+    pid_t pid[DEMO_MAX_ISLANDS];
+    int restarts[DEMO_MAX_ISLANDS];
+    int pending[DEMO_MAX_ISLANDS];            /* dead, to restart */
+    uint32_t restart_step[DEMO_MAX_ISLANDS];  /* not before this step */
+    double restart_ms[DEMO_MAX_ISLANDS];      /* not before this time */
+    uint64_t restarted_wall_ms[DEMO_MAX_ISLANDS]; /* when the current process started after a restart */
+    int killed[DEMO_MAX_ISLANDS];             /* killed on purpose, not yet reaped */
+} sup;
+
+static pid_t spawn(const sup *s, uint32_t i)
+{
+    char idbuf[16];
+    snprintf(idbuf, sizeof idbuf, "%u", i);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(1);
+        /* islands write nothing on stdout: it carries the trainer's rows or JSON */
+        if (!freopen("/dev/null", "w", stdout)) _exit(1);
+        char *argv[] = {"ferry", "island", "--store", (char *)s->url, "--run", (char *)s->run, "--island", idbuf, NULL};
+        execv(s->o->exe, argv);
+        fprintf(stderr, "ferry demo: cannot run %s: %s\n", s->o->exe, strerror(errno));
+        _exit(127);
+    }
+    return pid;
+}
+
+static void add_event(demo_leg *leg, int kind, uint32_t step, uint32_t island, long pid, const char *what)
+{
+    if (leg->nevents >= sizeof leg->events / sizeof leg->events[0]) return;
+    demo_event *e = &leg->events[leg->nevents++];
+    e->kind = kind;
+    e->step = step;
+    e->island = island;
+    e->pid = pid;
+    snprintf(e->what, sizeof e->what, "%s", what);
+}
+
+/* Reaps dead islands, restarts those that are due.  Returns 0, or 1 if an
+ * island keeps dying. */
+static int supervise(sup *s, demo_leg *leg, uint32_t step)
+{
+    int st;
+    pid_t p;
+    while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
+        for (uint32_t i = 0; i < s->n; i++) {
+            if (s->pid[i] != p) continue;
+            s->pid[i] = 0;
+            if (s->killed[i]) {
+                s->killed[i] = 0;
+                break;
+            }
+            char what[120];
+            if (WIFSIGNALED(st)) snprintf(what, sizeof what, "island %u (pid %ld) died: signal %d", i, (long)p, WTERMSIG(st));
+            else snprintf(what, sizeof what, "island %u (pid %ld) exited with status %d", i, (long)p, WEXITSTATUS(st));
+            add_event(leg, DEMO_EV_DIED, step, i, (long)p, what);
+            demo_print_event(s->o, leg, &leg->events[leg->nevents - 1]);
+            if (s->restarts[i] >= MAX_RESTARTS) {
+                fprintf(stderr, "ferry demo: island %u died %d times; giving up\n", i, s->restarts[i] + 1);
+                return 1;
+            }
+            s->pending[i] = 1;
+            s->restart_step[i] = step;
+            s->restart_ms[i] = demo_now_ms() + 200;
+            break;
+        }
+    }
+    for (uint32_t i = 0; i < s->n; i++) {
+        if (!s->pending[i] || s->pid[i] || step < s->restart_step[i] || demo_now_ms() < s->restart_ms[i]) continue;
+        s->pending[i] = 0;
+        s->restarts[i]++;
+        s->restarted_wall_ms[i] = demo_wall_ms();
+        s->pid[i] = spawn(s, i);
+        if (s->pid[i] < 0) {
+            s->pid[i] = 0;
+            fprintf(stderr, "ferry demo: fork: %s\n", strerror(errno));
+            return 1;
+        }
+        char what[120];
+        snprintf(what, sizeof what, "island %u restarted (pid %ld)", i, (long)s->pid[i]);
+        add_event(leg, DEMO_EV_RESTART, step, i, (long)s->pid[i], what);
+        demo_print_event(s->o, leg, &leg->events[leg->nevents - 1]);
+    }
+    return 0;
+}
+
+static void kill_island(sup *s, demo_leg *leg, uint32_t i, uint32_t step)
+{
+    if (!s->pid[i]) return;
+    long pid = (long)s->pid[i];
+    kill(s->pid[i], SIGKILL);
+    s->killed[i] = 1;
+    s->pending[i] = 1;
+    s->restart_step[i] = step + (s->o->mode == DEMO_ASYNC ? s->o->restart_after : 0);
+    s->restart_ms[i] = demo_now_ms() + 300;
+    char what[120];
+    snprintf(what, sizeof what, "island %u (pid %ld) killed with SIGKILL", i, pid);
+    add_event(leg, DEMO_EV_KILL, step, i, pid, what);
+    demo_print_event(s->o, leg, &leg->events[leg->nevents - 1]);
+    /* reap it now, so that supervise() does not report it as a death */
+    int st;
+    if (waitpid(s->pid[i], &st, 0) == s->pid[i]) {
+        s->pid[i] = 0;
+        s->killed[i] = 0;
+    }
+}
+
+/* Stops every island: "stop" was written; waits up to 10 s, then SIGKILL. */
+static void stop_all(sup *s)
+{
+    double until = demo_now_ms() + 10000;
+    for (;;) {
+        int alive = 0;
+        for (uint32_t i = 0; i < s->n; i++) {
+            if (!s->pid[i]) continue;
+            int st;
+            pid_t r = waitpid(s->pid[i], &st, WNOHANG);
+            if (r == s->pid[i] || (r < 0 && errno == ECHILD)) s->pid[i] = 0;
+            else alive++;
+        }
+        if (!alive) return;
+        if (demo_now_ms() > until) break;
+        demo_sleep_ms(20);
+    }
+    for (uint32_t i = 0; i < s->n; i++)
+        if (s->pid[i]) {
+            kill(s->pid[i], SIGKILL);
+            waitpid(s->pid[i], NULL, 0);
+            s->pid[i] = 0;
+        }
+}
+
+/* ======================================================================
+ * Trainer state
+ * ====================================================================== */
+typedef struct kept {
+    rl_batch b;
+    void *payload;
+    size_t size;
+    uint64_t version, staleness, seq, put_ms;
+    uint32_t island, shard;
+} kept;
+
+typedef struct trainer {
+    const demo_options *o;
+    ferry_store *st;
+    char run[DEMO_RUN_MAX + 1];
+    char policy_run[DEMO_KEY_MAX];
+    rl_policy master;
+    rl_adamw adam;
+    rl_work ws;
+    float *grad;
+    uint16_t *cast, *published; /* BF16 cast now; last published version */
+    ferry_model *m_f32;         /* borrows master.w */
+    ferry_publisher *pub;
+    ferry_dock *dock;
+    uint64_t version;           /* last published (the trainer version T) */
+    kept *k;
+    size_t nk;
+    XXH3_state_t *traj_hash;
+    /* islands' status, for sync times and fetched bytes */
+    demo_island_status isl[DEMO_MAX_ISLANDS];
+    uint64_t fetched_dead;      /* bytes fetched by island processes that are gone */
+    char last_warning[256];
+} trainer;
+
+static int tfail(const char *what, int rc)
+{
+    const char *d = ferry_last_error();
+    fprintf(stderr, "ferry demo: %s: %s (%s)\n", what, d[0] ? d : ferry_strerror(rc), rl_strerror(rc));
+    return 1;
+}
+
+static void kept_clear(trainer *t)
+{
+    for (size_t i = 0; i < t->nk; i++) {
+        rl_batch_release(&t->k[i].b);
+        free(t->k[i].payload);
+    }
+    t->nk = 0;
+}
+
+static void trainer_release(trainer *t)
+{
+    kept_clear(t);
+    free(t->k);
+    ferry_dock_free(t->dock);
+    ferry_publisher_free(t->pub);
+    ferry_model_free(t->m_f32);
+    free(t->grad);
+    free(t->cast);
+    free(t->published);
+    rl_adamw_release(&t->adam);
+    rl_work_release(&t->ws);
+    rl_policy_release(&t->master);
+    if (t->traj_hash) XXH3_freeState(t->traj_hash);
+}
+
+static void warn_once(trainer *t, const char *msg)
+{
+    if (!strcmp(t->last_warning, msg)) return;
+    snprintf(t->last_warning, sizeof t->last_warning, "%s", msg);
+    fprintf(stderr, "ferry demo: %s\n", msg);
+}
+
+/* Checks one batch the dock returned; keeps it (parsed) or counts it as
+ * discarded.  Sequential: it must be a shard of this step not seen yet. */
+static void consider(trainer *t, const ferry_dock_batch *db, uint32_t step, uint8_t *shard_seen, demo_step *ds)
+{
+    const demo_options *o = t->o;
+    kept k;
+    memset(&k, 0, sizeof k);
+    char err[160] = "", msg[256];
+    int rc = rl_batch_parse(db->payload, db->size, &k.b, err, sizeof err);
+    if (!rc) rc = rl_batch_verify_rewards(&k.b, &o->task);
+    if (rc) {
+        snprintf(msg, sizeof msg, "batch of island %u seq %" PRIu64 " rejected: %s %s", db->island, db->seq, rl_strerror(rc), err);
+        warn_once(t, msg);
+        ds->discarded++;
+        return;
+    }
+    uint32_t shard = UINT32_MAX;
+    for (uint32_t i = 0; i < o->islands; i++) {
+        uint32_t f, c;
+        demo_shard(o->prompts, o->islands, i, &f, &c);
+        if (k.b.first_prompt == f && k.b.n_prompts == c) shard = i;
+    }
+    int ok = k.b.version == db->version && k.b.seed == o->seed && k.b.group == o->group && shard != UINT32_MAX;
+    if (ok && o->mode == DEMO_SEQUENTIAL) ok = k.b.step == step && !shard_seen[shard];
+    if (!ok) {
+        /* a restarted island may redo a shard it had already put */
+        ds->discarded++;
+        rl_batch_release(&k.b);
+        return;
+    }
+    if (o->mode == DEMO_SEQUENTIAL) shard_seen[shard] = 1;
+    if (!(k.payload = malloc(db->size ? db->size : 1))) {
+        rl_batch_release(&k.b);
+        ds->discarded++;
+        return;
+    }
+    memcpy(k.payload, db->payload, db->size);
+    k.size = db->size;
+    k.version = db->version;
+    k.staleness = db->staleness;
+    k.seq = db->seq;
+    k.island = db->island;
+    k.put_ms = db->put_time_ms;
+    k.shard = shard;
+    t->k[t->nk++] = k;
+}
+
+static int cmp_kept(const void *a, const void *b)
+{
+    const kept *x = a, *y = b;
+    if (x->version != y->version) return x->version < y->version ? -1 : 1;
+    if (x->shard != y->shard) return x->shard < y->shard ? -1 : 1;
+    if (x->island != y->island) return x->island < y->island ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* Takes this step's batches: one per island (async) or every shard
+ * (sequential). */
+static int collect(trainer *t, sup *s, demo_leg *leg, uint32_t step, demo_step *ds)
+{
+    const demo_options *o = t->o;
+    ferry_dock_policy pol = {o->mode == DEMO_ASYNC ? FERRY_DOCK_ASYNC : FERRY_DOCK_SEQUENTIAL, o->max_staleness};
+    uint8_t shard_seen[DEMO_MAX_ISLANDS] = {0};
+    ferry_dock_stats before, after;
+    ferry_dock_get_stats(t->dock, &before);
+    double last_progress = demo_now_ms();
+    while (t->nk < o->islands) {
+        if (demo_interrupted) {
+            fprintf(stderr, "ferry demo: interrupted\n");
+            return 1;
+        }
+        if (supervise(s, leg, step)) return 1;
+        ferry_dock_batch *b = NULL;
+        size_t n = 0;
+        int rc = ferry_dock_take(t->dock, &pol, t->version, o->islands - t->nk, 50, &b, &n);
+        if (rc) return tfail("taking batches", rc);
+        for (size_t i = 0; i < n && t->nk < o->islands; i++) consider(t, &b[i], step, shard_seen, ds);
+        ferry_dock_batches_free(b, n);
+        if (n) last_progress = demo_now_ms();
+        if (demo_now_ms() - last_progress > o->timeout_s * 1e3) {
+            fprintf(stderr, "ferry demo: step %u: no batch from the islands for %.0f s (version %" PRIu64 ")\n", step,
+                    o->timeout_s, t->version);
+            return 1;
+        }
+    }
+    ferry_dock_get_stats(t->dock, &after);
+    ds->dropped = after.dropped_stale - before.dropped_stale;
+    return 0;
+}
+
+/* Reads the islands' status objects: mean time of their last syncs, and the
+ * bytes they fetched. */
+static void read_status(trainer *t, demo_leg *leg, double *sync_ms)
+{
+    double sum = 0;
+    int n = 0;
+    uint64_t total = t->fetched_dead;
+    for (uint32_t i = 0; i < t->o->islands; i++) {
+        char key[DEMO_KEY_MAX], leaf[32];
+        snprintf(leaf, sizeof leaf, "island-%u", i);
+        demo_key(key, t->run, leaf);
+        void *data = NULL;
+        size_t size = 0;
+        demo_island_status s;
+        if (!ferry_store_get(t->st, key, &data, &size, NULL) && !demo_status_parse(data, &s)) {
+            if (s.pid != t->isl[i].pid) t->fetched_dead += t->isl[i].fetched_total, total += t->isl[i].fetched_total;
+            t->isl[i] = s;
+        }
+        ferry_free(data);
+        if (t->isl[i].syncs) {
+            sum += t->isl[i].sync_ms;
+            n++;
+        }
+        total += t->isl[i].fetched_total;
+    }
+    *sync_ms = n ? sum / n : 0;
+    leg->fetched_total = total;
+}
+
+/* The gradient of the kept batches (in a fixed order), an AdamW step. */
+static int train(trainer *t, demo_step *ds)
+{
+    qsort(t->k, t->nk, sizeof *t->k, cmp_kept);
+    uint64_t completions = 0;
+    for (size_t i = 0; i < t->nk; i++) completions += (uint64_t)t->k[i].b.n_prompts * t->k[i].b.group;
+    memset(t->grad, 0, t->master.nparams * sizeof *t->grad);
+    rl_grpo_stats gs;
+    memset(&gs, 0, sizeof gs);
+    ds->stale_min = UINT64_MAX;
+    for (size_t i = 0; i < t->nk; i++) {
+        const kept *k = &t->k[i];
+        int rc = rl_grpo_accumulate(&t->master, &k->b, 1.0 / (double)completions, &t->ws, t->grad, &gs);
+        if (rc) return tfail("GRPO gradient", rc);
+        XXH3_128bits_update(t->traj_hash, k->payload, k->size);
+        ds->prompts += k->b.n_prompts;
+        if (k->staleness < ds->stale_min) ds->stale_min = k->staleness;
+        if (k->staleness > ds->stale_max) ds->stale_max = k->staleness;
+    }
+    ds->batches = (uint32_t)t->nk;
+    ds->reward = completions ? gs.reward_sum / (double)completions : 0;
+    rl_adamw_step(&t->adam, t->master.w, t->grad);
+    return 0;
+}
+
+static uint64_t count_changed(const uint16_t *a, const uint16_t *b, size_t n)
+{
+    uint64_t c = 0;
+    for (size_t i = 0; i < n; i++) c += a[i] != b[i];
+    return c;
+}
+
+static int publish(trainer *t, demo_leg *leg, demo_step *ds)
+{
+    ferry_publish_info info;
+    unsigned flags = t->o->full_sync ? FERRY_PUBLISH_ANCHOR : 0;
+    double t0 = demo_now_ms();
+    int rc = ferry_publish_ex(t->pub, t->m_f32, flags, &info);
+    if (rc) return tfail("publishing", rc);
+    if (ds) {
+        ds->pub_ms = demo_now_ms() - t0;
+        ds->published = 1;
+        ds->pub_version = info.version;
+        ds->delta_bytes = info.delta_bytes;
+        ds->anchor_bytes = info.full_bytes;
+    }
+    t->version = info.version;
+    memcpy(t->published, t->cast, t->master.nparams * 2);
+    leg->versions++;
+    leg->delta_total += info.delta_bytes;
+    if (info.kind == FERRY_SYNC_ANCHOR) {
+        leg->anchors++;
+        leg->anchor_total += info.full_bytes;
+        if (!leg->full_bytes) leg->full_bytes = info.full_bytes;
+    }
+    /* keep the store bounded: versions a reader can no longer need */
+    if (info.version % 25 == 0) {
+        ferry_gc_options g = {.keep = 2u * (t->o->anchor_every ? t->o->anchor_every : 10) + t->o->max_staleness + 2, .grace_s = -1};
+        ferry_gc_report rep;
+        if ((rc = ferry_gc(t->st, t->policy_run, &g, &rep))) return tfail("GC of old versions", rc);
+    }
+    return 0;
+}
+
+static int write_text(ferry_store *st, const char *run, const char *leaf, const char *text)
+{
+    char key[DEMO_KEY_MAX];
+    demo_key(key, run, leaf);
+    return ferry_store_put(st, key, text, strlen(text), NULL);
+}
+
+/* ======================================================================
+ * One leg
+ * ====================================================================== */
+void demo_leg_release(demo_leg *leg)
+{
+    free(leg->steps);
+    leg->steps = NULL;
+}
+
+int demo_run_leg(const demo_options *o, ferry_store *st, double adaptive, const char *name, demo_leg *leg)
+{
+    memset(leg, 0, sizeof *leg);
+    snprintf(leg->name, sizeof leg->name, "%s", name);
+    leg->adaptive = adaptive;
+    trainer t;
+    memset(&t, 0, sizeof t);
+    t.o = o;
+    t.st = st;
+    sup s;
+    memset(&s, 0, sizeof s);
+    s.o = o;
+    s.n = o->islands;
+    int rc, status = 1;
+    double t_start = demo_now_ms();
+
+    /* a fresh run id: runs never share objects */
+    uint8_t rnd[4] = {0};
+    FILE *ur = fopen("/dev/urandom", "rb");
+    if (!ur || fread(rnd, 1, sizeof rnd, ur) != sizeof rnd) {
+        uint32_t x = (uint32_t)getpid() ^ (uint32_t)demo_wall_ms();
+        memcpy(rnd, &x, 4);
+    }
+    if (ur) fclose(ur);
+    snprintf(t.run, sizeof t.run, "ferry-demo-%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3]);
+    demo_policy_run(t.policy_run, t.run);
+    s.url = o->store_url;
+    s.run = t.run;
+
+    if (!(leg->steps = calloc(o->steps ? o->steps : 1, sizeof *leg->steps)) || !(t.k = calloc(o->islands, sizeof *t.k)) ||
+        !(t.traj_hash = XXH3_createState())) {
+        tfail("alloc", FERRY_ERR_NOMEM);
+        goto out;
+    }
+    XXH3_128bits_reset(t.traj_hash);
+    if ((rc = rl_policy_create(&t.master, &o->net))) {
+        tfail("policy", rc);
+        goto out;
+    }
+    if ((rc = rl_task_fits(&t.master, &o->task))) {
+        tfail("the task does not fit the network", rc);
+        goto out;
+    }
+    rl_policy_init_weights(&t.master, o->seed);
+    rl_adamw_config ac = rl_adamw_config_default();
+    ac.lr = o->lr;
+    size_t n = t.master.nparams;
+    if ((rc = rl_adamw_init(&t.adam, n, &ac))) {
+        tfail("adamw", rc);
+        goto out;
+    }
+    if (!(t.grad = malloc(n * sizeof *t.grad)) || !(t.cast = malloc(n * 2)) || !(t.published = malloc(n * 2))) {
+        tfail("alloc", FERRY_ERR_NOMEM);
+        goto out;
+    }
+    if ((rc = rl_policy_model_f32(&t.master, &t.m_f32))) {
+        tfail("model", rc);
+        goto out;
+    }
+
+    /* the run's parameters, for the islands */
+    demo_config cfg = {.mode = o->mode, .full_sync = o->full_sync, .islands = o->islands, .prompts = o->prompts,
+                       .group = o->group, .queue = o->queue, .seed = o->seed, .task = o->task, .net = o->net};
+    char text[1024];
+    if ((rc = demo_config_format(&cfg, text, sizeof text)) || (rc = write_text(st, t.run, "config", text))) {
+        tfail("writing the run's config", rc);
+        goto out;
+    }
+
+    /* version 1: the initial policy (an anchor) */
+    ferry_publisher_options po = {.publisher_id = "ferry-demo-trainer",
+                                  .anchor_every = o->full_sync ? 1 : o->anchor_every,
+                                  .cast_bf16 = 1};
+    if ((rc = ferry_publisher_open(st, t.policy_run, &po, &t.pub))) {
+        tfail("publisher", rc);
+        goto out;
+    }
+    rl_policy_cast_bf16(&t.master, t.cast);
+    if (publish(&t, leg, NULL)) goto out;
+    ferry_dock_options dopt = {.role = FERRY_DOCK_CONSUMER, .poll_ms = 2, .delete_rejected = 1};
+    if ((rc = ferry_dock_open(st, t.run, &dopt, &t.dock))) {
+        tfail("dock", rc);
+        goto out;
+    }
+
+    for (uint32_t i = 0; i < o->islands; i++) {
+        if ((s.pid[i] = spawn(&s, i)) < 0) {
+            s.pid[i] = 0;
+            fprintf(stderr, "ferry demo: fork: %s\n", strerror(errno));
+            goto out;
+        }
+    }
+    long pids[DEMO_MAX_ISLANDS];
+    for (uint32_t i = 0; i < o->islands; i++) pids[i] = (long)s.pid[i];
+    demo_print_leg_start(o, leg, t.run, n, pids);
+
+    uint32_t since_publish = 0;
+    for (uint32_t step = 0; step < o->steps; step++) {
+        demo_step *ds = &leg->steps[step];
+        memset(ds, 0, sizeof *ds);
+        ds->step = step;
+        ds->version = t.version;
+        if (o->mode == DEMO_SEQUENTIAL) {
+            char req[96];
+            snprintf(req, sizeof req, "step %u version %" PRIu64 "\n", step, t.version);
+            if ((rc = write_text(st, t.run, "control", req))) {
+                tfail("writing the rollout request", rc);
+                goto out;
+            }
+        }
+        if (o->kill_at >= 0 && (long)step == o->kill_at) {
+            demo_sleep_ms(30); /* let island 0 get busy with this step */
+            kill_island(&s, leg, 0, step);
+        }
+        if (collect(&t, &s, leg, step, ds) || train(&t, ds)) goto out;
+        for (size_t i = 0; i < t.nk; i++) {
+            const kept *k = &t.k[i];
+            leg->stale_hist[k->staleness < FERRY_DOCK_HIST ? k->staleness : FERRY_DOCK_HIST - 1]++;
+            if (s.restarts[k->island] && k->put_ms >= s.restarted_wall_ms[k->island]) leg->restarted_batches++;
+        }
+        kept_clear(&t);
+        read_status(&t, leg, &ds->sync_ms);
+
+        rl_policy_cast_bf16(&t.master, t.cast);
+        ds->changed = (double)count_changed(t.cast, t.published, n) / (double)n;
+        since_publish++;
+        if (adaptive <= 0 || ds->changed >= adaptive || since_publish >= o->max_skip) {
+            if (publish(&t, leg, ds)) goto out;
+            since_publish = 0;
+        }
+        ds->t_s = (demo_now_ms() - t_start) / 1e3;
+        leg->nsteps = step + 1;
+        leg->discarded += ds->discarded;
+        demo_print_step(o, leg, ds);
+    }
+    status = 0;
+out:
+    /* islands that miss this die with us anyway (PR_SET_PDEATHSIG) */
+    if (t.st && t.run[0]) (void)write_text(st, t.run, "control", "stop\n");
+    stop_all(&s);
+    if (t.dock) {
+        ferry_dock_stats ds, end;
+        ferry_dock_get_stats(t.dock, &ds);
+        leg->admitted = ds.admitted;
+        leg->dropped = ds.dropped_stale;
+        leg->duplicates = ds.duplicates;
+        leg->rejected = ds.rejected_corrupt + ds.rejected_run + ds.rejected_future;
+        /* batches sampled but never needed: dropped by a sweep as if the
+         * trainer had moved past them, counted apart */
+        ferry_dock_policy pol = {o->mode == DEMO_ASYNC ? FERRY_DOCK_ASYNC : FERRY_DOCK_SEQUENTIAL, o->max_staleness};
+        if (ferry_dock_sweep(t.dock, &pol, t.version + o->max_staleness + 1) && !status) tfail("final sweep", 1);
+        ferry_dock_get_stats(t.dock, &end);
+        leg->leftover = end.dropped_stale - ds.dropped_stale;
+    }
+    leg->seconds = (demo_now_ms() - t_start) / 1e3;
+    if (t.traj_hash) {
+        XXH128_hash_t h = XXH3_128bits_digest(t.traj_hash);
+        XXH128_canonical_t c;
+        XXH128_canonicalFromHash(&c, h);
+        hex16(leg->traj_hash, c.digest);
+    }
+    if (t.m_f32) {
+        uint8_t mh[16];
+        if (!ferry_model_hash(t.m_f32, mh)) hex16(leg->masters_hash, mh);
+    }
+    int w = leg->nsteps >= 20 ? 10 : (int)(leg->nsteps + 1) / 2;
+    leg->window = w;
+    double a = 0, b = 0;
+    for (int i = 0; i < w && i < (int)leg->nsteps; i++) {
+        a += leg->steps[i].reward;
+        b += leg->steps[leg->nsteps - 1 - (size_t)i].reward;
+    }
+    leg->reward_first = w ? a / w : 0;
+    leg->reward_last = w ? b / w : 0;
+    trainer_release(&t);
+    return status;
+}
+#else
+typedef int demo_trainer_unused; /* NO_NET builds have no demo */
+#endif
