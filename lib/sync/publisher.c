@@ -63,6 +63,8 @@ int ferry_publisher_open(ferry_store *store, const char *run, const ferry_publis
     *out = NULL;
     int rc = ferry_sync_run_check(run);
     if (rc) return rc;
+    if (ferry_store_kind(store) == FERRY_STORE_HTTP)
+        return ferry__fail(FERRY_ERR_STORE_READONLY, "%s: cannot publish through a read-only http(s) store", ferry_store_url(store));
     ferry_publisher_options o = {0};
     if (opts) o = *opts;
     if (o.publisher_id && !fs_publisher_valid(o.publisher_id))
