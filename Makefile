@@ -14,6 +14,11 @@ SAN     ?=
 NO_NET  ?=
 FERRY_DATA ?= ../shared/data
 
+# A core-only build lives apart, so that switching NO_NET never mixes
+# objects of both kinds in one library.
+ifeq ($(NO_NET),1)
+BUILD   ?= build-core$(if $(filter 1,$(SAN)),-san)
+endif
 ifeq ($(SAN),1)
 BUILD   ?= build-san
 OPT     ?= -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined

@@ -28,6 +28,7 @@ typedef struct dec {
     bool vouched;            /* base hash given by the caller: bh unknown */
     size_t *li;              /* entry -> index among the result's tensors */
     uint8_t **whole;         /* in place: verified WHOLE tensors, per entry */
+    uint64_t *got;           /* changes decoded per entry (atomic adds) */
     chunk_ref *ch;
     size_t nch;
     size_t *ent_first;       /* entry -> first chunk */
@@ -112,7 +113,9 @@ static int decode_chunk(dec *d, const chunk_ref *c, int w, size_t *k)
     sp_dtype st = sp_dtype_of(e->dtype);
     const uint8_t *a = (const uint8_t *)base_of(d, c->entry)->data + c->lo * st.W / 8;
     int rc = sp_decode_chunk(&st, a, (size_t)c->n, d->patch + c->off, (size_t)c->len, &d->coder[w], k);
-    return rc ? ferry__context(rc, "tensor '%s', chunk at word %llu", e->name, (unsigned long long)c->lo) : FERRY_OK;
+    if (rc) return ferry__context(rc, "tensor '%s', chunk at word %llu", e->name, (unsigned long long)c->lo);
+    __atomic_fetch_add(&d->got[c->entry], (uint64_t)*k, __ATOMIC_RELAXED);
+    return FERRY_OK;
 }
 
 static void write_changes(uint8_t *dst, unsigned W, const sp_scratch *s, size_t k)
@@ -145,10 +148,15 @@ static void result_pieces(const uint8_t *base, uint8_t *dst, uint8_t *tmp, unsig
     }
 }
 
-/* Hash of a SPARSE entry's result from its block digests, checked. */
+/* Hash of a SPARSE entry's result from its block digests, checked, and
+ * its decoded change count against the table's. */
 static int check_sparse(dec *d, size_t j)
 {
     const patch_entry *e = &d->t.e[j];
+    uint64_t got = __atomic_load_n(&d->got[j], __ATOMIC_RELAXED);
+    if (got != e->changed)
+        return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "tensor '%s': %llu changes decoded, table says %llu", e->name,
+                           (unsigned long long)got, (unsigned long long)e->changed);
     ferry__tensor_hash_blocks(e->name, e->dtype, e->ndim, e->shape, e->nbytes, (const uint8_t (*)[16])d->blocks[j], d->th[j]);
     if (memcmp(d->th[j], e->hash, 16))
         return ferry__context(mismatch(FERRY_ERR_TARGET_MISMATCH, "result tensor", d->th[j], e->hash), "tensor '%s'", e->name);
@@ -167,6 +175,24 @@ static int check_same(dec *d, size_t j)
     memcpy(d->th[j], d->bh[d->bi[j]], 16);
     if (memcmp(d->th[j], e->hash, 16))
         return ferry__context(mismatch(FERRY_ERR_PATCH_CORRUPT, "unchanged tensor", d->th[j], e->hash), "tensor '%s'", e->name);
+    return FERRY_OK;
+}
+
+/* A WHOLE payload must declare exactly its tensor's size (raw: its length;
+ * zstd: the frame's content size), checked before anything is allocated
+ * for the result. */
+static int check_whole_sizes(const dec *d)
+{
+    for (size_t j = 0; j < d->t.n; j++) {
+        const patch_entry *e = &d->t.e[j];
+        if (e->kind != PK_WHOLE) continue;
+        unsigned long long n = e->codec == WHOLE_RAW ? e->payload_size
+                                                     : ZSTD_getFrameContentSize(d->patch + e->payload_off, (size_t)e->payload_size);
+        if (n != e->nbytes)
+            return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "tensor '%s': payload holds %s bytes, shape needs %llu", e->name,
+                               n == ZSTD_CONTENTSIZE_UNKNOWN || n == ZSTD_CONTENTSIZE_ERROR ? "an undeclared number of" : "another number of",
+                               (unsigned long long)e->nbytes);
+    }
     return FERRY_OK;
 }
 
@@ -195,7 +221,9 @@ static int begin(dec *d, const ferry_model *base, const void *patch, size_t size
     }
     if (memcmp(h, d->t.base_hash, 16)) return mismatch(FERRY_ERR_BASE_MISMATCH, "base model", h, d->t.base_hash);
     if ((rc = match_base(d))) return rc;
-    if (!(d->li = ferry__calloc(d->t.n + 1, sizeof *d->li))) return FERRY_ERR_NOMEM;
+    if ((rc = check_whole_sizes(d))) return rc;
+    if (!(d->li = ferry__calloc(d->t.n + 1, sizeof *d->li)) || !(d->got = ferry__calloc(d->t.n + 1, sizeof *d->got)))
+        return FERRY_ERR_NOMEM;
     for (size_t j = 0, i = 0; j < d->t.n; j++)
         if (d->t.e[j].kind != PK_REMOVED) d->li[j] = i++;
     if (!(d->blocks = ferry__calloc(d->t.n + 1, sizeof *d->blocks))) return FERRY_ERR_NOMEM;
@@ -215,6 +243,7 @@ static void end(dec *d)
     free(d->bi);
     free(d->th);
     free(d->li);
+    free(d->got);
     for (size_t j = 0; d->whole && j < d->t.n; j++) free(d->whole[j]);
     free(d->whole);
     for (size_t j = 0; d->blocks && j < d->t.n; j++) free(d->blocks[j]);

@@ -70,6 +70,8 @@ static int parse_entry(ferry_rd *r, patch_entry *e, const char *prev_name)
     int rc;
     if (!take_u16(r, &nl)) return trunc_err("entry name length");
     if (nl == 0) return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "patch table: empty tensor name");
+    if (nl > FERRY_MAX_NAME)
+        return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "patch table: tensor name of %u bytes exceeds %d", nl, FERRY_MAX_NAME);
     if ((rc = take_str(r, nl, &e->name, "tensor name"))) return rc;
     if (prev_name && strcmp(prev_name, e->name) >= 0)
         return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "patch table: tensor '%s' out of name order", e->name);
