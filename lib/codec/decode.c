@@ -221,7 +221,6 @@ static int begin(dec *d, const ferry_model *base, const void *patch, size_t size
     }
     if (memcmp(h, d->t.base_hash, 16)) return mismatch(FERRY_ERR_BASE_MISMATCH, "base model", h, d->t.base_hash);
     if ((rc = match_base(d))) return rc;
-    if ((rc = check_whole_sizes(d))) return rc;
     if (!(d->li = ferry__calloc(d->t.n + 1, sizeof *d->li)) || !(d->got = ferry__calloc(d->t.n + 1, sizeof *d->got)))
         return FERRY_ERR_NOMEM;
     for (size_t j = 0, i = 0; j < d->t.n; j++)
@@ -423,6 +422,7 @@ int ferry__apply_to(const ferry_model *base, const void *patch, size_t size, con
     dec d;
     ferry_model *layout = NULL;
     int rc = begin(&d, base, patch, size, opts);
+    if (!rc) rc = check_whole_sizes(&d);
     if (!rc) rc = target_layout(&d, &layout);
     if (!rc) rc = sk->begin(sk->ctx, layout, d.threads);
     build_ctx b = {&d, sk};
@@ -582,6 +582,7 @@ int ferry_apply_inplace_ex(ferry_model *base, const void *patch, size_t size, co
     dec d;
     int rc = begin(&d, base, patch, size, opts);
     if (!rc) rc = check_inplace(&d, base);
+    if (!rc) rc = check_whole_sizes(&d);
     if (!rc && (!(d.tmp = ferry__calloc((size_t)d.threads, sizeof *d.tmp)) ||
                 !(d.whole = ferry__calloc(d.t.n + 1, sizeof *d.whole))))
         rc = FERRY_ERR_NOMEM;
