@@ -48,6 +48,13 @@ endif
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 
 CLI_SRC  := $(wildcard programs/ferry/*.c)
+ifeq ($(NO_NET),1)
+# the store-backed commands (publish, pull, log, gc, compact, demo) need the
+# network layers; a core build has diff, apply, inspect and stats
+CLI_SRC  := $(filter-out programs/ferry/cmd_demo.c programs/ferry/cmd_publish.c programs/ferry/cmd_pull.c \
+              programs/ferry/cmd_log.c programs/ferry/cmd_gc.c programs/ferry/cmd_compact.c programs/ferry/cmd_sync.c \
+              $(wildcard programs/ferry/demo_*.c),$(CLI_SRC))
+endif
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 
 TEST_SRC := $(wildcard tests/unit/test_*.c)
