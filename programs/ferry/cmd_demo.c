@@ -164,7 +164,15 @@ static int parse_args(int argc, char **argv, cli_opts *c)
         if (!strcmp(a, "--keep")) { c->keep = 1; continue; }
         if (!strcmp(a, "--no-baseline")) { c->no_baseline = 1; continue; }
         if (strncmp(a, "--", 2)) return cli_usage_error("demo", "unexpected argument '%s'", a);
-        if (!v) return cli_usage_error("demo", "unknown option '%s', or it needs a value", a);
+        if (!v) {
+            static const char *const k_valued[] = {"--store", "--report", "--islands", "--steps", "--mode", "--max-staleness",
+                                                   "--seed", "--adaptive", "--max-skip", "--kill-island-at", "--restart-after",
+                                                   "--prompts", "--group", "--lr", "--task", "--digits", "--dim", "--sync",
+                                                   "--anchor-every", "--queue", "--timeout"};
+            for (size_t j = 0; j < sizeof k_valued / sizeof k_valued[0]; j++)
+                if (!strcmp(a, k_valued[j])) return cli_usage_error("demo", "option '%s' needs a value", a);
+            return cli_usage_error("demo", "unknown option '%s'", a);
+        }
         int bad = 0;
         if (!strcmp(a, "--store")) c->store = v;
         else if (!strcmp(a, "--report")) c->report = v;
@@ -272,7 +280,7 @@ void demo_print_step(const demo_options *o, const demo_leg *leg, const demo_step
 
 static const char *event_name(int kind)
 {
-    return kind == DEMO_EV_KILL ? "kill" : kind == DEMO_EV_RESTART ? "restart" : "died";
+    return kind == DEMO_EV_KILL ? "kill" : kind == DEMO_EV_RESTART ? "restart" : kind == DEMO_EV_REJOIN ? "rejoin" : "died";
 }
 
 void demo_print_event(const demo_options *o, const demo_leg *leg, const demo_event *e)
@@ -303,11 +311,11 @@ static void print_summary(const demo_options *o, const demo_leg *leg)
                "\"window\":%d,\"versions\":%" PRIu64 ",\"anchors\":%" PRIu64 ",\"delta_bytes\":%" PRIu64 ",\"anchor_bytes\":%" PRIu64
                ",\"full_bytes\":%" PRIu64 ",\"full_checkpoint_bytes\":%" PRIu64 ",\"fetched_bytes\":%" PRIu64 ",\"admitted\":%" PRIu64
                ",\"dropped\":%" PRIu64 ",\"duplicates\":%" PRIu64 ",\"rejected\":%" PRIu64 ",\"discarded\":%" PRIu64
-               ",\"leftover\":%" PRIu64 ",\"max_staleness_seen\":%" PRIu64 ",\"staleness_hist\":[",
+               ",\"leftover\":%" PRIu64 ",\"produced\":%" PRIu64 ",\"max_staleness_seen\":%" PRIu64 ",\"staleness_hist\":[",
                leg->adaptive, leg->nsteps, leg->seconds, leg->seconds > 0 ? (double)leg->nsteps / leg->seconds : 0, leg->reward_first,
                leg->reward_last, leg->window, leg->versions, leg->anchors, leg->delta_total, leg->anchor_total, leg->full_bytes,
                full_equiv, leg->fetched_total, leg->admitted, leg->dropped, leg->duplicates, leg->rejected, leg->discarded,
-               leg->leftover, maxst);
+               leg->leftover, leg->produced, maxst);
         for (uint64_t i = 0; i <= maxst; i++) printf("%s%" PRIu64, i ? "," : "", leg->stale_hist[i]);
         printf("],\"restarts\":%" PRIu64 ",\"restarted_batches\":%" PRIu64 ",\"traj_hash\":\"%s\",\"masters_hash\":\"%s\"}\n",
                restarts, leg->restarted_batches, leg->traj_hash, leg->masters_hash);
@@ -325,7 +333,7 @@ static void print_summary(const demo_options *o, const demo_leg *leg)
     printf("   policy: %" PRIu64 " versions; deltas %s + %" PRIu64 " anchors %s uploaded, against %s of full checkpoints "
            "(%.1fx less); islands fetched %s\n",
            leg->versions, a, leg->anchors, b, c, ferry ? (double)full_equiv / (double)ferry : 0, d);
-    printf("   batches: %" PRIu64 " consumed (staleness", leg->admitted - leg->discarded);
+    printf("   batches: %" PRIu64 " put by the islands, %" PRIu64 " consumed (staleness", leg->produced, leg->admitted - leg->discarded);
     for (uint64_t i = 0; i <= maxst; i++) printf(" %" PRIu64 ":%" PRIu64, i, leg->stale_hist[i]);
     printf("), %" PRIu64 " dropped as stale, %" PRIu64 " duplicates, %" PRIu64 " rejected, %" PRIu64 " discarded, %" PRIu64
            " unused at the end\n",

@@ -79,6 +79,8 @@ typedef struct demo_island_status {
     uint64_t fetched_total; /* bytes fetched since the island started */
     uint64_t batches;       /* batches put since it started */
     char path[128];         /* the sync's path ("chain 4..5", "anchor 1 + chain 1..7") */
+    char join[128];         /* the path of this process's first sync: how it joined */
+    uint64_t join_version;  /* the version it joined at */
 } demo_island_status;
 
 int demo_status_format(const demo_island_status *s, char *buf, size_t cap);
@@ -109,13 +111,13 @@ typedef struct demo_step {
     double t_s;             /* seconds since the leg started */
 } demo_step;
 
-enum { DEMO_EV_KILL = 1, DEMO_EV_RESTART = 2, DEMO_EV_DIED = 3 };
+enum { DEMO_EV_KILL = 1, DEMO_EV_RESTART = 2, DEMO_EV_DIED = 3, DEMO_EV_REJOIN = 4 };
 
 typedef struct demo_event {
     int kind;
     uint32_t step, island;
     long pid;
-    char what[120];
+    char what[200];
 } demo_event;
 
 typedef struct demo_leg {
@@ -131,6 +133,9 @@ typedef struct demo_leg {
     uint64_t fetched_total; /* bytes the islands fetched, summed */
     uint64_t admitted, dropped, duplicates, rejected, discarded;
     uint64_t leftover;      /* batches still in the store at the end (deleted) */
+    uint64_t produced;      /* batches the islands say they put (a process
+                               killed between a put and its status line
+                               leaves that batch uncounted here) */
     uint64_t restarted_batches; /* batches of restarted islands consumed after their restart */
     double seconds, reward_first, reward_last;
     int window;             /* steps averaged in reward_first / _last */

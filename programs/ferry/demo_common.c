@@ -102,33 +102,45 @@ int demo_config_parse(const char *text, demo_config *c)
     return 0;
 }
 
+/* Paths have spaces; the status line is space-separated: '_' stands for ' '. */
+static void underscores(char *dst, size_t cap, const char *src)
+{
+    size_t j = 0;
+    for (const char *q = src; *q && j + 1 < cap; q++) dst[j++] = *q == ' ' ? '_' : *q;
+    dst[j] = 0;
+    if (!j) snprintf(dst, cap, "-");
+}
+
+static void spaces(char *s)
+{
+    for (; *s; s++)
+        if (*s == '_') *s = ' ';
+}
+
 int demo_status_format(const demo_island_status *s, char *buf, size_t cap)
 {
-    char path[128];
-    size_t j = 0;
-    for (const char *q = s->path; *q && j + 1 < sizeof path; q++) path[j++] = *q == ' ' ? '_' : *q;
-    path[j] = 0;
+    char path[128], join[128];
+    underscores(path, sizeof path, s->path);
+    underscores(join, sizeof join, s->join);
     int n = snprintf(buf, cap,
-                     "pid %ld version %" PRIu64 " syncs %" PRIu64 " sync_ms %.3f sync_bytes %" PRIu64
-                     " fetched %" PRIu64 " batches %" PRIu64 " path %s\n",
-                     s->pid, s->version, s->syncs, s->sync_ms, s->sync_bytes, s->fetched_total, s->batches,
-                     path[0] ? path : "-");
+                     "pid %ld version %" PRIu64 " syncs %" PRIu64 " sync_ms %.3f sync_bytes %" PRIu64 " fetched %" PRIu64
+                     " batches %" PRIu64 " path %s join %s join_version %" PRIu64 "\n",
+                     s->pid, s->version, s->syncs, s->sync_ms, s->sync_bytes, s->fetched_total, s->batches, path, join,
+                     s->join_version);
     return n < 0 || (size_t)n >= cap ? FERRY_ERR_LIMIT : 0;
 }
 
 int demo_status_parse(const char *text, demo_island_status *s)
 {
     memset(s, 0, sizeof *s);
-    char path[128];
     if (sscanf(text,
                "pid %ld version %" SCNu64 " syncs %" SCNu64 " sync_ms %lf sync_bytes %" SCNu64 " fetched %" SCNu64
-               " batches %" SCNu64 " path %127s",
-               &s->pid, &s->version, &s->syncs, &s->sync_ms, &s->sync_bytes, &s->fetched_total, &s->batches,
-               path) != 8)
+               " batches %" SCNu64 " path %127s join %127s join_version %" SCNu64,
+               &s->pid, &s->version, &s->syncs, &s->sync_ms, &s->sync_bytes, &s->fetched_total, &s->batches, s->path, s->join,
+               &s->join_version) != 10)
         return FERRY_ERR_ARG;
-    for (char *q = path; *q; q++)
-        if (*q == '_') *q = ' ';
-    snprintf(s->path, sizeof s->path, "%s", path);
+    spaces(s->path);
+    spaces(s->join);
     return 0;
 }
 

@@ -115,6 +115,10 @@ static int sync_to(island *is, ferry_subscriber **sub, ferry_model *m, int mode,
         s->sync_ms = demo_now_ms() - t0;
         s->sync_bytes = info.bytes_fetched;
         snprintf(s->path, sizeof s->path, "%s", info.path);
+        if (!s->join[0]) {
+            snprintf(s->join, sizeof s->join, "%s", info.path);
+            s->join_version = info.to_version;
+        }
     }
     s->fetched_total += info.bytes_fetched;
     s->version = info.to_version;

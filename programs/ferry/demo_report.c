@@ -18,7 +18,7 @@
 #define H 280
 #define ML 70 /* margins */
 #define MR 20
-#define MT 30
+#define MT 46
 #define MB 42
 
 static const char *const k_colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"};
@@ -65,6 +65,7 @@ static double nice_step(double span, int n)
     return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p;
 }
 
+/* Title, grid, ticks (x ticks on integers: steps, versions, categories). */
 static void axes(FILE *f, const char *title, const char *xlabel, double x0, double x1, double y1, int yfmt, double *sx, double *sy)
 {
     double pw = W - ML - MR, ph = H - MT - MB;
@@ -83,10 +84,11 @@ static void axes(FILE *f, const char *title, const char *xlabel, double x0, doub
                 ML, ML + pw, py, py, ML - 6, py + 4, lab);
     }
     double xs = nice_step(x1 - x0, 8);
+    if (xs < 1) xs = 1;
     for (double x = ceil(x0 / xs) * xs; x <= x1 + 1e-9; x += xs) {
-        double px = ML + (x - x0) * *sx;
+        double px = ML + (x - x0) * *sx, lx = x == 0 ? 0 : x; /* no "-0" */
         fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%.1f\" class=\"a\"/><text x=\"%.1f\" y=\"%.1f\" class=\"xl\">%g</text>\n",
-                px, px, MT + (int)ph, MT + ph + 5, px, MT + ph + 18, x);
+                px, px, MT + (int)ph, MT + ph + 5, px, MT + ph + 18, lx);
     }
     fprintf(f, "<line x1=\"%d\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" class=\"a\"/>", ML, ML + pw, MT + ph, MT + ph);
     fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%.1f\" class=\"a\"/>\n", ML, ML, MT, MT + ph);
@@ -97,11 +99,11 @@ static void axes(FILE *f, const char *title, const char *xlabel, double x0, doub
 
 static void legend(FILE *f, const series *s, size_t ns)
 {
-    double x = ML + 10;
+    double x = ML;
     for (size_t i = 0; i < ns; i++) {
-        fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2.5\"%s/>", x, x + 18, MT + 8, MT + 8,
+        fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2.5\"%s/>", x, x + 18, MT - 14, MT - 14,
                 s[i].color, s[i].dashed ? " stroke-dasharray=\"5,3\"" : "");
-        fprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"lg\">", x + 22, MT + 12);
+        fprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"lg\">", x + 22, MT - 10);
         esc(f, s[i].name);
         fprintf(f, "</text>");
         x += 40 + 7.0 * (double)strlen(s[i].name);
@@ -111,7 +113,7 @@ static void legend(FILE *f, const series *s, size_t ns)
 
 /* Line chart; vlines (steps) drawn as dashed markers with labels. */
 static void line_chart(FILE *f, const char *title, const char *xlabel, const series *s, size_t ns, int yfmt, double ymax_min,
-                       const double *vx, const char *const *vlab, size_t nv)
+                       const double *vx, const char *const *vlab, const char *const *vcol, size_t nv)
 {
     double x0 = INFINITY, x1 = -INFINITY, y1 = ymax_min;
     for (size_t i = 0; i < ns; i++)
@@ -128,8 +130,9 @@ static void line_chart(FILE *f, const char *title, const char *xlabel, const ser
     axes(f, title, xlabel, x0, x1, y1, yfmt, &sx, &sy);
     for (size_t i = 0; i < nv; i++) {
         double px = ML + (vx[i] - x0) * sx;
-        fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%.1f\" class=\"ev\"/><text x=\"%.1f\" y=\"%d\" class=\"evl\">", px, px,
-                MT + 20, MT + ph, px + 3, MT + 30 + 11 * (int)(i % 3));
+        fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%.1f\" class=\"ev\" style=\"stroke:%s\"/>"
+                   "<text x=\"%.1f\" y=\"%d\" class=\"evl\" style=\"fill:%s\">",
+                px, px, MT + 4, MT + ph, vcol[i], px + 3, MT + 14 + 11 * (int)(i % 4), vcol[i]);
         esc(f, vlab[i]);
         fprintf(f, "</text>\n");
     }
@@ -267,7 +270,7 @@ int demo_report_write(const char *path, const demo_report_info *in, const demo_l
     size_t nrs = 0, nbs = 0, ncs = 0, nch = 0;
     double full_x[2], full_y[2], fullc_x[2], fullc_y[2];
     double vx[64] = {0};
-    const char *vlab[64] = {0};
+    const char *vlab[64] = {0}, *vcol[64] = {0};
     char vtxt[64][48];
     size_t nv = 0;
     uint64_t fb = 0, fc_max = 0;
@@ -280,7 +283,7 @@ int demo_report_write(const char *path, const demo_report_info *in, const demo_l
         size_t nvv = 0;
         double cum = (double)(L->anchors ? L->full_bytes : 0); /* version 1 */
         uint64_t versions = 1;
-        cx[0] = -1;
+        cx[0] = 0;
         cb[0] = cum;
         for (size_t i = 0; i < L->nsteps; i++) {
             const demo_step *s = &L->steps[i];
@@ -294,7 +297,7 @@ int demo_report_write(const char *path, const demo_report_info *in, const demo_l
                 cum += (double)(s->delta_bytes + s->anchor_bytes);
                 versions++;
             }
-            cx[i + 1] = s->step;
+            cx[i + 1] = s->step + 1;
             cb[i + 1] = cum;
         }
         if ((double)versions > vmax) vmax = (double)versions;
@@ -306,11 +309,12 @@ int demo_report_write(const char *path, const demo_report_info *in, const demo_l
         cs[ncs++] = (series){L->name, col, cx, cb, L->nsteps + 1, 0};
         ch[nch++] = (series){L->name, col, sx, chy, L->nsteps, 0};
         for (size_t e = 0; e < L->nevents && nv < 64; e++) {
-            if (L->events[e].kind == DEMO_EV_DIED) continue;
+            if (L->events[e].kind == DEMO_EV_DIED || L->events[e].kind == DEMO_EV_REJOIN) continue;
             vx[nv] = L->events[e].step;
             snprintf(vtxt[nv], sizeof vtxt[nv], "%s island %u", L->events[e].kind == DEMO_EV_KILL ? "kill -9" : "restart",
                      L->events[e].island);
             vlab[nv] = vtxt[nv];
+            vcol[nv] = col;
             nv++;
         }
     }
@@ -318,17 +322,17 @@ int demo_report_write(const char *path, const demo_report_info *in, const demo_l
     full_y[0] = full_y[1] = (double)fb;
     bs[nbs++] = (series){"full BF16 checkpoint", "#555", full_x, full_y, 2, 1};
     /* full checkpoints, cumulative: a straight line from version 1 */
-    fullc_x[0] = -1, fullc_x[1] = nlegs ? (double)legs[0].nsteps - 1 : 0;
+    fullc_x[0] = 0, fullc_x[1] = nlegs ? (double)legs[0].nsteps : 0;
     fullc_y[0] = (double)fb, fullc_y[1] = (double)fc_max;
     cs[ncs++] = (series){"full checkpoints", "#555", fullc_x, fullc_y, 2, 1};
 
     fprintf(f, "<h2>Learning</h2>\n<div class=\"grid\">\n");
     line_chart(f, "mean reward per step (rollouts with the islands' BF16 weights)", "trainer step", rs, nrs, FMT_PLAIN, 1.0, vx, vlab,
-               nv);
-    line_chart(f, "BF16 words changed since the last published version", "trainer step", ch, nch, FMT_PCT, 1.0, NULL, NULL, 0);
+               vcol, nv);
+    line_chart(f, "BF16 words changed since the last published version", "trainer step", ch, nch, FMT_PCT, 1.0, NULL, NULL, NULL, 0);
     fprintf(f, "</div>\n<h2>Bytes on the wire</h2>\n<div class=\"grid\">\n");
-    line_chart(f, "bytes per version: ferry delta vs full checkpoint", "policy version", bs, nbs, FMT_BYTES, 0, NULL, NULL, 0);
-    line_chart(f, "cumulative bytes published (anchors included)", "trainer step", cs, ncs, FMT_BYTES, 0, NULL, NULL, 0);
+    line_chart(f, "bytes per version: ferry delta vs full checkpoint", "policy version", bs, nbs, FMT_BYTES, 0, NULL, NULL, NULL, 0);
+    line_chart(f, "cumulative bytes published (anchors included)", "trainer steps done", cs, ncs, FMT_BYTES, 0, NULL, NULL, NULL, 0);
     fprintf(f, "</div>\n<p class=\"note\">A ferry delta holds exactly the BF16 words that changed (positions by exponent class, "
                "values as ULP deltas, range-coded); islands verify base and result hashes, so the weights they sample with are "
                "bit-identical to the trainer's cast. Anchors (full checkpoints) are published every few versions so that a new or "

@@ -228,6 +228,7 @@ typedef struct trainer {
     /* islands' status, for sync times and fetched bytes */
     demo_island_status isl[DEMO_MAX_ISLANDS];
     uint64_t fetched_dead;      /* bytes fetched by island processes that are gone */
+    uint64_t batches_dead;      /* batches they put */
     char last_warning[256];
 } trainer;
 
@@ -361,12 +362,12 @@ static int collect(trainer *t, sup *s, demo_leg *leg, uint32_t step, demo_step *
 }
 
 /* Reads the islands' status objects: mean time of their last syncs, and the
- * bytes they fetched. */
-static void read_status(trainer *t, demo_leg *leg, double *sync_ms)
+ * bytes they fetched and batches they put (a restarted island starts its
+ * counters again: those of its previous process are kept apart). */
+static void read_status(trainer *t, demo_leg *leg, uint32_t step, double *sync_ms)
 {
     double sum = 0;
     int n = 0;
-    uint64_t total = t->fetched_dead;
     for (uint32_t i = 0; i < t->o->islands; i++) {
         char key[DEMO_KEY_MAX], leaf[32];
         snprintf(leaf, sizeof leaf, "island-%u", i);
@@ -375,7 +376,18 @@ static void read_status(trainer *t, demo_leg *leg, double *sync_ms)
         size_t size = 0;
         demo_island_status s;
         if (!ferry_store_get(t->st, key, &data, &size, NULL) && !demo_status_parse(data, &s)) {
-            if (s.pid != t->isl[i].pid) t->fetched_dead += t->isl[i].fetched_total, total += t->isl[i].fetched_total;
+            if (s.pid != t->isl[i].pid) {
+                t->fetched_dead += t->isl[i].fetched_total;
+                t->batches_dead += t->isl[i].batches;
+                if (t->isl[i].pid && s.syncs) {
+                    /* a restarted island's first words: how it caught up */
+                    char what[200];
+                    snprintf(what, sizeof what, "island %u (pid %ld) rejoined: synced to version %" PRIu64 " by %s",
+                             i, s.pid, s.join_version, s.join);
+                    add_event(leg, DEMO_EV_REJOIN, step, i, s.pid, what);
+                    demo_print_event(t->o, leg, &leg->events[leg->nevents - 1]);
+                }
+            }
             t->isl[i] = s;
         }
         ferry_free(data);
@@ -383,10 +395,15 @@ static void read_status(trainer *t, demo_leg *leg, double *sync_ms)
             sum += t->isl[i].sync_ms;
             n++;
         }
-        total += t->isl[i].fetched_total;
     }
-    *sync_ms = n ? sum / n : 0;
-    leg->fetched_total = total;
+    uint64_t fetched = t->fetched_dead, batches = t->batches_dead;
+    for (uint32_t i = 0; i < t->o->islands; i++) {
+        fetched += t->isl[i].fetched_total;
+        batches += t->isl[i].batches;
+    }
+    if (sync_ms) *sync_ms = n ? sum / n : 0;
+    leg->fetched_total = fetched;
+    leg->produced = batches;
 }
 
 /* The gradient of the kept batches (in a fixed order), an AdamW step. */
@@ -590,7 +607,7 @@ int demo_run_leg(const demo_options *o, ferry_store *st, double adaptive, const 
             if (s.restarts[k->island] && k->put_ms >= s.restarted_wall_ms[k->island]) leg->restarted_batches++;
         }
         kept_clear(&t);
-        read_status(&t, leg, &ds->sync_ms);
+        read_status(&t, leg, step, &ds->sync_ms);
 
         rl_policy_cast_bf16(&t.master, t.cast);
         ds->changed = (double)count_changed(t.cast, t.published, n) / (double)n;
@@ -609,6 +626,7 @@ out:
     /* islands that miss this die with us anyway (PR_SET_PDEATHSIG) */
     if (t.st && t.run[0]) (void)write_text(st, t.run, "control", "stop\n");
     stop_all(&s);
+    if (t.st && t.run[0]) read_status(&t, leg, o->steps, NULL); /* the islands' last words */
     if (t.dock) {
         ferry_dock_stats ds, end;
         ferry_dock_get_stats(t.dock, &ds);
