@@ -239,7 +239,10 @@ FERRY_API int ferry_dock_resume_seq(ferry_dock *d, uint32_t island, uint64_t *ne
  * taken or timeout_ms passes; timeout_ms = 0 makes one pass.  Returns
  * FERRY_OK with *n possibly 0 on timeout.  If the store fails after some
  * batches were committed, the call returns FERRY_OK with them (the failure
- * shows again at the next call); with none, it returns the error.
+ * shows again at the next call).  With none, a transient failure (a
+ * malformed listing, HTTP or network errors, a store timeout, a contended
+ * cursor) is retried at the next pass while time remains, and returned if
+ * the last pass failed; any other failure is returned at once.
  * *out (an array of *n batches, NULL when *n = 0) is released with
  * ferry_dock_batches_free.  max_batches = 0 does one housekeeping pass.
  * Returns FERRY_ERR_ARG (producer handle, bad policy), FERRY_ERR_DOCK_REGRESSED,

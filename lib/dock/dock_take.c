@@ -578,6 +578,17 @@ static int check_call(ferry_dock *d, const ferry_dock_policy *p, uint64_t tv, co
     return FERRY_OK;
 }
 
+/* Store failures worth another pass while a take still has time: the
+ * store has already retried each request within its own deadline, but a
+ * malformed listing (a server caught mid-write) or an outage that just
+ * ended may well be gone by the next pass.  Anything else (credentials,
+ * keys, the cursor, limits) will not improve by waiting. */
+static bool transient(int rc)
+{
+    return rc == FERRY_ERR_STORE_CORRUPT || rc == FERRY_ERR_STORE_HTTP || rc == FERRY_ERR_STORE_NET ||
+           rc == FERRY_ERR_STORE_TIMEOUT || rc == FERRY_ERR_DOCK_CONTENDED;
+}
+
 int ferry_dock_take(ferry_dock *d, const ferry_dock_policy *p, uint64_t trainer_version,
                     size_t max_batches, uint32_t timeout_ms, ferry_dock_batch **out, size_t *n)
 {
@@ -594,13 +605,14 @@ int ferry_dock_take(ferry_dock *d, const ferry_dock_policy *p, uint64_t trainer_
     size_t got = 0, cap = 0;
     for (;;) {
         rc = pass(d, p, trainer_version, max_batches - got, false, &acc, &got, &cap);
-        if (rc) {
-            if (got) rc = FERRY_OK; /* committed batches are the caller's now */
+        if (rc && got) {
+            rc = FERRY_OK; /* committed batches are the caller's now */
             break;
         }
-        if (got >= max_batches) break;
+        if (rc && !transient(rc)) break;
+        if (!rc && got >= max_batches) break;
         uint64_t now = dk_now_ms();
-        if (now >= deadline) break;
+        if (now >= deadline) break; /* with the last pass's status */
         msleep(wait < deadline - now ? wait : deadline - now);
         wait = wait * 2 < DK_MAX_POLL_MS ? wait * 2 : DK_MAX_POLL_MS;
     }

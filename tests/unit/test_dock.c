@@ -1210,6 +1210,16 @@ static int island_main(const char *run, uint32_t island, const char *vfile)
     return fails ? 1 : 0;
 }
 
+/* Failures a trainer rides out by taking again: s3rver, for one, answers a
+ * listing that races a put with an empty ETag (FERRY_ERR_STORE_CORRUPT),
+ * and crashes when a delete removes a directory a put is about to write
+ * into (dock_s3.sh restarts it; the store's retries bridge the gap). */
+static bool store_glitch(int rc)
+{
+    return rc == FERRY_ERR_STORE_CORRUPT || rc == FERRY_ERR_STORE_HTTP || rc == FERRY_ERR_STORE_NET ||
+           rc == FERRY_ERR_STORE_TIMEOUT;
+}
+
 static void test_concurrent_islands(void)
 {
     ferry_store *s = st_open();
@@ -1232,11 +1242,13 @@ static void test_concurrent_islands(void)
     int alive = ISLANDS, bad_status = 0, twice = 0, too_old = 0, bad_payload = 0;
     double t0 = now_s();
     size_t got = 0;
-    for (int it = 0; it < 5000 && now_s() - t0 < 60; it++) {
+    int glitches = 0;
+    for (int it = 0; it < 5000 && now_s() - t0 < 90; it++) {
         ferry_dock_batch *b = NULL;
         size_t n = 0;
         int rc = ferry_dock_take(cons, &p, tv, 6, 30, &b, &n);
-        CHECK_OK(rc);
+        if (rc && store_glitch(rc)) glitches++;
+        else CHECK_OK(rc);
         for (size_t i = 0; i < n; i++) {
             if (b[i].island >= ISLANDS || b[i].seq >= PER_ISLAND || !batch_ok(&b[i], run)) { bad_payload++; continue; }
             if (admitted[b[i].island][b[i].seq]++) twice++;
@@ -1254,7 +1266,11 @@ static void test_concurrent_islands(void)
             }
         }
         if (!alive && rc == 0 && n == 0 && count_traj(s, run) == 0) break;
-        if (!alive && n == 0) CHECK_OK(ferry_dock_sweep(cons, &p, tv));
+        if (!alive && n == 0) {
+            rc = ferry_dock_sweep(cons, &p, tv);
+            if (rc && store_glitch(rc)) glitches++;
+            else CHECK_OK(rc);
+        }
     }
     for (int i = 0; i < ISLANDS; i++)
         if (pids[i] > 0) {
@@ -1262,7 +1278,9 @@ static void test_concurrent_islands(void)
             waitpid(pids[i], NULL, 0);
             bad_status++;
         }
-    CHECK_OK(ferry_dock_sweep(cons, &p, tv));
+    int rc = FERRY_OK;
+    for (int k = 0; k < 20 && (rc = ferry_dock_sweep(cons, &p, tv)) && store_glitch(rc); k++) glitches++;
+    CHECK_OK(rc);
     CHECK(bad_status == 0 && twice == 0 && too_old == 0 && bad_payload == 0);
     /* exactly once: admitted xor dropped, for every (island, seq) */
     static uint8_t dropped[ISLANDS][PER_ISLAND];
@@ -1279,16 +1297,31 @@ static void test_concurrent_islands(void)
     ferry_dock_stats ds;
     ferry_dock_get_stats(cons, &ds);
     printf("    islands: %d x %d batches, %zu admitted, %" PRIu64 " dropped, %" PRIu64 " duplicates, %" PRIu64
-           " rejected, %" PRIu64 " deferred, final version %" PRIu64 ", %.1f s\n",
+           " rejected, %" PRIu64 " deferred, %d store glitches, final version %" PRIu64 ", %.1f s\n",
            ISLANDS, PER_ISLAND, got, ds.dropped_stale, ds.duplicates, ds.rejected_corrupt + ds.rejected_run + ds.rejected_future,
-           ds.deferred, tv, now_s() - t0);
+           ds.deferred, glitches, tv, now_s() - t0);
+    if (!g_remote) CHECK(glitches == 0); /* only a remote server may stumble */
     if (missing || both || dropped_twice)
         fprintf(stderr, "  missing %d, both %d, dropped twice %d\n", missing, both, dropped_twice);
     CHECK(missing == 0 && both == 0 && dropped_twice == 0);
     CHECK(ds.admitted == got && ds.admitted + ds.dropped_stale == ISLANDS * PER_ISLAND);
     CHECK(ds.rejected_corrupt == 0 && ds.rejected_run == 0 && ds.rejected_future == 0);
-    CHECK(ds.duplicates > 0); /* the islands did re-put */
     CHECK(count_traj(s, run) == 0);
+    /* late re-puts of batches long consumed or dropped (how many of the
+     * islands' own re-puts met a consumed batch depends on timing) */
+    ferry_dock *late = PRODUCER(s, run);
+    uint64_t dups = ds.duplicates;
+    for (uint32_t i = 0; i < ISLANDS; i++) CHECK_OK(put_batch(late, i, tv, i));
+    ferry_dock_batch *b = NULL;
+    size_t n = 0;
+    for (int k = 0; k < 20 && (rc = ferry_dock_take(cons, &p, tv, 10, 0, &b, &n)) && store_glitch(rc); k++) glitches++;
+    CHECK_OK(rc);
+    CHECK(n == 0);
+    ferry_dock_batches_free(b, n);
+    ferry_dock_get_stats(cons, &ds);
+    CHECK(ds.duplicates == dups + ISLANDS && ds.admitted == got);
+    CHECK(count_traj(s, run) == 0);
+    ferry_dock_free(late);
     unlink(vfile);
     ferry_dock_free(cons);
     ferry_store_free(s);
