@@ -92,20 +92,32 @@ static int pairs_init(dk_pairs *p, size_t expect)
     return p->slot ? FERRY_OK : FERRY_ERR_NOMEM;
 }
 
-/* Adds (island, seq); returns false if it was there.  The table is sized
- * for twice the most pairs one pass can add, so it never fills. */
-static bool pairs_add(dk_pairs *p, uint32_t island, uint64_t seq)
+/* The slot holding (island, seq), or the empty slot where it would go.
+ * Pairs are added only for objects admitted or dropped, at most
+ * want + max_scan per pass, and the table has twice that many slots, so an
+ * empty slot always ends the probe. */
+static uint64_t *pairs_slot(dk_pairs *p, uint32_t island, uint64_t seq)
 {
     uint64_t h = XXH3_64bits_withSeed(&seq, sizeof seq, island);
     for (size_t i = (size_t)h & p->mask;; i = (i + 1) & p->mask) {
         uint64_t *s = &p->slot[2 * i];
-        if (!s[1]) {
-            s[0] = seq;
-            s[1] = (uint64_t)island + 1;
-            return true;
-        }
-        if (s[0] == seq && s[1] == (uint64_t)island + 1) return false;
+        if (!s[1] || (s[0] == seq && s[1] == (uint64_t)island + 1)) return s;
     }
+}
+
+static bool pairs_has(dk_pairs *p, uint32_t island, uint64_t seq)
+{
+    return pairs_slot(p, island, seq)[1] != 0;
+}
+
+/* Adds (island, seq); returns false if it was there. */
+static bool pairs_add(dk_pairs *p, uint32_t island, uint64_t seq)
+{
+    uint64_t *s = pairs_slot(p, island, seq);
+    if (s[1]) return false;
+    s[0] = seq;
+    s[1] = (uint64_t)island + 1;
+    return true;
 }
 
 /* ---- helpers ---------------------------------------------------------- */
@@ -229,9 +241,10 @@ static int fetch(dk_pass *ps, const ferry_store_entry *e, bool key_ok, uint64_t 
     if (e->stat.size > FERRY_DOCK_HEADER_SIZE + d->o.max_payload) {
         /* Too large to read: judged on the listing's size and deleted,
          * not quarantined (copying it is what the bound forbids). */
-        ferry__fail(FERRY_ERR_DOCK_LENGTH, "%s: %" PRIu64 " bytes, over max_payload %" PRIu64 " + header",
-                    e->key, e->stat.size, d->o.max_payload);
-        return reject(ps, e->key, FERRY_ERR_DOCK_LENGTH, v, isl, s, NULL, 0);
+        int code = key_ok ? FERRY_ERR_DOCK_LENGTH : FERRY_ERR_DOCK_KEY;
+        ferry__fail(code, "%s: %" PRIu64 " bytes, over max_payload %" PRIu64 " + header%s", e->key,
+                    e->stat.size, d->o.max_payload, key_ok ? "" : ", and not a batch key");
+        return reject(ps, e->key, code, v, isl, s, NULL, 0);
     }
     void *data = NULL;
     size_t size = 0;
@@ -318,7 +331,7 @@ static int classify(dk_pass *ps, const ferry_store_entry *e)
         return FERRY_OK;
     }
     if (ps->admitted >= ps->want) return FERRY_OK; /* left for a later take */
-    if (!pairs_add(&ps->picked, isl, s)) { /* same (island, seq) under another version */
+    if (pairs_has(&ps->picked, isl, s)) { /* same (island, seq) under another version */
         if (!spend(ps)) return FERRY_OK;
         dk_item *x = items_add(&ps->items, e->key, IT_DUP);
         if (!x) return FERRY_ERR_NOMEM;
@@ -330,8 +343,12 @@ static int classify(dk_pass *ps, const ferry_store_entry *e)
         return FERRY_OK;
     }
     int rc = fetch(ps, e, true, v, isl, s, &admitted);
-    if (admitted) ps->admitted++;
-    else ps->budget--;
+    if (admitted) {
+        ps->admitted++;
+        pairs_add(&ps->picked, isl, s);
+    } else {
+        ps->budget--;
+    }
     return rc;
 }
 

@@ -1078,6 +1078,36 @@ static void test_budget(void)
     }
     CHECK(ds.dropped_stale == 20 && takes == 4);
     CHECK(count_traj(s, run) == 0);
+
+    /* a flood of corrupt objects ahead of two good ones in key order: each
+     * pass rejects max_scan of them, and the good ones come through once
+     * the flood is cleared */
+    ferry_dock_free(cons);
+    o.delete_rejected = 1;
+    cons = consumer_rec(s, run, r, &o);
+    char key[FERRY_DOCK_KEY_MAX];
+    for (uint64_t q = 100; q < 200; q++) {
+        CHECK_OK(ferry_dock_key(run, 10, 9, q, key));
+        CHECK_OK(ferry_store_put(s, key, "FDCK", 4, NULL));
+    }
+    CHECK_OK(put_batch(prod, 9, 10, 200));
+    CHECK_OK(put_batch(prod, 9, 10, 201));
+    size_t got = 0;
+    takes = 0;
+    double t0 = now_s();
+    while (got < 2 && takes < 40) {
+        CHECK_OK(ferry_dock_take(cons, &p, 10, 2, 0, &b, &n));
+        for (size_t i = 0; i < n; i++) CHECK(b[i].island == 9 && b[i].seq >= 200 && batch_ok(&b[i], run));
+        ferry_dock_batches_free(b, n);
+        ferry_dock_stats cur;
+        ferry_dock_get_stats(cons, &cur);
+        if (takes == 0) CHECK(cur.rejected_corrupt == 4 && n == 0);
+        got += n;
+        takes++;
+    }
+    ferry_dock_get_stats(cons, &ds);
+    CHECK(got == 2 && ds.rejected_by_code[FERRY_ERR_DOCK_TRUNCATED - 100] == 100 && takes == 26);
+    CHECK(count_traj(s, run) == 0 && now_s() - t0 < 60);
     ferry_dock_free(prod);
     ferry_dock_free(cons);
     ferry_store_free(s);
