@@ -368,7 +368,9 @@ static int sync_run(ferry_subscriber *s, int mode, uint64_t version, ferry_sync_
         }
     }
     fs_index_release(&ix);
-    if (rc) sub_work_release(s, &w);
+    /* frees whatever the sync built and did not commit (after a commit,
+     * or with w still the subscriber's own model, there is nothing) */
+    sub_work_release(s, &w);
     return rc;
 }
 
