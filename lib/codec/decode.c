@@ -123,31 +123,6 @@ static void write_changes(uint8_t *dst, unsigned W, const sp_scratch *s, size_t 
     for (size_t j = 0; j < k; j++) sp_store(dst, s->pos[j], W, s->val[j]);
 }
 
-/* Builds the chunk's result piece by piece (into dst, or through the
- * scratch piece tmp when dst is NULL) and hashes each piece while it is in
- * cache: block digests into bh (the chunk starts on a block). */
-static void result_pieces(const uint8_t *base, uint8_t *dst, uint8_t *tmp, unsigned W, size_t n, const sp_scratch *s,
-                          size_t k, uint8_t (*bh)[16])
-{
-    XXH3_state_t hs;
-    XXH3_128bits_reset(&hs);
-    uint64_t in_block = 0;
-    size_t j = 0;
-    for (size_t lo = 0; lo < n; lo += SP_SCAN_PIECE) {
-        size_t hi = n - lo < SP_SCAN_PIECE ? n : lo + SP_SCAN_PIECE, bytes = (hi - lo) * W / 8;
-        uint8_t *p = dst ? dst + lo * W / 8 : tmp;
-        memcpy(p, base + lo * W / 8, bytes);
-        for (; j < k && s->pos[j] < hi; j++) sp_store(p, s->pos[j] - lo, W, s->val[j]);
-        XXH3_128bits_update(&hs, p, bytes);
-        in_block += bytes;
-        if (in_block == FERRY_HASH_BLOCK || hi == n) {
-            ferry__hash_digest(&hs, *bh++);
-            XXH3_128bits_reset(&hs);
-            in_block = 0;
-        }
-    }
-}
-
 /* Hash of a SPARSE entry's result from its block digests, checked, and
  * its decoded change count against the table's. */
 static int check_sparse(dec *d, size_t j)
@@ -278,10 +253,8 @@ static int sparse_out(dec *d, const chunk_ref *c, int w, size_t k, const ferry__
     unsigned W = sp_dtype_of(e->dtype).W;
     const sp_scratch *s = &d->coder[w].s;
     const uint8_t *base = (const uint8_t *)base_of(d, c->entry)->data + c->lo * W / 8;
-    uint8_t (*bh)[16] = d->blocks[c->entry] + c->lo * W / 8 / FERRY_HASH_BLOCK;
-    XXH3_state_t hs;
-    XXH3_128bits_reset(&hs);
-    uint64_t in_block = 0;
+    ferry__blockhash h;
+    ferry__bh_begin(&h, d->blocks[c->entry] + c->lo * W / 8 / FERRY_HASH_BLOCK);
     size_t j = 0;
     for (size_t lo = 0; lo < c->n; lo += SP_SCAN_PIECE) {
         size_t hi = c->n - lo < SP_SCAN_PIECE ? (size_t)c->n : lo + SP_SCAN_PIECE, bytes = (hi - lo) * W / 8;
@@ -289,16 +262,11 @@ static int sparse_out(dec *d, const chunk_ref *c, int w, size_t k, const ferry__
         uint8_t *p = sk->piece(sk->ctx, d->li[c->entry], off, bytes, w);
         memcpy(p, base + lo * W / 8, bytes);
         for (; j < k && s->pos[j] < hi; j++) sp_store(p, s->pos[j] - lo, W, s->val[j]);
-        XXH3_128bits_update(&hs, p, bytes);
+        ferry__bh_feed(&h, p, bytes);
         int rc = sk->done(sk->ctx, d->li[c->entry], off, bytes, w);
         if (rc) return rc;
-        in_block += bytes;
-        if (in_block == FERRY_HASH_BLOCK || hi == c->n) {
-            ferry__hash_digest(&hs, *bh++);
-            XXH3_128bits_reset(&hs);
-            in_block = 0;
-        }
     }
+    ferry__bh_end(&h);
     return FERRY_OK;
 }
 
@@ -498,18 +466,22 @@ int ferry_apply(const ferry_model *base, const void *patch, size_t size, ferry_m
 
 /* Pass 1, one job per chunk: hash the result as it will be, piece by
  * piece through a scratch copy. */
+static uint8_t *scratch_piece(void *ctx, size_t i, uint64_t off, size_t len, int w)
+{
+    (void)i, (void)off, (void)len, (void)w;
+    return ctx;
+}
+
+static int whole_done(void *ctx, size_t i, uint64_t off, size_t len, int w);
 static int verify_job(void *ctx, size_t j, int w)
 {
     dec *d = ctx;
     const chunk_ref *c = &d->ch[j];
-    unsigned W = sp_dtype_of(d->t.e[c->entry].dtype).W;
     size_t k;
     if (!d->tmp[w] && !(d->tmp[w] = ferry__malloc(SP_SCAN_PIECE * 8))) return FERRY_ERR_NOMEM;
     int rc = decode_chunk(d, c, w, &k);
-    if (!rc)
-        result_pieces((const uint8_t *)base_of(d, c->entry)->data + c->lo * W / 8, NULL, d->tmp[w], W, (size_t)c->n,
-                      &d->coder[w].s, k, d->blocks[c->entry] + c->lo * W / 8 / FERRY_HASH_BLOCK);
-    return rc;
+    ferry__sink sk = {d->tmp[w], NULL, scratch_piece, whole_done};
+    return rc ? rc : sparse_out(d, c, w, k, &sk);
 }
 
 /* In place, a WHOLE tensor is decoded (and verified) into a buffer of its

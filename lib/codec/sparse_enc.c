@@ -61,9 +61,8 @@ static int scan_and_hash(const sp_dtype *t, uint32_t top, const uint8_t *a, cons
                          size_t *k, uint8_t (*bh)[16])
 {
     sp_scan_state st = {{0}, 0};
-    XXH3_state_t hs;
-    XXH3_128bits_reset(&hs);
-    uint64_t in_block = 0;
+    ferry__blockhash h;
+    ferry__bh_begin(&h, bh);
     for (size_t lo = 0; lo < n; lo += SP_SCAN_PIECE) {
         size_t hi = n - lo < SP_SCAN_PIECE ? n : lo + SP_SCAN_PIECE;
         const uint8_t *piece;
@@ -75,15 +74,9 @@ static int scan_and_hash(const sp_dtype *t, uint32_t top, const uint8_t *a, cons
         }
         int rc = sp_scan_range(t, top, a, piece, lo, hi, &c->s, &st);
         if (rc) return rc;
-        size_t bytes = (hi - lo) * t->W / 8;
-        XXH3_128bits_update(&hs, piece, bytes);
-        in_block += bytes;
-        if (in_block == FERRY_HASH_BLOCK || hi == n) {
-            ferry__hash_digest(&hs, *bh++);
-            XXH3_128bits_reset(&hs);
-            in_block = 0;
-        }
+        ferry__bh_feed(&h, piece, (hi - lo) * t->W / 8);
     }
+    ferry__bh_end(&h);
     sp_scan_group(&c->s, st.k);
     *k = st.k;
     return FERRY_OK;

@@ -267,6 +267,30 @@ void ferry__block_hash(const void *data, size_t n, uint8_t out[16])
     XXH128_canonicalFromHash((XXH128_canonical_t *)out, XXH3_128bits(data, n));
 }
 
+void ferry__bh_begin(ferry__blockhash *h, uint8_t (*out)[16])
+{
+    XXH3_128bits_reset(&h->st);
+    h->in_block = 0;
+    h->out = out;
+}
+
+void ferry__bh_feed(ferry__blockhash *h, const void *p, size_t n)
+{
+    XXH3_128bits_update(&h->st, p, n);
+    h->in_block += n;
+    if (h->in_block == FERRY_HASH_BLOCK) {
+        ferry__hash_digest(&h->st, *h->out++);
+        XXH3_128bits_reset(&h->st);
+        h->in_block = 0;
+    }
+}
+
+void ferry__bh_end(ferry__blockhash *h)
+{
+    if (h->in_block) ferry__hash_digest(&h->st, *h->out++);
+    h->in_block = 0;
+}
+
 void ferry__tensor_hash_blocks(const char *name, ferry_dtype dt, uint32_t ndim, const uint64_t *shape, uint64_t nbytes,
                                const uint8_t (*blocks)[16], uint8_t out[16])
 {

@@ -59,6 +59,17 @@ void ferry__tensor_hash_begin(XXH3_state_t *st, const char *name, ferry_dtype dt
                               const uint64_t *shape, uint64_t nbytes);
 void ferry__hash_digest(XXH3_state_t *st, uint8_t out[16]);
 void ferry__block_hash(const void *data, size_t n, uint8_t out[16]);
+/* Block digests of a byte stream fed in pieces that never straddle a block
+ * boundary (pieces divide FERRY_HASH_BLOCK): each full block's digest, and
+ * at the end the last partial one's, go to out[0], out[1], ... */
+typedef struct ferry__blockhash {
+    XXH3_state_t st;
+    uint64_t in_block;
+    uint8_t (*out)[16];
+} ferry__blockhash;
+void ferry__bh_begin(ferry__blockhash *h, uint8_t (*out)[16]);
+void ferry__bh_feed(ferry__blockhash *h, const void *p, size_t n);
+void ferry__bh_end(ferry__blockhash *h);
 /* The tensor hash from its block digests (ferry__hash_nblocks(nbytes) of them). */
 void ferry__tensor_hash_blocks(const char *name, ferry_dtype dt, uint32_t ndim, const uint64_t *shape, uint64_t nbytes,
                                const uint8_t (*blocks)[16], uint8_t out[16]);
