@@ -133,7 +133,8 @@ typedef struct ferry_dock_event {
 } ferry_dock_event;
 
 /* Called from inside take / sweep, after the cursor has recorded the
- * outcome; the pointers are valid during the call only. */
+ * outcome; the pointers are valid during the call only.  It must not call
+ * back into the same dock handle. */
 typedef void (*ferry_dock_event_fn)(void *user, const ferry_dock_event *ev);
 
 /* Options.  Zero-initialize and set what you need; NULL = all defaults. */
