@@ -52,6 +52,8 @@ typedef struct demo_config {
     uint32_t group;         /* completions per prompt */
     uint32_t queue;         /* async: batches an island may have waiting in
                                the store before it pauses */
+    uint64_t max_staleness; /* async: the trainer's S (an island stops
+                               waiting for a batch that can only be dropped) */
     uint64_t seed;
     rl_task task;
     rl_policy_config net;

@@ -27,11 +27,11 @@ void demo_shard(uint32_t prompts, uint32_t islands, uint32_t i, uint32_t *first,
 int demo_config_format(const demo_config *c, char *buf, size_t cap)
 {
     int n = snprintf(buf, cap,
-                     "ferry-demo-config 1\nmode %s\nfull_sync %d\nislands %u\nprompts %u\ngroup %u\nqueue %u\n"
+                     "ferry-demo-config 1\nmode %s\nfull_sync %d\nislands %u\nprompts %u\ngroup %u\nqueue %u\nmax_staleness %" PRIu64 "\n"
                      "seed %" PRIu64 "\ntask %s\ndigits %u\nvocab %u\nwindow %u\nembed %u\nheads %u\nhidden %u\n"
                      "layers %u\n",
                      c->mode == DEMO_ASYNC ? "async" : "sequential", c->full_sync, c->islands, c->prompts, c->group,
-                     c->queue, c->seed, rl_task_name(c->task.kind), c->task.prompt_len, c->net.vocab, c->net.window,
+                     c->queue, c->max_staleness, c->seed, rl_task_name(c->task.kind), c->task.prompt_len, c->net.vocab, c->net.window,
                      c->net.embed, c->net.heads, c->net.hidden, c->net.layers);
     return n < 0 || (size_t)n >= cap ? FERRY_ERR_LIMIT : 0;
 }
@@ -84,6 +84,7 @@ int demo_config_parse(const char *text, demo_config *c)
         else if (!strcmp(k, "prompts")) bad = parse_u32(v, 1, 65536, &c->prompts), seen |= 1u << 3;
         else if (!strcmp(k, "group")) bad = parse_u32(v, 1, 1024, &c->group), seen |= 1u << 4;
         else if (!strcmp(k, "queue")) bad = parse_u32(v, 1, 64, &c->queue), seen |= 1u << 5;
+        else if (!strcmp(k, "max_staleness")) bad = parse_u64(v, UINT64_MAX, &c->max_staleness), seen |= 1u << 15;
         else if (!strcmp(k, "seed")) bad = parse_u64(v, UINT64_MAX, &c->seed), seen |= 1u << 6;
         else if (!strcmp(k, "task")) bad = rl_task_parse(v, &c->task.kind) != 0, seen |= 1u << 7;
         else if (!strcmp(k, "digits")) {
@@ -98,7 +99,7 @@ int demo_config_parse(const char *text, demo_config *c)
         else bad = 1;
         if (bad) return FERRY_ERR_ARG;
     }
-    if (seen != (1u << 15) - 1 || c->prompts < c->islands || rl_task_check(&c->task)) return FERRY_ERR_ARG;
+    if (seen != (1u << 16) - 1 || c->prompts < c->islands || rl_task_check(&c->task)) return FERRY_ERR_ARG;
     return 0;
 }
 

@@ -308,10 +308,17 @@ static int run_async(island *is)
             rl_policy_set_bf16(&is->pol, is->held);
         }
         pthread_mutex_unlock(&is->mu);
-        /* batches of ours the trainer has not taken (or dropped) yet */
+        /* batches of ours the trainer has not taken (or dropped) yet; one
+         * that is already too old for the trainer (whose version is at
+         * least the one we hold) will only be dropped: not worth waiting
+         * for (the trainer's sweeps may find it late) */
         for (uint32_t i = 0; i < nout;) {
             ferry_store_stat sst;
-            rc = ferry_store_head(is->st, out_keys[i], &sst);
+            uint64_t v = 0, sq;
+            uint32_t isl;
+            int stale = !ferry_dock_key_parse(is->run, out_keys[i], &v, &isl, &sq) && is->status.version > v &&
+                        is->status.version - v > is->cfg.max_staleness;
+            rc = stale ? FERRY_ERR_STORE_NOT_FOUND : ferry_store_head(is->st, out_keys[i], &sst);
             if (rc == FERRY_ERR_STORE_NOT_FOUND) {
                 memmove(out_keys[i], out_keys[nout - 1], DEMO_KEY_MAX);
                 nout--;
@@ -378,7 +385,7 @@ int cmd_island(int argc, char **argv)
 {
     const char *url = NULL, *run = NULL;
     long id = -1;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (cli_is_help(a)) {
             island_help();
@@ -391,7 +398,6 @@ int cmd_island(int argc, char **argv)
             if (!cli_parse_int(v, 0, DEMO_MAX_ISLANDS - 1, &id)) return cli_usage_error("island", "bad island id '%s'", v);
         } else
             return cli_usage_error("island", "unknown option '%s'", a);
-        i++;
     }
     if (!url || !run || id < 0) return cli_usage_error("island", "needs --store, --run and --island");
     if (strlen(run) > DEMO_RUN_MAX || ferry_dock_run_check(run)) return cli_usage_error("island", "bad run id '%s'", run);

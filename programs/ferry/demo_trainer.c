@@ -548,7 +548,7 @@ int demo_run_leg(const demo_options *o, ferry_store *st, double adaptive, const 
 
     /* the run's parameters, for the islands */
     demo_config cfg = {.mode = o->mode, .full_sync = o->full_sync, .islands = o->islands, .prompts = o->prompts,
-                       .group = o->group, .queue = o->queue, .seed = o->seed, .task = o->task, .net = o->net};
+                       .group = o->group, .queue = o->queue, .max_staleness = o->max_staleness, .seed = o->seed, .task = o->task, .net = o->net};
     char text[1024];
     if ((rc = demo_config_format(&cfg, text, sizeof text)) || (rc = write_text(st, t.run, "config", text))) {
         tfail("writing the run's config", rc);

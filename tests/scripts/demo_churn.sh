@@ -4,8 +4,8 @@
 # holds no version: it reaches the current one from an anchor plus deltas,
 # which its first status line reports) and contributes batches again; the
 # run completes.
-#   1. async, --kill-island-at 6: the demo kills island 0 itself and
-#      restarts it 3 steps later (versions moved on meanwhile);
+#   1. async, --kill-island-at 5: the demo kills island 0 itself and
+#      restarts it 2 steps (and 300 ms) later, versions having moved on;
 #   2. sequential, killed from outside: this script reads island 1's pid
 #      from the demo's JSON, waits until the run is a few steps in, and
 #      kill -9s it; the demo sees the death, restarts the island, and the
@@ -44,14 +44,14 @@ PYEOF
 
 # ---- 1. async, killed by the demo -------------------------------------------
 out=$tmp/async.json
-timeout 300 "$FERRY" demo "${SMALL[@]}" --mode async --steps 24 --kill-island-at 6 --json --report "$tmp/a.html" >"$out" 2>"$tmp/a.err"
+timeout 300 "$FERRY" demo "${SMALL[@]}" --mode async --steps 48 --kill-island-at 5 --restart-after 2 --json --report "$tmp/a.html" >"$out" 2>"$tmp/a.err"
 rc=$?
 if [ $rc -eq 0 ]; then pass "async: the run completes with a killed island"; else cp "$tmp/a.err" "$tmp/log"; fail "async: the run completes (exit $rc)"; fi
-check "async: kill at step 6, restart 3+ steps later with a new pid, every step done" "$out" '
-assert len(st) == 24 and sm["steps"] == 24
+check "async: kill at step 5, restart 2+ steps later with a new pid, every step done" "$out" '
+assert len(st) == 48 and sm["steps"] == 48
 k = [e for e in ev if e["event"] == "kill"]; r = [e for e in ev if e["event"] == "restart"]
-assert len(k) == 1 and k[0]["island"] == 0 and k[0]["step"] == 6, k
-assert len(r) == 1 and r[0]["island"] == 0 and r[0]["step"] >= 9 and r[0]["pid"] != k[0]["pid"], r
+assert len(k) == 1 and k[0]["island"] == 0 and k[0]["step"] == 5, k
+assert len(r) == 1 and r[0]["island"] == 0 and r[0]["step"] >= 7 and r[0]["pid"] != k[0]["pid"], r
 leg = [e for e in ev if e["event"] == "leg"][0]
 assert leg["island_pids"][0] == k[0]["pid"]
 assert not [e for e in ev if e["event"] == "died"], "the planned kill is not reported as a death"
