@@ -219,6 +219,17 @@ static int parse_args(int argc, char **argv, cli_opts *c)
 /* ======================================================================
  * Output
  * ====================================================================== */
+/* 1001298 -> "1,001,298" */
+static void commas(char *buf, size_t cap, uint64_t v)
+{
+    char d[32];
+    int n = snprintf(d, sizeof d, "%" PRIu64, v), j = 0;
+    for (int i = 0; i < n && (size_t)j + 2 < cap; i++) {
+        if (i && (n - i) % 3 == 0) buf[j++] = ',';
+        buf[j++] = d[i];
+    }
+    buf[j] = 0;
+}
 static void mb(char *buf, size_t cap, uint64_t bytes)
 {
     if (bytes >= 10u * 1000 * 1000) snprintf(buf, cap, "%.1f MB", (double)bytes / 1e6);
@@ -395,7 +406,8 @@ int cmd_demo(int argc, char **argv)
         return 1;
     }
     exe[el] = 0;
-    o->exe = exe;
+    /* islands exec this very binary, even if a rebuild replaced the file */
+    o->exe = "/proc/self/exe";
 
     char work[4096] = "", store_dir[4200] = "", url[4300], report[4300];
     int made_store = 0, status = 1;
@@ -453,8 +465,10 @@ int cmd_demo(int argc, char **argv)
     } else {
         printf("ferry demo: 1 trainer + %u rollout islands (separate processes) sharing only the store %s\n", o->islands,
                o->store_url);
-        printf("  policy: %zu parameters (FP32 masters + AdamW lr %g on the trainer, BF16 on the islands); task: %s %u digits;\n"
-               "  %u steps of %u prompts x %u samples; mode %s", params, (double)o->lr, rl_task_name(o->task.kind),
+        char pc[32];
+        commas(pc, sizeof pc, params);
+        printf("  policy: %s parameters (FP32 masters + AdamW lr %g on the trainer, BF16 on the islands); task: %s %u digits;\n"
+               "  %u steps of %u prompts x %u samples; mode %s", pc, (double)o->lr, rl_task_name(o->task.kind),
                o->task.prompt_len, o->steps, o->prompts, o->group, mode);
         if (o->mode == DEMO_ASYNC) printf(" (max staleness %" PRIu64 ")", o->max_staleness);
         printf("; islands sync by %s; seed %" PRIu64 "\n", o->full_sync ? "full checkpoints" : "ferry patches", o->seed);

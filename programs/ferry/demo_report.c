@@ -352,13 +352,18 @@ int demo_report_write(const char *path, const demo_report_info *in, const demo_l
         mbs(x2, sizeof x2, b->delta_total + b->anchor_total);
         fprintf(f, "<h2>Adaptive publication</h2>\n<p>");
         esc(f, b->name);
-        fprintf(f, " published %" PRIu64 " versions in %zu steps (against %" PRIu64 "), uploading %s against %s (%.0f%%); mean reward "
-                   "over the last %d steps %.3f against %.3f.</p>\n",
+        char y1[32], y2[32];
+        mbs(y1, sizeof y1, a->fetched_total);
+        mbs(y2, sizeof y2, b->fetched_total);
+        fprintf(f, " published %" PRIu64 " versions in %zu steps (against %" PRIu64 "), uploading %s against %s (%.0f%%); the islands "
+                   "fetched %s against %s (%.0f%%); mean reward over the last %d steps %.3f against %.3f; wall time %.1f s against "
+                   "%.1f s.</p>\n",
                 b->versions, b->nsteps, a->versions, x2, x1,
                 a->delta_total + a->anchor_total
                     ? 100.0 * (double)(b->delta_total + b->anchor_total) / (double)(a->delta_total + a->anchor_total)
                     : 0,
-                b->window, b->reward_last, a->reward_last);
+                y2, y1, a->fetched_total ? 100.0 * (double)b->fetched_total / (double)a->fetched_total : 0, b->window,
+                b->reward_last, a->reward_last, b->seconds, a->seconds);
     }
     if (nv) {
         fprintf(f, "<h2>Island churn</h2>\n<ul>\n");

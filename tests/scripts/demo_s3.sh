@@ -12,7 +12,7 @@ FERRY=${FERRY_BIN:-$PWD/build/ferry}
 command -v node >/dev/null || skip_all "node is not installed"
 [ -f "$S3RVER_JS" ] || skip_all "s3rver is not installed (scripts/install-deps.sh runs npm install in tests/npm)"
 [ -x "$FERRY" ] || { echo "missing $FERRY"; echo "0 passed, 1 failed"; exit 1; }
-"$FERRY" demo --help 2>&1 | grep -q 'no store layer' && skip_all "NO_NET build"
+"$FERRY" --help 2>/dev/null | grep -qE '^ +demo ' || skip_all "NO_NET build (no demo)"
 store_built || skip_all "store layer not built (NO_NET=1)"
 
 PORT=$(free_port)
