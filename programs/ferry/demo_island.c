@@ -91,7 +91,7 @@ static int island_fail(const island *is, const char *what, int rc)
 static int open_subscriber(island *is, ferry_model *m, ferry_subscriber **out)
 {
     ferry_subscriber_options so = {.model = m,
-                                   .poll_interval_ms = ferry_store_kind(is->st) == FERRY_STORE_FILE ? 5 : 50};
+                                   .poll_interval_ms = ferry_store_kind(is->st) == FERRY_STORE_FILE ? 10 : 50};
     return ferry_subscriber_open(is->st, is->policy_run, &so, out);
 }
 
