@@ -18,6 +18,9 @@ store_built || skip_all "store layer not built (NO_NET=1)"
 PORT=$(free_port)
 mkdir -p "$WORK/data"
 start_s3rver "$WORK/data" "$PORT" "$WORK/s3rver.log" || { echo "0 passed, 1 failed"; exit 1; }
+# the demo's trainer deletes consumed batches while islands put more: the
+# DELETE/PUT race that crashes s3rver (tests/tools/store_env.sh)
+start_s3rver_watchdog "$WORK/data" "$PORT" "$WORK/s3rver.log"
 export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
 export AWS_ENDPOINT_URL_S3=http://127.0.0.1:$PORT
 unset AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_PROFILE
@@ -25,7 +28,7 @@ export TMPDIR=$WORK
 
 for mode in sequential async; do
     out=$WORK/$mode.json
-    timeout 300 "$FERRY" demo --store s3://bkt/demo --mode $mode --islands 2 --steps 5 --dim 32 --prompts 4 --group 4 \
+    timeout -k 10 240 "$FERRY" demo --store s3://bkt/demo --mode $mode --islands 2 --steps 5 --dim 32 --prompts 4 --group 4 \
         --json --report "$WORK/$mode.html" >"$out" 2>"$WORK/$mode.err"
     rc=$?
     check "$mode: ferry demo on s3:// completes (exit $rc)" [ $rc -eq 0 ]
@@ -49,4 +52,6 @@ for l in open(sys.argv[1]):
     check "$mode: the run's policy versions are in the bucket ($run/policy/)" grep -q "^$run/policy/HEAD " "$WORK/$mode.ls"
     check "$mode: no batch left under $run/traj/" bash -c "! grep -q '^$run/traj/' '$WORK/$mode.ls'"
 done
+stop_s3rver_watchdog
+echo "    s3rver restarts by the watchdog: $(cat "$WORK/restarts" 2>/dev/null || echo 0)"
 finish

@@ -26,40 +26,10 @@ export AWS_ENDPOINT_URL_S3=$EP
 unset AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_PROFILE
 S="tool --endpoint $EP --retry-base-ms 50 --deadline-ms 20000"
 
-# s3rver 3.7.1 crashes (unhandled ENOENT on a WriteStream) when a DELETE
-# removes the last object of a "directory", and with it the directory,
-# while a PUT into that directory opens its file: exactly what a trainer
-# deleting consumed batches of version V does while islands put more of V.
-# A watchdog restarts it on the same port and data; the clients' retries
-# (deadline 20 s) carry their requests over the gap.  Restarts are counted
-# and printed, not hidden.
-watchdog() {
-    local pid=$S3RVER_PID n=0
-    echo "$pid" >"$WORK/s3rver.pid"
-    while [ ! -e "$WORK/stop-watchdog" ]; do
-        if ! kill -0 "$pid" 2>/dev/null; then
-            n=$((n + 1))
-            echo "$n" >"$WORK/restarts"
-            grep -m1 -E '^(Error|TypeError)' "$WORK/s3rver.log" >>"$WORK/crashes" 2>/dev/null
-            cp "$WORK/s3rver.log" "$WORK/s3rver.crash$n.log"
-            start_s3rver "$WORK/data" "$PORT" "$WORK/s3rver.log" || return 1
-            pid=$S3RVER_PID
-            echo "$pid" >"$WORK/s3rver.pid"
-        fi
-        sleep 0.1
-    done
-}
-watchdog &
-WATCHDOG_PID=$!
-PIDS+=("$WATCHDOG_PID")
-stop_watchdog() {
-    touch "$WORK/stop-watchdog"
-    wait "$WATCHDOG_PID" 2>/dev/null
-    local p
-    p=$(cat "$WORK/s3rver.pid" 2>/dev/null)
-    [ -n "$p" ] && [ "$p" != "$S3RVER_PID" ] && stop_pid "$p"
-}
-trap 'stop_watchdog; cleanup' EXIT
+# s3rver crashes on a DELETE/PUT race that the dock's traffic hits: a
+# watchdog restarts it (tests/tools/store_env.sh); the clients' retries
+# (deadline 20 s) carry their requests over the gap.
+start_s3rver_watchdog "$WORK/data" "$PORT" "$WORK/s3rver.log"
 
 # --- the unit cases on s3:// ------------------------------------------------
 timeout 300 "$DOCK_TEST" s3://bkt/dock >"$WORK/dock.log" 2>&1
@@ -89,5 +59,5 @@ check "quarantined copies under RUN/quarantine/REASON/" \
     grep -qE '^corrupt-[0-9]+-[0-9]+/quarantine/checksum/v00000000000000000004/i0000000002-s[0-9]{20} ' "$WORK/ls.txt"
 check "a future batch quarantined, not deleted" grep -qE '^future-[0-9]+-[0-9]+/quarantine/future/' "$WORK/ls.txt"
 
-stop_watchdog
+stop_s3rver_watchdog
 finish

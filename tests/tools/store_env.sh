@@ -87,3 +87,42 @@ stop_pid() {
     wait "$1" 2>/dev/null
     return 0
 }
+
+# s3rver 3.7.1 crashes (unhandled ENOENT on a WriteStream) when a DELETE
+# removes the last object of a "directory", and with it the directory,
+# while a PUT into that directory opens its file: exactly what a trainer
+# deleting consumed batches of version V does while islands put more of V.
+# start_s3rver_watchdog DIR PORT LOG (after start_s3rver) restarts it on the
+# same port and data; clients' retries carry their requests over the gap.
+# Restarts are counted in $WORK/restarts and printed, not hidden;
+# stop_s3rver_watchdog ends it (also from the EXIT trap it installs).
+start_s3rver_watchdog() {
+    local dir=$1 port=$2 log=$3
+    (
+        local pid=$S3RVER_PID n=0
+        echo "$pid" >"$WORK/s3rver.pid"
+        while [ ! -e "$WORK/stop-watchdog" ]; do
+            if ! kill -0 "$pid" 2>/dev/null; then
+                n=$((n + 1))
+                echo "$n" >"$WORK/restarts"
+                grep -m1 -E '^(Error|TypeError)' "$log" >>"$WORK/crashes" 2>/dev/null
+                cp "$log" "$WORK/s3rver.crash$n.log"
+                start_s3rver "$dir" "$port" "$log" || exit 1
+                pid=$S3RVER_PID
+                echo "$pid" >"$WORK/s3rver.pid"
+            fi
+            sleep 0.1
+        done
+    ) &
+    WATCHDOG_PID=$!
+    PIDS+=("$WATCHDOG_PID")
+    trap 'stop_s3rver_watchdog; cleanup' EXIT
+}
+stop_s3rver_watchdog() {
+    touch "$WORK/stop-watchdog"
+    [ -n "${WATCHDOG_PID:-}" ] && wait "$WATCHDOG_PID" 2>/dev/null
+    local p
+    p=$(cat "$WORK/s3rver.pid" 2>/dev/null)
+    [ -n "$p" ] && [ "$p" != "$S3RVER_PID" ] && stop_pid "$p"
+    return 0
+}
