@@ -45,7 +45,12 @@ def mb(x):
 
 
 def sd(xs):
-    return statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return statistics.stdev(xs) if len(xs) > 1 else float("nan")
+
+
+def fmt(x, spec="%.4f"):
+    """A number, or "-" where there is none (sd of one seed, absent mode)."""
+    return "-" if x is None or x != x else spec % x
 
 
 def window_mean(rounds, k):
@@ -84,11 +89,11 @@ def phase_report(name, phase_dir):
             gl = statistics.mean(r[-1]["gated_fraction"] for r in rr)
             last = [window_mean(r, k) for r in rr]
             r0 = statistics.mean(r[0]["reward"] for r in rr)
-            lines.append("| %s | %s | %s | %s | %s | %.1f%% / %.1f%% | %.4f | %.4f ± %.4f |" % (
+            lines.append("| %s | %s | %s | %s | %s | %.1f%% / %.1f%% | %.4f | %.4f ± %s |" % (
                 m, mb(per_round), mb(totals[m]),
                 "%.1fx" % (totals["diloco"] / totals[m]) if "diloco" in totals else "-",
                 "%.1fx" % (totals["ddp"] / totals[m]) if "ddp" in totals else "-",
-                100 * g0, 100 * gl, r0, statistics.mean(last), sd(last)))
+                100 * g0, 100 * gl, r0, statistics.mean(last), fmt(sd(last))))
         lines.append("")
         # Reward curves: mean over seeds per round, the seed spread, and the
         # PULSELoCo - DiLoCo gap against that spread.
@@ -104,17 +109,17 @@ def phase_report(name, phase_dir):
                 gaps.append(gap)
                 sds.append((sd(vals["pulseloco"]) + sd(vals["diloco"])) / 2)
                 if i % step == 0 or i == nr - 1:
-                    d = vals.get("ddp", [0.0])
-                    lines.append("| %d | %d | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %+.4f |" % (
-                        i, (i + 1) * start["h"], statistics.mean(vals["pulseloco"]), sd(vals["pulseloco"]),
-                        statistics.mean(vals["diloco"]), sd(vals["diloco"]),
-                        statistics.mean(d), sd(d), gap))
-            lines += ["", "Over all %d rounds: mean |pulse - diloco| = %.4f, mean seed sd = %.4f; "
-                      "last %d rounds: pulse - diloco = %+.4f (seed sd of that window: pulse %.4f, diloco %.4f)."
-                      % (nr, statistics.mean(abs(g) for g in gaps), statistics.mean(sds), k,
+                    d = vals.get("ddp")
+                    lines.append("| %d | %d | %.4f | %s | %.4f | %s | %s | %s | %+.4f |" % (
+                        i, (i + 1) * start["h"], statistics.mean(vals["pulseloco"]), fmt(sd(vals["pulseloco"])),
+                        statistics.mean(vals["diloco"]), fmt(sd(vals["diloco"])),
+                        fmt(statistics.mean(d) if d else None), fmt(sd(d) if d else None), gap))
+            lines += ["", "Over all %d rounds: mean |pulse - diloco| = %.4f, mean seed sd = %s; "
+                      "last %d rounds: pulse - diloco = %+.4f (seed sd of that window: pulse %s, diloco %s)."
+                      % (nr, statistics.mean(abs(g) for g in gaps), fmt(statistics.mean(sds)), k,
                          statistics.mean(gaps[-k:]),
-                         sd([window_mean(by_mode["pulseloco"][s][1], k) for s in seeds]),
-                         sd([window_mean(by_mode["diloco"][s][1], k) for s in seeds])), ""]
+                         fmt(sd([window_mean(by_mode["pulseloco"][s][1], k) for s in seeds])),
+                         fmt(sd([window_mean(by_mode["diloco"][s][1], k) for s in seeds]))), ""]
     return lines
 
 
@@ -147,6 +152,8 @@ def main():
     lines += phase_report("curves: the workload's default inner lr", os.path.join(out, "curves"))
     lines += phase_report("llm: an LLM-like inner lr (per-round moves below most BF16 cells)", os.path.join(out, "llm"))
     lines += sweep_report(os.path.join(out, "sweep"))
+    lines += phase_report("llmlong: inner lr 2e-6 over a longer horizon (one seed)", os.path.join(out, "llmlong"))
+    lines += phase_report("ranks4: four ranks", os.path.join(out, "ranks4"))
     print("\n".join(lines))
 
 
