@@ -18,7 +18,7 @@ set -u
 BUILD=${FERRY_BUILD:-$PWD/build}
 PROG=$BUILD/examples/loco_train
 if ! command -v mpirun >/dev/null 2>&1 || [ ! -x "$PROG" ]; then
-    echo "loco_mpi: skipped (no mpirun or no $PROG)"
+    echo "loco: skipped (no mpirun or no $PROG)"
     exit 0
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -139,5 +139,5 @@ else
     bad "publish: exit $(cat "$tmp/publish.rc"), files: $(ls "$tmp/pub" 2>&1)"
 fi
 
-echo "loco_mpi: $pass passed, $fail failed"
+echo "loco: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
