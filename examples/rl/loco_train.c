@@ -44,6 +44,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "args.h"
 #include "adamw.h"
 #include "ferry.h"
 #include "ferry_loco.h"
@@ -115,44 +116,6 @@ static void usage(FILE *f)
             d.vocab, d.embed, d.heads, d.hidden, d.layers, (double)RL_ADAMW_DEFAULT_LR);
 }
 
-static int parse_u64(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || *s == '-') return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_int(const char *s, int lo, int hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
-    *out = (int)v;
-    return 0;
-}
-
-static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
-{
-    int v;
-    if (parse_int(s, (int)lo, (int)hi, &v)) return -1;
-    *out = (uint32_t)v;
-    return 0;
-}
-
-static int parse_float(const char *s, float *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v)) return -1;
-    *out = (float)v;
-    return 0;
-}
-
 /* 0: run, 1: --help, -1: bad command line (message printed). */
 static int parse_args(int argc, char **argv, opts *o)
 {
@@ -174,30 +137,30 @@ static int parse_args(int argc, char **argv, opts *o)
             else if (!strcmp(v, "ddp")) o->mode = FERRY_LOCO_DDP;
             else bad = 1;
         }
-        else if (!strcmp(a, "--h")) bad = parse_int(v, 1, 1000000, &o->h);
-        else if (!strcmp(a, "--rounds")) bad = parse_int(v, 0, 10000000, &o->rounds);
-        else if (!strcmp(a, "--outer-lr")) bad = parse_float(v, &o->outer.lr);
-        else if (!strcmp(a, "--outer-momentum")) bad = parse_float(v, &o->outer.momentum);
-        else if (!strcmp(a, "--level")) bad = parse_int(v, 1, 19, &o->level);
+        else if (!strcmp(a, "--h")) bad = rl_arg_int(v, 1, 1000000, &o->h);
+        else if (!strcmp(a, "--rounds")) bad = rl_arg_int(v, 0, 10000000, &o->rounds);
+        else if (!strcmp(a, "--outer-lr")) bad = rl_arg_float(v, &o->outer.lr);
+        else if (!strcmp(a, "--outer-momentum")) bad = rl_arg_float(v, &o->outer.momentum);
+        else if (!strcmp(a, "--level")) bad = rl_arg_int(v, 1, 19, &o->level);
         else if (!strcmp(a, "--publish-dir")) o->publish_dir = v;
-        else if (!strcmp(a, "--seed")) bad = parse_u64(v, &o->seed);
-        else if (!strcmp(a, "--prompts-per-step")) bad = parse_int(v, 1, 65536, &o->prompts);
-        else if (!strcmp(a, "--group-size")) bad = parse_int(v, 1, 1024, &o->group);
+        else if (!strcmp(a, "--seed")) bad = rl_arg_u64(v, &o->seed);
+        else if (!strcmp(a, "--prompts-per-step")) bad = rl_arg_int(v, 1, 65536, &o->prompts);
+        else if (!strcmp(a, "--group-size")) bad = rl_arg_int(v, 1, 1024, &o->group);
         else if (!strcmp(a, "--task")) bad = rl_task_parse(v, &o->task.kind);
         else if (!strcmp(a, "--digits")) {
-            bad = parse_u32(v, 1, RL_TASK_MAX_LEN, &o->task.prompt_len);
+            bad = rl_arg_u32(v, 1, RL_TASK_MAX_LEN, &o->task.prompt_len);
             o->task.completion_len = o->task.prompt_len;
         }
-        else if (!strcmp(a, "--vocab")) bad = parse_u32(v, RL_TASK_MIN_VOCAB, RL_MAX_VOCAB, &o->net.vocab);
-        else if (!strcmp(a, "--embed")) bad = parse_u32(v, 1, 65536, &o->net.embed);
-        else if (!strcmp(a, "--heads")) bad = parse_u32(v, 1, RL_MAX_HEADS, &o->net.heads);
-        else if (!strcmp(a, "--dim")) bad = parse_u32(v, 1, 65536, &o->net.hidden);
-        else if (!strcmp(a, "--layers")) bad = parse_u32(v, 1, RL_MAX_LAYERS, &o->net.layers);
-        else if (!strcmp(a, "--lr")) bad = parse_float(v, &o->adam.lr);
-        else if (!strcmp(a, "--beta1")) bad = parse_float(v, &o->adam.beta1);
-        else if (!strcmp(a, "--beta2")) bad = parse_float(v, &o->adam.beta2);
-        else if (!strcmp(a, "--eps")) bad = parse_float(v, &o->adam.eps);
-        else if (!strcmp(a, "--wd")) bad = parse_float(v, &o->adam.weight_decay);
+        else if (!strcmp(a, "--vocab")) bad = rl_arg_u32(v, RL_TASK_MIN_VOCAB, RL_MAX_VOCAB, &o->net.vocab);
+        else if (!strcmp(a, "--embed")) bad = rl_arg_u32(v, 1, 65536, &o->net.embed);
+        else if (!strcmp(a, "--heads")) bad = rl_arg_u32(v, 1, RL_MAX_HEADS, &o->net.heads);
+        else if (!strcmp(a, "--dim")) bad = rl_arg_u32(v, 1, 65536, &o->net.hidden);
+        else if (!strcmp(a, "--layers")) bad = rl_arg_u32(v, 1, RL_MAX_LAYERS, &o->net.layers);
+        else if (!strcmp(a, "--lr")) bad = rl_arg_float(v, &o->adam.lr);
+        else if (!strcmp(a, "--beta1")) bad = rl_arg_float(v, &o->adam.beta1);
+        else if (!strcmp(a, "--beta2")) bad = rl_arg_float(v, &o->adam.beta2);
+        else if (!strcmp(a, "--eps")) bad = rl_arg_float(v, &o->adam.eps);
+        else if (!strcmp(a, "--wd")) bad = rl_arg_float(v, &o->adam.weight_decay);
         else bad = 1;
         if (bad) {
             fprintf(stderr, "loco_train: bad option or value: %s%s%s\n", a, v && takes ? " " : "",

@@ -46,6 +46,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "args.h"
 #include "adamw.h"
 #include "ferry.h"
 #include "grpo.h"
@@ -106,44 +107,6 @@ static void usage(FILE *f)
             d.vocab, d.embed, RL_MAX_HEADS, d.heads, d.hidden, RL_MAX_LAYERS, d.layers, (double)RL_ADAMW_DEFAULT_LR);
 }
 
-static int parse_u64(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || *s == '-') return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_int(const char *s, int lo, int hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
-    *out = (int)v;
-    return 0;
-}
-
-static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
-{
-    int v;
-    if (parse_int(s, (int)lo, (int)hi, &v)) return -1;
-    *out = (uint32_t)v;
-    return 0;
-}
-
-static int parse_float(const char *s, float *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v)) return -1;
-    *out = (float)v;
-    return 0;
-}
-
 /* 0: run, 1: --help, -1: bad command line. */
 static int parse_args(int argc, char **argv, opts *o)
 {
@@ -157,31 +120,31 @@ static int parse_args(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--json")) { o->json = 1; takes = 0; }
         else if (!strcmp(a, "--quiet")) { o->quiet = 1; takes = 0; }
         else if (!v) bad = 1;
-        else if (!strcmp(a, "--steps")) bad = parse_int(v, 0, 10000000, &o->steps);
-        else if (!strcmp(a, "--seed")) bad = parse_u64(v, &o->seed);
-        else if (!strcmp(a, "--prompts-per-step")) bad = parse_int(v, 1, 65536, &o->prompts);
-        else if (!strcmp(a, "--group-size")) bad = parse_int(v, 1, 1024, &o->group);
+        else if (!strcmp(a, "--steps")) bad = rl_arg_int(v, 0, 10000000, &o->steps);
+        else if (!strcmp(a, "--seed")) bad = rl_arg_u64(v, &o->seed);
+        else if (!strcmp(a, "--prompts-per-step")) bad = rl_arg_int(v, 1, 65536, &o->prompts);
+        else if (!strcmp(a, "--group-size")) bad = rl_arg_int(v, 1, 1024, &o->group);
         else if (!strcmp(a, "--sync")) {
             if (!strcmp(v, "full")) o->full_sync = 1;
             else if (!strcmp(v, "patch")) o->full_sync = 0;
             else bad = 1;
         }
-        else if (!strcmp(a, "--level")) bad = parse_int(v, 0, 19, &o->level);
+        else if (!strcmp(a, "--level")) bad = rl_arg_int(v, 0, 19, &o->level);
         else if (!strcmp(a, "--task")) bad = rl_task_parse(v, &o->task.kind);
         else if (!strcmp(a, "--digits")) {
-            bad = parse_u32(v, 1, RL_TASK_MAX_LEN, &o->task.prompt_len);
+            bad = rl_arg_u32(v, 1, RL_TASK_MAX_LEN, &o->task.prompt_len);
             o->task.completion_len = o->task.prompt_len;
         }
-        else if (!strcmp(a, "--vocab")) bad = parse_u32(v, RL_TASK_MIN_VOCAB, RL_MAX_VOCAB, &o->net.vocab);
-        else if (!strcmp(a, "--embed")) bad = parse_u32(v, 1, 65536, &o->net.embed);
-        else if (!strcmp(a, "--heads")) bad = parse_u32(v, 1, RL_MAX_HEADS, &o->net.heads);
-        else if (!strcmp(a, "--dim")) bad = parse_u32(v, 1, 65536, &o->net.hidden);
-        else if (!strcmp(a, "--layers")) bad = parse_u32(v, 1, RL_MAX_LAYERS, &o->net.layers);
-        else if (!strcmp(a, "--lr")) bad = parse_float(v, &o->adam.lr);
-        else if (!strcmp(a, "--beta1")) bad = parse_float(v, &o->adam.beta1);
-        else if (!strcmp(a, "--beta2")) bad = parse_float(v, &o->adam.beta2);
-        else if (!strcmp(a, "--eps")) bad = parse_float(v, &o->adam.eps);
-        else if (!strcmp(a, "--wd")) bad = parse_float(v, &o->adam.weight_decay);
+        else if (!strcmp(a, "--vocab")) bad = rl_arg_u32(v, RL_TASK_MIN_VOCAB, RL_MAX_VOCAB, &o->net.vocab);
+        else if (!strcmp(a, "--embed")) bad = rl_arg_u32(v, 1, 65536, &o->net.embed);
+        else if (!strcmp(a, "--heads")) bad = rl_arg_u32(v, 1, RL_MAX_HEADS, &o->net.heads);
+        else if (!strcmp(a, "--dim")) bad = rl_arg_u32(v, 1, 65536, &o->net.hidden);
+        else if (!strcmp(a, "--layers")) bad = rl_arg_u32(v, 1, RL_MAX_LAYERS, &o->net.layers);
+        else if (!strcmp(a, "--lr")) bad = rl_arg_float(v, &o->adam.lr);
+        else if (!strcmp(a, "--beta1")) bad = rl_arg_float(v, &o->adam.beta1);
+        else if (!strcmp(a, "--beta2")) bad = rl_arg_float(v, &o->adam.beta2);
+        else if (!strcmp(a, "--eps")) bad = rl_arg_float(v, &o->adam.eps);
+        else if (!strcmp(a, "--wd")) bad = rl_arg_float(v, &o->adam.weight_decay);
         else bad = 1;
         if (bad) {
             fprintf(stderr, "rl_train: bad option or value: %s%s%s\n", a, v && takes ? " " : "",
