@@ -402,6 +402,13 @@ int ferry__apply_to(const ferry_model *base, const void *patch, size_t size, con
     return rc;
 }
 
+/* Sinks whose pieces are already where they belong. */
+static int no_done(void *ctx, size_t i, uint64_t off, size_t len, int w)
+{
+    (void)ctx, (void)i, (void)off, (void)len, (void)w;
+    return FERRY_OK;
+}
+
 /* The memory sink: one new buffer per result tensor, handed to a model. */
 typedef struct mem_sink {
     ferry_model *m; /* the layout, whose tensors get owned buffers */
@@ -434,19 +441,13 @@ static uint8_t *mem_piece(void *ctx, size_t i, uint64_t off, size_t len, int w)
     return ((mem_sink *)ctx)->buf[i] + off;
 }
 
-static int mem_done(void *ctx, size_t i, uint64_t off, size_t len, int w)
-{
-    (void)ctx, (void)i, (void)off, (void)len, (void)w;
-    return FERRY_OK;
-}
-
 int ferry_apply_ex(const ferry_model *base, const void *patch, size_t size, const ferry_apply_options *opts,
                    ferry_model **out)
 {
     if (!base || !patch || !out) return ferry__fail(FERRY_ERR_ARG, "ferry_apply: NULL argument");
     *out = NULL;
     mem_sink ms = {0};
-    ferry__sink sk = {&ms, mem_begin, mem_piece, mem_done};
+    ferry__sink sk = {&ms, mem_begin, mem_piece, no_done};
     int rc = ferry__apply_to(base, patch, size, opts, &sk);
     free(ms.buf);
     if (rc) {
@@ -472,7 +473,6 @@ static uint8_t *scratch_piece(void *ctx, size_t i, uint64_t off, size_t len, int
     return ctx;
 }
 
-static int whole_done(void *ctx, size_t i, uint64_t off, size_t len, int w);
 static int verify_job(void *ctx, size_t j, int w)
 {
     dec *d = ctx;
@@ -480,7 +480,7 @@ static int verify_job(void *ctx, size_t j, int w)
     size_t k;
     if (!d->tmp[w] && !(d->tmp[w] = ferry__malloc(SP_SCAN_PIECE * 8))) return FERRY_ERR_NOMEM;
     int rc = decode_chunk(d, c, w, &k);
-    ferry__sink sk = {d->tmp[w], NULL, scratch_piece, whole_done};
+    ferry__sink sk = {d->tmp[w], NULL, scratch_piece, no_done};
     return rc ? rc : sparse_out(d, c, w, k, &sk);
 }
 
@@ -492,11 +492,6 @@ static uint8_t *whole_piece(void *ctx, size_t i, uint64_t off, size_t len, int w
     return (uint8_t *)ctx + off;
 }
 
-static int whole_done(void *ctx, size_t i, uint64_t off, size_t len, int w)
-{
-    (void)ctx, (void)i, (void)off, (void)len, (void)w;
-    return FERRY_OK;
-}
 
 static int verify_entry_job(void *ctx, size_t j, int w)
 {
@@ -506,7 +501,7 @@ static int verify_entry_job(void *ctx, size_t j, int w)
     case PK_SPARSE: return check_sparse(d, j);
     case PK_WHOLE: {
         if (!(d->whole[j] = ferry__malloc((size_t)d->t.e[j].nbytes))) return FERRY_ERR_NOMEM;
-        ferry__sink sk = {d->whole[j], NULL, whole_piece, whole_done};
+        ferry__sink sk = {d->whole[j], NULL, whole_piece, no_done};
         return whole_out(d, j, w, &sk);
     }
     default: return FERRY_OK;

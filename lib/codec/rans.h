@@ -24,35 +24,6 @@ typedef struct rans_table {
 } rans_table;
 
 /* ---- raw bits, LSB-first within little-endian bytes ---- */
-typedef struct bitw {
-    ferry_buf *out;
-    uint64_t acc;
-    unsigned n;
-    int err;
-} bitw;
-
-static inline void bitw_put(bitw *w, uint64_t v, unsigned nbits)
-{
-    while (nbits) {
-        unsigned take = nbits > 32 ? 32 : nbits;
-        w->acc |= (v & ((1ull << take) - 1)) << w->n;
-        w->n += take;
-        v >>= take;
-        nbits -= take;
-        while (w->n >= 8) {
-            if (w->out->size == w->out->cap && ferry__buf_reserve(w->out, 1)) { w->err = FERRY_ERR_NOMEM; return; }
-            w->out->data[w->out->size++] = (uint8_t)w->acc;
-            w->acc >>= 8;
-            w->n -= 8;
-        }
-    }
-}
-static inline int bitw_flush(bitw *w)
-{
-    if (w->n) bitw_put(w, 0, 8 - w->n);
-    return w->err;
-}
-
 typedef struct bitr {
     const uint8_t *p, *end;
     uint64_t acc; /* n unread bits, LSB first */

@@ -118,16 +118,6 @@ typedef struct sp_src {
     int f32_to_bf16;
 } sp_src;
 
-static inline uint64_t sp_src_load(const sp_src *s, size_t i, unsigned W)
-{
-    if (s->f32_to_bf16) {
-        uint32_t u;
-        memcpy(&u, s->p + 4 * i, 4);
-        return ferry__bf16_from_bits(u);
-    }
-    return sp_load(s->p, i, W);
-}
-
 /* Per-thread scratch of the coders; grows as needed, reused across chunks. */
 typedef struct sp_scratch {
     uint32_t *pos, *cls, *rank; /* per change, in position order */
