@@ -231,6 +231,12 @@ typedef struct ferry_apply_options {
                        the base is then not hashed again, and its tensors
                        carried unchanged are taken as they are.  The result
                        of the patch is still verified in full. */
+    uint64_t undo_limit; /* ferry_apply_inplace only: bytes of undo log it may
+                       keep (4 + word size per changed word) so that it decodes
+                       each chunk once, writing while it verifies and putting
+                       the base back on failure; chunks beyond the limit are
+                       verified first and decoded again to be written.  0 =
+                       64 MiB + 16 x the patch size. */
 } ferry_apply_options;
 
 /* Encodes the patch A -> B into a new buffer (*patch, *size), released with
@@ -260,8 +266,13 @@ FERRY_API int ferry_apply_file(const ferry_model *base, const void *patch, size_
 
 /* Applies a patch into base's own writable memory (same names, dtypes and
  * shapes before and after, no metadata change; else FERRY_ERR_SHAPE_MISMATCH).
- * Decodes and verifies the whole result first (per-tensor and model hashes),
- * and only then writes the changed elements: on any error base is untouched. */
+ * Every tensor and the model are verified (per-tensor and model hashes)
+ * before it returns OK; on any error base holds exactly its old bits again.
+ * To decode once, it writes the changed elements while it verifies, keeping
+ * the words it overwrote in an undo log (bounded by opts->undo_limit) and
+ * putting them back if verification fails; chunks beyond the limit are
+ * verified first and only then decoded again and written.  Readers of base
+ * must not run concurrently with it. */
 FERRY_API int ferry_apply_inplace(ferry_model *base, const void *patch, size_t size);
 FERRY_API int ferry_apply_inplace_ex(ferry_model *base, const void *patch, size_t size,
                                      const ferry_apply_options *opts);

@@ -34,7 +34,21 @@ typedef struct dec {
     size_t *ent_first;       /* entry -> first chunk */
     sp_coder *coder;         /* per worker */
     uint8_t **tmp;           /* per worker: one scan piece (in-place hashing) */
+    struct undo *undo;       /* in place: per chunk */
+    uint8_t *arena;          /* in place: the undo log */
+    uint64_t arena_used, arena_size; /* bytes handed out (atomic adds), held */
 } dec;
+
+/* Default undo budget of ferry_apply_inplace for a patch of n bytes. */
+#define FERRY_UNDO_LIMIT_DEFAULT(n) (((uint64_t)64 << 20) + 16 * (uint64_t)(n))
+
+/* In place, a chunk written during verification keeps what it overwrote,
+ * so that a failure anywhere can put the base back exactly. */
+typedef struct undo {
+    uint32_t *pos;           /* NULL: the chunk was not written (deferred) */
+    uint8_t *old;
+    size_t k;
+} undo;
 
 static int mismatch(int code, const char *what, const uint8_t got[16], const uint8_t want[16])
 {
@@ -210,6 +224,8 @@ static int begin(dec *d, const ferry_model *base, const void *patch, size_t size
 
 static void end(dec *d)
 {
+    free(d->undo);
+    free(d->arena);
     for (int w = 0; d->coder && w < d->threads; w++) sp_coder_release(&d->coder[w]);
     for (int w = 0; d->tmp && w < d->threads; w++) free(d->tmp[w]);
     free(d->tmp);
@@ -465,12 +481,43 @@ int ferry_apply(const ferry_model *base, const void *patch, size_t size, ferry_m
 
 /* ---- ferry_apply_inplace: verify everything, then write ---- */
 
-/* Pass 1, one job per chunk: hash the result as it will be, piece by
- * piece through a scratch copy. */
+/* Pass 1, one job per chunk.  When the undo log has room: write the
+ * changes into the base piece by piece, keeping the old words, and hash each
+ * piece where it lies (one decode).  Otherwise: hash the result as it will
+ * be through a scratch copy, and leave the writing to pass 2. */
 static uint8_t *scratch_piece(void *ctx, size_t i, uint64_t off, size_t len, int w)
 {
     (void)i, (void)off, (void)len, (void)w;
     return ctx;
+}
+
+static int write_with_undo(dec *d, const chunk_ref *c, int w, size_t k)
+{
+    const patch_entry *e = &d->t.e[c->entry];
+    unsigned W = sp_dtype_of(e->dtype).W;
+    undo *u = &d->undo[c - d->ch];
+    uint64_t bytes = ((uint64_t)k * (4 + W / 8) + 7) & ~(uint64_t)7;
+    uint64_t at = __atomic_fetch_add(&d->arena_used, bytes, __ATOMIC_RELAXED);
+    if (at > d->arena_size || bytes > d->arena_size - at) return 1; /* no room: deferred to pass 2 */
+    const sp_scratch *s = &d->coder[w].s;
+    u->pos = (uint32_t *)(void *)(d->arena + at);
+    u->old = (uint8_t *)(u->pos + k);
+    u->k = k;
+    memcpy(u->pos, s->pos, k * sizeof *u->pos);
+    uint8_t *base = (uint8_t *)base_of(d, c->entry)->data + c->lo * W / 8;
+    ferry__blockhash h;
+    ferry__bh_begin(&h, d->blocks[c->entry] + c->lo * W / 8 / FERRY_HASH_BLOCK);
+    size_t j = 0;
+    for (size_t lo = 0; lo < c->n; lo += SP_SCAN_PIECE) {
+        size_t hi = c->n - lo < SP_SCAN_PIECE ? (size_t)c->n : lo + SP_SCAN_PIECE;
+        for (; j < k && s->pos[j] < hi; j++) {
+            sp_store(u->old, j, W, sp_load(base, s->pos[j], W));
+            sp_store(base, s->pos[j], W, s->val[j]);
+        }
+        ferry__bh_feed(&h, base + lo * W / 8, (hi - lo) * W / 8);
+    }
+    ferry__bh_end(&h);
+    return 0;
 }
 
 static int verify_job(void *ctx, size_t j, int w)
@@ -478,10 +525,43 @@ static int verify_job(void *ctx, size_t j, int w)
     dec *d = ctx;
     const chunk_ref *c = &d->ch[j];
     size_t k;
-    if (!d->tmp[w] && !(d->tmp[w] = ferry__malloc(SP_SCAN_PIECE * 8))) return FERRY_ERR_NOMEM;
     int rc = decode_chunk(d, c, w, &k);
+    if (rc || !write_with_undo(d, c, w, k)) return rc;
+    if (!d->tmp[w] && !(d->tmp[w] = ferry__malloc(SP_SCAN_PIECE * 8))) return FERRY_ERR_NOMEM;
     ferry__sink sk = {d->tmp[w], NULL, scratch_piece, no_done};
-    return rc ? rc : sparse_out(d, c, w, k, &sk);
+    return sparse_out(d, c, w, k, &sk);
+}
+
+/* The undo log: what the table's change counts need, up to the limit
+ * (counts are hostile: saturating sums; without memory, every chunk is
+ * simply deferred). */
+static void undo_arena(dec *d, uint64_t limit)
+{
+    if (limit > (uint64_t)1 << 62) limit = (uint64_t)1 << 62;
+    uint64_t need = 0; /* saturates at the limit */
+    for (size_t j = 0; j < d->t.n && need < limit; j++) {
+        const patch_entry *e = &d->t.e[j];
+        if (e->kind != PK_SPARSE) continue;
+        uint64_t per = 4 + sp_dtype_of(e->dtype).W / 8, pad = 8 * patch_chunks(e);
+        if (e->changed > limit / per || pad > limit) need = limit;
+        else need += e->changed * per + pad; /* each term < 2 x limit: no overflow */
+    }
+    uint64_t size = need < limit ? need : limit;
+    if (size > SIZE_MAX || !(d->arena = ferry__malloc_big((size_t)size))) size = 0;
+    d->arena_size = size;
+}
+
+/* Puts back every word pass 1 wrote. */
+static void roll_back(dec *d)
+{
+    for (size_t j = 0; j < d->nch; j++) {
+        undo *u = &d->undo[j];
+        if (!u->pos) continue;
+        const chunk_ref *c = &d->ch[j];
+        unsigned W = sp_dtype_of(d->t.e[c->entry].dtype).W;
+        uint8_t *base = (uint8_t *)base_of(d, c->entry)->data + c->lo * W / 8;
+        for (size_t i = 0; i < u->k; i++) sp_store(base, u->pos[i], W, sp_load(u->old, i, W));
+    }
 }
 
 /* In place, a WHOLE tensor is decoded (and verified) into a buffer of its
@@ -508,11 +588,13 @@ static int verify_entry_job(void *ctx, size_t j, int w)
     }
 }
 
-/* Pass 2: decoding is deterministic, so it reproduces what pass 1 hashed. */
+/* Pass 2, for the chunks pass 1 deferred: decoding is deterministic, so it
+ * reproduces what pass 1 hashed. */
 static int write_job(void *ctx, size_t j, int w)
 {
     dec *d = ctx;
     const chunk_ref *c = &d->ch[j];
+    if (d->undo[j].pos) return FERRY_OK;
     unsigned W = sp_dtype_of(d->t.e[c->entry].dtype).W;
     size_t k;
     int rc = decode_chunk(d, c, w, &k);
@@ -551,11 +633,13 @@ int ferry_apply_inplace_ex(ferry_model *base, const void *patch, size_t size, co
     if (!rc) rc = check_inplace(&d, base);
     if (!rc) rc = check_whole_sizes(&d);
     if (!rc && (!(d.tmp = ferry__calloc((size_t)d.threads, sizeof *d.tmp)) ||
-                !(d.whole = ferry__calloc(d.t.n + 1, sizeof *d.whole))))
+                !(d.whole = ferry__calloc(d.t.n + 1, sizeof *d.whole)) || !(d.undo = ferry__calloc(d.nch + 1, sizeof *d.undo))))
         rc = FERRY_ERR_NOMEM;
+    if (!rc) undo_arena(&d, opts && opts->undo_limit ? opts->undo_limit : FERRY_UNDO_LIMIT_DEFAULT(size));
     if (!rc) rc = ferry__parallel(d.threads, d.nch, verify_job, &d);
     if (!rc) rc = ferry__parallel(d.threads, d.t.n, verify_entry_job, &d);
     if (!rc) rc = check_target(&d);
+    if (rc && d.undo) roll_back(&d);
     if (!rc) rc = ferry__parallel(d.threads, d.nch, write_job, &d);
     for (size_t j = 0; !rc && j < d.t.n; j++)
         if (d.whole[j]) memcpy(ferry_model_data_mut(base, (size_t)d.bi[j]), d.whole[j], (size_t)d.t.e[j].nbytes);

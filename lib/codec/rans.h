@@ -32,7 +32,7 @@ typedef struct bitr {
 } bitr;
 
 /* nbits <= 32.  Past the end it reads zeros and sets overrun. */
-static inline uint64_t bitr_get(bitr *r, unsigned nbits)
+static inline __attribute__((always_inline)) uint64_t bitr_get(bitr *r, unsigned nbits)
 {
     if (r->n < nbits) {
         if (FERRY_LIKELY(r->end - r->p >= 4)) {
@@ -53,7 +53,7 @@ static inline uint64_t bitr_get(bitr *r, unsigned nbits)
     return v;
 }
 
-static inline uint64_t bitr_get64(bitr *r, unsigned nbits)
+static inline __attribute__((always_inline)) uint64_t bitr_get64(bitr *r, unsigned nbits)
 {
     if (nbits <= 32) return bitr_get(r, nbits);
     uint64_t lo = bitr_get(r, 32);
@@ -92,7 +92,9 @@ int rans_table_build(rans_table *t, const uint32_t *count, unsigned nsym);
 int rans_table_write(const rans_table *t, ferry_buf *out);
 /* Parses one table (alphabet of at most max_nsym symbols) from *p. */
 int rans_table_read(rans_table *t, const uint8_t **p, const uint8_t *end, unsigned max_nsym);
-void rans_table_lut(const rans_table *t, uint8_t *lut /* RANS_M entries */);
+/* Decoding tables: slot -> symbol (RANS_M bytes), and symbol -> frequency |
+ * start << 16 (RANS_MAXSYM words). */
+void rans_table_dtab(const rans_table *t, uint8_t *lut, uint32_t *fs);
 
 /* ---- coder ---- */
 
@@ -149,13 +151,25 @@ static inline uint16_t rans_read16(rans_dec *d)
     return 0;
 }
 
-static inline unsigned rans_get(rans_dec *d, unsigned lane, const rans_table *t, const uint8_t *lut)
+/* One decoding step.  Symbols alternate between the two states: the step
+ * uses x[0], then the states swap places (so they can stay in registers).
+ * The renormalisation is branch-free while two bytes remain (it reads them
+ * and keeps them only if needed). */
+static inline __attribute__((always_inline)) unsigned rans_dget(rans_dec *d, const uint8_t *lut, const uint32_t *fs)
 {
-    uint32_t x = d->x[lane], slot = x & (RANS_M - 1);
-    unsigned s = lut[slot];
-    x = t->freq[s] * (x >> RANS_BITS) + slot - t->start[s];
-    if (x < RANS_L) x = (x << 16) | rans_read16(d);
-    d->x[lane] = x;
-    return s;
+    uint32_t x = d->x[0], slot = x & (RANS_M - 1);
+    unsigned sym = lut[slot];
+    uint32_t e = fs[sym];
+    x = (e & 0xFFFF) * (x >> RANS_BITS) + slot - (e >> 16);
+    if (FERRY_LIKELY(d->end - d->p >= 2)) {
+        uint32_t need = x < RANS_L, w = (uint32_t)d->p[0] | (uint32_t)d->p[1] << 8;
+        x = need ? x << 16 | w : x;
+        d->p += 2 * need;
+    } else if (x < RANS_L) {
+        x = (x << 16) | rans_read16(d);
+    }
+    d->x[0] = d->x[1];
+    d->x[1] = x;
+    return sym;
 }
 #endif

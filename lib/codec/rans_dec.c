@@ -20,6 +20,27 @@ static bool get_varint(const uint8_t **pp, const uint8_t *end, uint64_t *v)
     return false;
 }
 
+/* The deltas of k changes, for a constant word width W. */
+static inline __attribute__((always_inline)) int deltas(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t k,
+                                                        sp_scratch *s, rans_dec *d, bitr *br, const uint32_t (*fs)[RANS_MAXSYM],
+                                                        const bool *have, const uint64_t *dbase, const uint8_t *draw,
+                                                        unsigned W)
+{
+    sp_dtype tw = *t;
+    tw.W = W;
+    for (size_t j = 0; j < k; j++) {
+        uint64_t x = sp_load(a, s->pos[j], W);
+        unsigned tab = SP_NCLASS + sp_dclass(&tw, top, x);
+        if (FERRY_UNLIKELY(!have[tab])) return sp_corrupt("delta context without a table");
+        unsigned sym = rans_dget(d, s->lut + (size_t)tab * RANS_M, fs[tab]);
+        unsigned neg = (unsigned)bitr_get(br, 1);
+        if (FERRY_UNLIKELY(draw[sym] > 62)) return sp_corrupt("delta out of range");
+        uint64_t mag = dbase[sym] | bitr_get64(br, draw[sym]);
+        if (FERRY_UNLIKELY(!sp_undelta(&tw, x, neg, mag, &s->val[j]))) return sp_corrupt("delta out of range");
+    }
+    return FERRY_OK;
+}
+
 int sp_rans_decode(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, const uint8_t *src, size_t len,
                    sp_scratch *s, size_t *kout)
 {
@@ -34,6 +55,7 @@ int sp_rans_decode(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, 
     int rc = sp_scratch_fit(s, k);
     if (rc) return rc;
     if (!s->lut && !(s->lut = ferry__malloc((size_t)NTAB * RANS_M))) return FERRY_ERR_NOMEM;
+    uint32_t fs[NTAB][RANS_MAXSYM];
     rans_table tabs[NTAB];
     bool have[NTAB] = {false};
     for (uint32_t c = 0; c < nclass; c++)
@@ -51,7 +73,7 @@ int sp_rans_decode(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, 
             have[SP_NCLASS + i] = true;
         }
     for (unsigned i = 0; i < NTAB; i++)
-        if (have[i]) rans_table_lut(&tabs[i], s->lut + (size_t)i * RANS_M);
+        if (have[i]) rans_table_dtab(&tabs[i], s->lut + (size_t)i * RANS_M, fs[i]);
 
     if (end - p < 12) return sp_corrupt("truncated rANS header");
     uint32_t rlen = ferry__le32(p);
@@ -60,22 +82,24 @@ int sp_rans_decode(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, 
     for (int i = 0; i < 2; i++)
         if (d.x[i] < RANS_L || d.x[i] >= (1u << 31)) return sp_corrupt("rANS state out of range");
     bitr br = {.p = d.end, .end = end};
-    size_t i = 0;
 
-    /* Gaps, class by class. */
+    /* Gaps, class by class: a symbol, then its raw bits (gap_sym). */
+    uint32_t gbase[GAP_NSYM];
+    uint8_t graw[GAP_NSYM];
+    for (unsigned y = 0; y < GAP_NSYM; y++) {
+        unsigned L = 4 + (y - 16) / 2;
+        gbase[y] = y < 16 ? y : ((1u << L) | (((y - 16) & 1u) << (L - 1))) - 1;
+        graw[y] = (uint8_t)(y < 16 ? 0 : L - 1);
+    }
     size_t at = 0;
     for (uint32_t c = 0; c <= SP_NCLASS; c++) {
         s->start[c] = (uint32_t)at;
         if (c == nclass || c == SP_NCLASS) continue;
+        const uint8_t *lut = s->lut + (size_t)c * RANS_M;
         uint64_t r = 0;
-        for (uint64_t q = 0; q < kc[c]; q++, i++) {
-            unsigned sym = rans_get(&d, i & 1, &tabs[c], s->lut + (size_t)c * RANS_M);
-            uint64_t g = sym;
-            if (sym >= 16) {
-                unsigned L = 4 + (sym - 16) / 2;
-                uint64_t x = (1ull << L) | ((uint64_t)((sym - 16) & 1) << (L - 1)) | bitr_get(&br, L - 1);
-                g = x - 1;
-            }
+        for (uint64_t q = 0; q < kc[c]; q++) {
+            unsigned sym = rans_dget(&d, lut, fs[c]);
+            uint64_t g = gbase[sym] + bitr_get(&br, graw[sym]);
             r = q == 0 ? g : r + g + 1;
             if (g >= n || r >= n) return sp_corrupt("gap past the end of the chunk");
             s->order[at++] = (uint32_t)r;
@@ -85,21 +109,22 @@ int sp_rans_decode(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, 
     if (d.overrun || br.overrun) return sp_corrupt("stream ends early");
     if ((rc = sp_walk(t, top, a, n, s, (size_t)k))) return rc;
 
-    /* Deltas, in position order. */
-    for (size_t j = 0; j < k; j++, i++) {
-        uint64_t x = sp_load(a, s->pos[j], t->W);
-        unsigned tab = SP_NCLASS + sp_dclass(t, top, x);
-        if (!have[tab]) return sp_corrupt("delta context without a table");
-        unsigned sym = rans_get(&d, i & 1, &tabs[tab], s->lut + (size_t)tab * RANS_M);
-        unsigned neg = (unsigned)bitr_get(&br, 1);
-        uint64_t mag = sym + 1;
-        if (sym >= 3) {
-            unsigned L = 2 + (sym - 3) / 2;
-            if (L > 63) return sp_corrupt("delta out of range");
-            mag = (1ull << L) | ((uint64_t)((sym - 3) & 1) << (L - 1)) | bitr_get64(&br, L - 1);
-        }
-        if (!sp_undelta(t, x, neg, mag, &s->val[j])) return sp_corrupt("delta out of range");
+    /* Deltas, in position order: a symbol with the base word's delta class
+     * as context, the sign, the raw bits of the magnitude (delta_sym). */
+    uint64_t dbase[DELTA_NSYM];
+    uint8_t draw[DELTA_NSYM];
+    for (unsigned y = 0; y < DELTA_NSYM; y++) {
+        unsigned L = 2 + (y - 3) / 2;
+        dbase[y] = y < 3 ? y + 1 : L > 63 ? 0 : (1ull << L) | ((uint64_t)((y - 3) & 1) << (L - 1));
+        draw[y] = (uint8_t)(y < 3 ? 0 : L - 1);
     }
+    switch (t->W) {
+    case 8: rc = deltas(t, top, a, k, s, &d, &br, fs, have, dbase, draw, 8); break;
+    case 16: rc = deltas(t, top, a, k, s, &d, &br, fs, have, dbase, draw, 16); break;
+    case 32: rc = deltas(t, top, a, k, s, &d, &br, fs, have, dbase, draw, 32); break;
+    default: rc = deltas(t, top, a, k, s, &d, &br, fs, have, dbase, draw, 64); break;
+    }
+    if (rc) return rc;
     if (d.overrun || br.overrun) return sp_corrupt("stream ends early");
     if (d.x[0] != RANS_L || d.x[1] != RANS_L || d.p != d.end) return sp_corrupt("rANS stream does not end where it should");
     if (!bitr_done(&br)) return sp_corrupt("unread raw bits");

@@ -83,7 +83,10 @@ int rans_table_read(rans_table *t, const uint8_t **pp, const uint8_t *end, unsig
     return FERRY_OK;
 }
 
-void rans_table_lut(const rans_table *t, uint8_t *lut)
+void rans_table_dtab(const rans_table *t, uint8_t *lut, uint32_t *fs)
 {
-    for (unsigned s = 0; s < t->nsym; s++) memset(lut + t->start[s], (int)s, t->freq[s]);
+    for (unsigned s = 0; s < t->nsym; s++) {
+        memset(lut + t->start[s], (int)s, t->freq[s]);
+        fs[s] = t->freq[s] | (uint32_t)t->start[s] << 16;
+    }
 }

@@ -39,6 +39,7 @@ void sp_scratch_release(sp_scratch *s)
     free(s->old);
     free(s->lut);
     free(s->syms);
+    free(s->rbm);
     memset(s, 0, sizeof *s);
 }
 
@@ -104,6 +105,30 @@ int sp_scan_range(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8
     }
 }
 
+int sp_walk_bitmaps(sp_scratch *s, const uint8_t *bm[SP_NCLASS], uint64_t lim[SP_NCLASS])
+{
+    size_t total = 0, off[SP_NCLASS];
+    for (int c = 0; c < SP_NCLASS; c++) {
+        uint32_t a = s->start[c], b = s->start[c + 1];
+        lim[c] = a < b ? s->order[b - 1] / 8 + 1 : 0; /* ranks increase: the last is the largest */
+        off[c] = total;
+        total += lim[c] + 16; /* zero padding: reads at lim[c] see no wanted rank */
+    }
+    if (total > s->rbm_cap) {
+        uint8_t *p = ferry__realloc(s->rbm, total);
+        if (!p) return FERRY_ERR_NOMEM;
+        s->rbm = p;
+        s->rbm_cap = total;
+    }
+    memset(s->rbm, 0, total);
+    for (int c = 0; c < SP_NCLASS; c++) {
+        uint8_t *p = s->rbm + off[c];
+        for (uint32_t j = s->start[c]; j < s->start[c + 1]; j++) p[s->order[j] >> 3] |= (uint8_t)(1u << (s->order[j] & 7));
+        bm[c] = p;
+    }
+    return FERRY_OK;
+}
+
 static inline __attribute__((always_inline)) int walk_w(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n,
                                                         unsigned W, sp_scratch *s, size_t k)
 {
@@ -115,7 +140,6 @@ static inline __attribute__((always_inline)) int walk_w(const sp_dtype *t, uint3
         uint32_t c = sp_class(t, top, sp_load(a, i, W));
         if (FERRY_UNLIKELY(ptr[c] < end[c]) && s->order[ptr[c]] == cnt[c]) {
             s->pos[got] = (uint32_t)i;
-            s->cls[got] = c;
             got++;
             ptr[c]++;
         }

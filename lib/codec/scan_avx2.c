@@ -94,55 +94,52 @@ TARGET int sp_scan16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, con
     return FERRY_OK;
 }
 
+/* The walk, branch-free per block: the wanted ranks of class c are bits of
+ * a bitmap in rank space (s->rbm, made by sp_walk_bitmaps); for a block of
+ * 64 words, the bc bits at the class's running count, deposited (pdep) onto
+ * the class's lanes, are the block's changed words of that class.  No
+ * branch depends on where the changes fall. */
+static inline TARGET uint64_t bits_at(const uint8_t *bm, uint64_t off, uint64_t lim, unsigned nbits)
+{
+    uint64_t byte = off >> 3 < lim ? off >> 3 : lim; /* past the class's bitmap: its zero padding */
+    uint64_t lo, hi;
+    memcpy(&lo, bm + byte, 8);
+    memcpy(&hi, bm + byte + 8, 8);
+    unsigned sh = (unsigned)(off & 7);
+    return _bzhi_u64((lo >> sh) | ((hi << 1) << (63 - sh)), nbits);
+}
+
 TARGET int sp_walk16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k)
 {
-    uint32_t cnt[SP_NCLASS] = {0}, ptr[SP_NCLASS], end[SP_NCLASS], nclass = sp_nclass(t);
-    uint64_t tgt[SP_NCLASS]; /* next wanted rank of each class, or beyond any */
-    memcpy(ptr, s->start, sizeof ptr);
-    memcpy(end, s->start + 1, sizeof end);
-    for (uint32_t c = 0; c < SP_NCLASS; c++) tgt[c] = ptr[c] < end[c] ? s->order[ptr[c]] : UINT64_MAX;
+    uint32_t nclass = sp_nclass(t);
+    uint64_t cnt[SP_NCLASS] = {0}, lim[SP_NCLASS];
+    const uint8_t *bm[SP_NCLASS];
+    int rc = sp_walk_bitmaps(s, bm, lim);
+    if (rc) return rc;
     const __m256i vtop = _mm256_set1_epi16((short)top);
     size_t got = 0, i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m256i a0 = _mm256_loadu_si256((const __m256i *)(const void *)(a + 2 * i));
-        __m256i a1 = _mm256_loadu_si256((const __m256i *)(const void *)(a + 2 * i + 32));
-        __m256i cls = classes32(t, vtop, a0, a1);
-        uint32_t hits = 0;
+    for (; i + 64 <= n; i += 64) {
+        const __m256i *v = (const __m256i *)(const void *)(a + 2 * i);
+        __m256i lo = classes32(t, vtop, _mm256_loadu_si256(v), _mm256_loadu_si256(v + 1));
+        __m256i hi = classes32(t, vtop, _mm256_loadu_si256(v + 2), _mm256_loadu_si256(v + 3));
+        uint64_t hits = 0;
         for (uint32_t c = 0; c < nclass; c++) {
-            uint32_t m = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(cls, _mm256_set1_epi8((char)c)));
-            uint32_t bc = (uint32_t)__builtin_popcount(m);
-            /* the class's wanted ranks inside this block mark their lanes */
-            while (FERRY_UNLIKELY(tgt[c] < (uint64_t)cnt[c] + bc)) {
-                /* the lane of the class's (tgt - cnt)-th word in the block */
-                hits |= _pdep_u32(1u << (tgt[c] - cnt[c]), m);
-                ptr[c]++;
-                tgt[c] = ptr[c] < end[c] ? s->order[ptr[c]] : UINT64_MAX;
-            }
+            __m256i cc = _mm256_set1_epi8((char)c);
+            uint64_t m = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(lo, cc)) |
+                         (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(hi, cc)) << 32;
+            unsigned bc = (unsigned)__builtin_popcountll(m);
+            hits |= _pdep_u64(bits_at(bm[c], cnt[c], lim[c], bc), m);
             cnt[c] += bc;
         }
-        if (FERRY_UNLIKELY(hits)) {
-            uint8_t cb[32];
-            _mm256_storeu_si256((__m256i *)(void *)cb, cls);
-            do {
-                unsigned l = (unsigned)__builtin_ctz(hits);
-                if (got == k) return sp_corrupt("more changes than declared");
-                s->pos[got] = (uint32_t)(i + l);
-                s->cls[got] = cb[l];
-                got++;
-                hits &= hits - 1;
-            } while (hits);
+        /* each wanted rank is one bit, so at most k positions come out */
+        while (hits) {
+            s->pos[got++] = (uint32_t)(i + (size_t)__builtin_ctzll(hits));
+            hits &= hits - 1;
         }
     }
     for (; i < n; i++) {
         uint32_t c = sp_class(t, top, sp_load(a, i, 16));
-        if (tgt[c] == cnt[c]) {
-            if (got == k) return sp_corrupt("more changes than declared");
-            s->pos[got] = (uint32_t)i;
-            s->cls[got] = c;
-            got++;
-            ptr[c]++;
-            tgt[c] = ptr[c] < end[c] ? s->order[ptr[c]] : UINT64_MAX;
-        }
+        if (bits_at(bm[c], cnt[c], lim[c], 1)) s->pos[got++] = (uint32_t)i;
         cnt[c]++;
     }
     return got == k ? FERRY_OK : sp_corrupt("a change lies past its class's last word");

@@ -79,13 +79,13 @@ static inline void sp_store(uint8_t *p, size_t i, unsigned W, uint64_t v)
     }
 }
 
-static inline uint64_t sp_key(const sp_dtype *t, uint64_t u)
+static inline __attribute__((always_inline)) uint64_t sp_key(const sp_dtype *t, uint64_t u)
 {
     if (t->is_float) return ferry__fkey(u, t->W);
     if (t->is_signed) return u ^ ((uint64_t)1 << (t->W - 1));
     return u;
 }
-static inline uint64_t sp_key_inv(const sp_dtype *t, uint64_t k)
+static inline __attribute__((always_inline)) uint64_t sp_key_inv(const sp_dtype *t, uint64_t k)
 {
     if (t->is_float) return ferry__fkey_inv(k, t->W);
     if (t->is_signed) return k ^ ((uint64_t)1 << (t->W - 1));
@@ -126,7 +126,8 @@ typedef struct sp_scratch {
     uint64_t *old;              /* base words, per change (encoder) */
     uint8_t *lut;               /* rANS decoder: slot -> symbol, per table */
     uint8_t *syms;              /* rANS encoder: (table, symbol) pairs */
-    size_t cap;
+    uint8_t *rbm;               /* decoder walk: wanted ranks as bitmaps, per class */
+    size_t cap, rbm_cap;
     uint32_t start[SP_NCLASS + 1]; /* class c's changes: order[start[c] .. start[c+1]) */
 } sp_scratch;
 int sp_scratch_fit(sp_scratch *s, size_t need);
@@ -153,19 +154,22 @@ void sp_scan_group(sp_scratch *s, size_t k);
 
 /* Decoder walk: given the k ranks grouped by class (s->order, s->start; each
  * class's ranks strictly increasing), finds their positions by walking the
- * base words; fills s->pos and s->cls in position order.  Fails if a rank
- * lies beyond its class's population. */
+ * base words; fills s->pos in position order.  Fails if a rank lies beyond
+ * its class's population. */
 int sp_walk(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k);
+/* The wanted ranks of each class as a bitmap in rank space (bit r of bm[c]),
+ * lim[c] bytes long and followed by 16 zero bytes, in s->rbm. */
+int sp_walk_bitmaps(sp_scratch *s, const uint8_t *bm[SP_NCLASS], uint64_t lim[SP_NCLASS]);
 
 /* Signed delta of a change as a magnitude 1..2^(W-1) and a sign. */
-static inline uint64_t sp_delta(const sp_dtype *t, uint64_t x, uint64_t y, unsigned *neg)
+static inline __attribute__((always_inline)) uint64_t sp_delta(const sp_dtype *t, uint64_t x, uint64_t y, unsigned *neg)
 {
     uint64_t d = (sp_key(t, y) - sp_key(t, x)) & sp_wmask(t->W);
     *neg = d >= ((uint64_t)1 << (t->W - 1));
     return *neg ? ((~d + 1) & sp_wmask(t->W)) : d;
 }
 /* Inverse; false if the magnitude is out of range for W. */
-static inline bool sp_undelta(const sp_dtype *t, uint64_t x, unsigned neg, uint64_t mag, uint64_t *y)
+static inline __attribute__((always_inline)) bool sp_undelta(const sp_dtype *t, uint64_t x, unsigned neg, uint64_t mag, uint64_t *y)
 {
     uint64_t half = (uint64_t)1 << (t->W - 1);
     if (mag == 0 || mag > half || (!neg && mag == half)) return false;

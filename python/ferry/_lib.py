@@ -42,6 +42,7 @@ class ApplyOptions(ctypes.Structure):
     _fields_ = [
         ("threads", ctypes.c_int),
         ("base_hash", c_u8p),
+        ("undo_limit", ctypes.c_uint64),
     ]
 
 

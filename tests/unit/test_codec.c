@@ -521,6 +521,54 @@ static void test_stats(void)
     ferry_model_free(b);
 }
 
+/* In place with every undo budget: none (verify, then decode again and
+ * write), part of the chunks, all of them (default).  A result that fails
+ * verification after earlier chunks were written must leave the base as it
+ * was, bit for bit. */
+static void test_inplace_undo(void)
+{
+    ferry_model *a, *b;
+    CHECK_OK(ferry_model_create(&a));
+    CHECK_OK(ferry_model_create(&b));
+    add_pair(a, b, "a.big", FERRY_BF16, (1u << 23) + 777, 0.05); /* three chunks */
+    add_pair(a, b, "b.f32", FERRY_F32, 3000, 0.2);
+    add_pair(a, b, "c.last", FERRY_BF16, 20000, 0.1);
+    void *p;
+    size_t n;
+    CHECK_OK(ferry_diff(a, b, NULL, &p, &n));
+    uint8_t *q = malloc(n);
+    const uint64_t limits[] = {1, 3u << 20, 0};
+    for (int li = 0; li < 3; li++) {
+        for (int th = 1; th <= 2; th++) {
+            ferry_apply_options o = {.threads = th, .undo_limit = limits[li]};
+            ferry_model *c = clone(a);
+            CHECK_OK(ferry_apply_inplace_ex(c, p, n, &o));
+            CHECK(same_model(c, b));
+            ferry_model_free(c);
+        }
+        /* damage the last tensor's payload (the checksum resealed): the
+         * big tensor's chunks come first and may already be written */
+        int refused = 0;
+        ferry_model *c = clone(a);
+        for (size_t i = n - 16 - 64; i < n - 16; i += 3) {
+            memcpy(q, p, n);
+            q[i] ^= (uint8_t)(1u << (i % 8));
+            reseal(q, n);
+            ferry_apply_options o = {.threads = 1, .undo_limit = limits[li]};
+            int rc = ferry_apply_inplace_ex(c, q, n, &o);
+            CHECK(same_model(c, rc == FERRY_OK ? b : a));
+            if (rc == FERRY_OK) { ferry_model_free(c); c = clone(a); }
+            else refused++;
+        }
+        CHECK(refused > 0);
+        ferry_model_free(c);
+    }
+    free(q);
+    ferry_free(p);
+    ferry_model_free(a);
+    ferry_model_free(b);
+}
+
 int main(void)
 {
     RUN(test_real_consecutive);
@@ -537,6 +585,7 @@ int main(void)
     RUN(test_damaged_patches);
     RUN(test_inplace_dense_tensor);
     RUN(test_inplace_refuses_structure);
+    RUN(test_inplace_undo);
     RUN(test_stats);
     return CHECK_SUMMARY();
 }
