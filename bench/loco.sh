@@ -23,6 +23,21 @@
 #           reward curves of the llm phase over a longer horizon
 #   ranks4  (opt-in) 4 ranks, 10 rounds, seed 1, PULSELoCo and DiLoCo at
 #           lr 2e-4 and 2e-6
+#   finetune  RL fine-tuning of a pre-trained policy, the regime of the
+#           published PULSELoCo figures: rl_train pre-trains the policy on the
+#           same task for FT_PRE_STEPS steps at lr 2e-4 (seed FT_PRE_SEED;
+#           deterministic, so the checkpoint is the same bits on every run of
+#           the same binary) and saves its FP32 masters to
+#           $BUILD/loco-finetune/; then all three modes start from that
+#           checkpoint (--init) at each inner lr of FT_LRS, FT_ROUNDS rounds,
+#           seeds FT_SEEDS.  The pre-training log goes to
+#           bench/results/loco/finetune/pretrain.log.
+#   ftouter (opt-in) the same fine-tune with outer lr 1, momentum 0 (plain
+#           averaging: the outer step applies exactly the mean of what was
+#           sent, so the gate's "visible" is what reaches the weights) at
+#           inner lr FT_OUTER_LR (7x FT_LRS's first: the same long-run step
+#           as momentum 0.9 / lr 0.7 gives), FT_OUTER_ROUNDS rounds, seed 1,
+#           PULSELoCo and DiLoCo: the lag's dependence on the outer step.
 # Raw output: bench/results/loco/PHASE/MODE-lrLR-sSEED.jsonl (one JSON object
 # per round, from rank 0); runs already complete there are not redone.
 # Report: bench/results/loco/report.md (bench/loco_report.py).
@@ -41,16 +56,34 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 
-run() { # phase mode lr seed rounds [ranks]
+run() { # phase mode lr seed rounds [ranks [extra options...]]
     local dir=$OUT/$1 f np=${6:-$RANKS}
     f=$dir/$2-lr$3-s$4.jsonl
+    local extra=("${@:7}")
     mkdir -p "$dir"
     if [ -s "$f" ] && grep -q '"event":"summary"' "$f"; then return 0; fi
-    echo "== $1: mpirun -np $np $PROG --mode $2 --h $H --rounds $5 --lr $3 --seed $4 --json" >&2
+    echo "== $1: mpirun -np $np $PROG --mode $2 --h $H --rounds $5 --lr $3 --seed $4 ${extra[*]} --json" >&2
     mpirun -np "$np" --oversubscribe "$PROG" --mode "$2" --h "$H" --rounds "$5" --lr "$3" \
-        --seed "$4" --json >"$f.tmp"
+        --seed "$4" "${extra[@]}" --json >"$f.tmp"
     mv "$f.tmp" "$f"
     grep '"event":"summary"' "$f" >&2
+}
+
+FT_PRE_STEPS=${FT_PRE_STEPS:-130}
+FT_PRE_SEED=${FT_PRE_SEED:-11}
+FT_LRS=${FT_LRS:-1e-6}
+FT_ROUNDS=${FT_ROUNDS:-40}
+FT_SEEDS=${FT_SEEDS:-1 2 3}
+pretrained() { # -> path of the pre-trained checkpoint, made once
+    local ck=$BUILD/loco-finetune/pretrained-steps$FT_PRE_STEPS-seed$FT_PRE_SEED.safetensors
+    if [ ! -s "$ck" ]; then
+        mkdir -p "$BUILD/loco-finetune" "$OUT/finetune"
+        echo "== finetune: $BUILD/examples/rl_train --steps $FT_PRE_STEPS --seed $FT_PRE_SEED --quiet --save $ck" >&2
+        "$BUILD/examples/rl_train" --steps "$FT_PRE_STEPS" --seed "$FT_PRE_SEED" --quiet --save "$ck" \
+            >"$OUT/finetune/pretrain.log"
+        cat "$OUT/finetune/pretrain.log" >&2
+    fi
+    echo "$ck"
 }
 
 for phase in $PHASES; do
@@ -60,6 +93,17 @@ for phase in $PHASES; do
     sweep) for lr in 2e-4 5e-5 2e-5 1e-5 5e-6 2e-6 1e-6; do run sweep pulseloco $lr 1 6; done ;;
     llmlong) for m in pulseloco diloco ddp; do run llmlong $m 2e-6 3 100; done ;;
     ranks4) for lr in 2e-4 2e-6; do for m in pulseloco diloco; do run ranks4 $m $lr 1 10 4; done; done ;;
+    finetune)
+        ck=$(pretrained)
+        for lr in $FT_LRS; do for s in $FT_SEEDS; do for m in pulseloco diloco ddp; do
+            run finetune $m "$lr" "$s" "$FT_ROUNDS" "$RANKS" --init "$ck"
+        done; done; done ;;
+    ftouter)
+        ck=$(pretrained)
+        for m in pulseloco diloco; do
+            run finetune-outer $m "${FT_OUTER_LR:-7e-6}" 1 "${FT_OUTER_ROUNDS:-20}" "$RANKS" --init "$ck" \
+                --outer-lr 1 --outer-momentum 0
+        done ;;
     *) echo "bench/loco.sh: unknown phase $phase" >&2; exit 2 ;;
     esac
 done

@@ -57,11 +57,11 @@ def window_mean(rounds, k):
     return statistics.mean(r["reward"] for r in rounds[-k:])
 
 
-def phase_report(name, phase_dir):
+def phase_report(name, phase_dir, tracking=False, preamble=()):
     rs = runs(phase_dir)
     if not rs:
         return []
-    lines = ["## %s" % name, ""]
+    lines = ["## %s" % name, ""] + list(preamble)
     for lr in sorted({k[0] for k in rs}, key=float):
         by_mode = {m: rs.get((lr, m), {}) for m in MODES}
         any_run = next(v for v in by_mode.values() if v)
@@ -120,6 +120,42 @@ def phase_report(name, phase_dir):
                          statistics.mean(gaps[-k:]),
                          fmt(sd([window_mean(by_mode["pulseloco"][s][1], k) for s in seeds])),
                          fmt(sd([window_mean(by_mode["diloco"][s][1], k) for s in seeds]))), ""]
+            if tracking:
+                lines += tracking_report(by_mode, seeds, nr, k, gaps, sds)
+    return lines
+
+
+def tracking_report(by_mode, seeds, nr, k, gaps, sds):
+    """How closely PULSELoCo's curve follows DiLoCo's, against the seed
+    spread: rounds within one seed sd, the systematic part of the gap
+    (its mean over rounds, per seed, and the spread of that over seeds),
+    the reward each gained over the run, and the shift in rounds that best
+    lines the two mean curves up."""
+    lines = []
+    within = sum(1 for g, d in zip(gaps, sds) if abs(g) <= d)
+    per_seed = [statistics.mean(by_mode["pulseloco"][s][1][i]["reward"] - by_mode["diloco"][s][1][i]["reward"]
+                                for i in range(nr)) for s in seeds]
+    mean_ps = statistics.mean(per_seed)
+    se = sd(per_seed) / len(per_seed) ** 0.5 if len(per_seed) > 1 else float("nan")
+    gain = {}
+    for m in MODES:
+        if by_mode[m]:
+            g = [window_mean(by_mode[m][s][1], k) - statistics.mean(r["reward"] for r in by_mode[m][s][1][:k])
+                 for s in seeds]
+            gain[m] = (statistics.mean(g), sd(g))
+    curve = {m: [statistics.mean(by_mode[m][s][1][i]["reward"] for s in seeds) for i in range(nr)]
+             for m in ("pulseloco", "diloco")}
+    best = None
+    for shift in range(0, max(1, nr // 3)):
+        # pulse at round i against diloco at round i - shift (pulse behind by shift rounds)
+        err = statistics.mean((curve["pulseloco"][i] - curve["diloco"][i - shift]) ** 2 for i in range(shift, nr))
+        if best is None or err < best[1]:
+            best = (shift, err)
+    lines += ["Tracking: |pulse - diloco| <= mean seed sd in %d of %d rounds; the gap averaged over all rounds "
+              "is %+.4f (per seed %s; standard error over seeds %s); reward gained from the first %d rounds to "
+              "the last %d: %s; the shift that best lines the mean curves up: PULSELoCo %d round(s) behind."
+              % (within, nr, mean_ps, " ".join("%+.4f" % x for x in per_seed), fmt(se), k, k,
+                 ", ".join("%s %+.4f ± %s" % (m, g[0], fmt(g[1])) for m, g in gain.items()), best[0]), ""]
     return lines
 
 
@@ -154,6 +190,15 @@ def main():
     lines += sweep_report(os.path.join(out, "sweep"))
     lines += phase_report("llmlong: inner lr 2e-6 over a longer horizon (one seed)", os.path.join(out, "llmlong"))
     lines += phase_report("ranks4: four ranks", os.path.join(out, "ranks4"))
+    ft = os.path.join(out, "finetune")
+    pre = []
+    log = os.path.join(ft, "pretrain.log")
+    if os.path.exists(log):
+        pre = ["Pre-training (rl_train, single process, saved with --save; every run below starts from it with "
+               "--init, fresh AdamW and outer state):", "", "```"] + open(log).read().strip().splitlines() + ["```", ""]
+    lines += phase_report("finetune: RL fine-tuning of a pre-trained policy", ft, tracking=True, preamble=pre)
+    lines += phase_report("finetune-outer: the same fine-tune with outer lr 1, momentum 0 (one seed)",
+                          os.path.join(out, "finetune-outer"), tracking=True)
     print("\n".join(lines))
 
 

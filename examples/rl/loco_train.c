@@ -64,7 +64,7 @@ typedef struct opts {
     rl_policy_config net;
     rl_adamw_config adam;
     ferry_loco_outer outer;
-    const char *publish_dir;
+    const char *publish_dir, *init_path, *save_path;
 } opts;
 
 static const char *mode_name(ferry_loco_mode m)
@@ -97,6 +97,12 @@ static void usage(FILE *f)
 "\n"
 "run:\n"
 "  --seed S              run seed (default 1): weights, prompts, samples\n"
+"  --init PATH           start from the weights in PATH (.safetensors, F32, as\n"
+"                        written by --save or rl_train --save: a pre-trained\n"
+"                        policy to fine-tune) instead of seeded random ones;\n"
+"                        every rank reads it; names and shapes must match the\n"
+"                        network options; AdamW and outer state start fresh\n"
+"  --save PATH           rank 0 writes the final global FP32 weights to PATH\n"
 "  --prompts-per-step P  prompts per step and rank (default 16)\n"
 "  --group-size G        completions per prompt (default 8)\n"
 "  --json                one JSON object per round (and start/summary)\n"
@@ -143,6 +149,8 @@ static int parse_args(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--outer-momentum")) bad = rl_arg_float(v, &o->outer.momentum);
         else if (!strcmp(a, "--level")) bad = rl_arg_int(v, 1, 19, &o->level);
         else if (!strcmp(a, "--publish-dir")) o->publish_dir = v;
+        else if (!strcmp(a, "--init")) o->init_path = v;
+        else if (!strcmp(a, "--save")) o->save_path = v;
         else if (!strcmp(a, "--seed")) bad = rl_arg_u64(v, &o->seed);
         else if (!strcmp(a, "--prompts-per-step")) bad = rl_arg_int(v, 1, 65536, &o->prompts);
         else if (!strcmp(a, "--group-size")) bad = rl_arg_int(v, 1, 1024, &o->group);
@@ -222,7 +230,8 @@ static void trainer_release(trainer *t)
     free(t->bf16);
 }
 
-static int trainer_setup(trainer *t, const opts *o)
+/* err receives a message for failures worth more than a code (--init). */
+static int trainer_setup(trainer *t, const opts *o, char *err, size_t errlen)
 {
     int rc;
     memset(t, 0, sizeof *t);
@@ -230,6 +239,7 @@ static int trainer_setup(trainer *t, const opts *o)
         return rc;
     if ((rc = rl_task_fits(&t->w, &o->task))) return rc;
     rl_policy_init_weights(&t->w, o->seed); /* the same on every rank */
+    if (o->init_path && (rc = rl_policy_load_file(&t->w, o->init_path, err, errlen, NULL))) return rc;
     if ((rc = rl_adamw_init(&t->adam, t->w.nparams, &o->adam))) return rc;
     t->grad = malloc(t->w.nparams * sizeof *t->grad);
     t->bf16 = malloc(t->w.nparams * sizeof *t->bf16);
@@ -299,8 +309,24 @@ int main(int argc, char **argv)
         return pa > 0 ? 0 : 2;
     }
     trainer t;
-    int rc = trainer_setup(&t, &o);
-    if (rc) die(rank, -1, "setup", rc);
+    char err[1024] = "";
+    int rc = trainer_setup(&t, &o, err, sizeof err);
+    /* A setup failure (an --init file missing or of another network) is
+     * the same on every rank as a rule: report it once per failing rank
+     * and leave cleanly rather than through MPI_Abort. */
+    int any = rc != 0, all_any = 0;
+    MPI_Allreduce(&any, &all_any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (all_any) {
+        if (rc && err[0]) fprintf(stderr, "loco_train: rank %d: --init: %s\n", rank, err);
+        else if (rc) fprintf(stderr, "loco_train: rank %d: setup: %s\n", rank, rl_strerror(rc));
+        trainer_release(&t);
+        MPI_Finalize();
+        return 1;
+    }
+    uint8_t init_hash[16];
+    char init_hx[33];
+    ferry_loco_hash(t.w.w, t.w.nparams, init_hash);
+    hex16(init_hash, init_hx);
     uint64_t n = t.w.nparams;
     ferry_loco_config cfg = {.mode = o.mode, .outer = o.outer, .level = o.level};
     ferry_loco *lc;
@@ -310,10 +336,12 @@ int main(int argc, char **argv)
     if (out && o.json)
         printf("{\"event\":\"start\",\"mode\":\"%s\",\"ranks\":%d,\"h\":%d,\"rounds\":%d,\"params\":%" PRIu64
                ",\"task\":\"%s\",\"digits\":%u,\"dim\":%u,\"layers\":%u,\"prompts_per_rank\":%d,\"group\":%d,"
-               "\"lr\":%g,\"outer_lr\":%g,\"outer_momentum\":%g,\"nesterov\":%d,\"seed\":%" PRIu64 "}\n",
+               "\"lr\":%g,\"outer_lr\":%g,\"outer_momentum\":%g,\"nesterov\":%d,\"seed\":%" PRIu64
+               ",\"init\":\"%s\",\"init_hash\":\"%s\"}\n",
                mode_name(o.mode), nranks, o.h, o.rounds, n, rl_task_name(o.task.kind),
                o.task.prompt_len, o.net.hidden, o.net.layers, o.prompts, o.group, (double)o.adam.lr,
-               (double)o.outer.lr, (double)o.outer.momentum, o.outer.nesterov, o.seed);
+               (double)o.outer.lr, (double)o.outer.momentum, o.outer.nesterov, o.seed,
+               o.init_path ? "file" : "seed", init_hx);
     else if (out)
         printf("loco_train: %s, %d ranks, H %d, %d rounds; %" PRIu64 " params (%s/%u digits, %u x %u hidden); "
                "%d prompts x %d samples per step and rank; lr %g, outer lr %g momentum %g%s; seed %" PRIu64 "\n",
@@ -321,6 +349,8 @@ int main(int argc, char **argv)
                o.task.prompt_len, o.net.layers, o.net.hidden, o.prompts, o.group, (double)o.adam.lr,
                (double)o.outer.lr, (double)o.outer.momentum, o.outer.nesterov ? " (Nesterov)" : "",
                o.seed);
+    if (out && !o.json)
+        printf("loco_train: initial weights %s %s\n", o.init_path ? o.init_path : "from --seed", init_hx);
     if (out && !o.json && !o.quiet)
         printf("%5s %7s %7s %12s %14s %7s  %s\n", "round", "steps", "reward", "bytes", "bytes_cum",
                "gated%", "weights");
@@ -400,8 +430,28 @@ int main(int argc, char **argv)
                steps ? (double)bytes_cum / nranks / (double)steps : 0,
                o.rounds ? 100 * gated_sum / o.rounds : 0, first_reward, window, last);
     fflush(stdout);
+    int status = 0;
+    if (o.save_path && rank == 0) {
+        char sv[4][40], hx[33];
+        uint8_t h[16];
+        ferry_loco_hash(t.w.w, n, h); /* the global weights (local == global after a sync) */
+        hex16(h, hx);
+        snprintf(sv[0], sizeof sv[0], "%d", o.rounds);
+        snprintf(sv[1], sizeof sv[1], "%d", o.h);
+        snprintf(sv[2], sizeof sv[2], "%g", (double)o.adam.lr);
+        snprintf(sv[3], sizeof sv[3], "%" PRIu64, o.seed);
+        const char *meta[] = {"loco.mode", mode_name(o.mode), "loco.rounds", sv[0], "loco.h", sv[1],
+                              "rl.lr", sv[2], "rl.seed", sv[3], "rl.task", rl_task_name(o.task.kind),
+                              "fp32_xxh3_128", hx, NULL};
+        if ((rc = rl_policy_save_file(&t.w, o.save_path, meta, err, sizeof err))) {
+            fprintf(stderr, "loco_train: --save: %s\n", err);
+            status = 1;
+        } else if (!o.json) {
+            printf("loco_train: saved the global weights to %s (%s)\n", o.save_path, hx);
+        }
+    }
     ferry_loco_free(lc);
     trainer_release(&t);
     MPI_Finalize();
-    return 0;
+    return status;
 }

@@ -262,6 +262,116 @@ int rl_policy_load(rl_policy *p, const ferry_model *m)
 }
 
 /* ======================================================================
+ * Checkpoint files
+ * ====================================================================== */
+
+int rl_policy_save_file(const rl_policy *p, const char *path, const char *const *meta, char *err,
+                        size_t errlen)
+{
+    ferry_model *m;
+    int rc = rl_policy_model_f32(p, &m);
+    for (size_t i = 0; !rc && meta && meta[i] && meta[i + 1]; i += 2)
+        rc = ferry_model_set_metadata(m, meta[i], meta[i + 1]);
+    if (!rc) rc = ferry_model_save(m, path);
+    if (rc) snprintf(err, errlen, "%s: cannot save: %s (%s)", path, ferry_strerror(rc), ferry_last_error());
+    ferry_model_free(m);
+    return rc;
+}
+
+static void shape_str(char *buf, size_t len, uint32_t ndim, const uint64_t *shape)
+{
+    size_t k = (size_t)snprintf(buf, len, "[");
+    for (uint32_t d = 0; d < ndim && k < len; d++)
+        k += (size_t)snprintf(buf + k, len - k, "%s%llu", d ? ", " : "", (unsigned long long)shape[d]);
+    if (k < len) snprintf(buf + k, len - k, "]");
+}
+
+/* Why m does not fit p, in words (err); 0 if it fits. */
+static int explain_mismatch(const rl_policy *p, const ferry_model *m, const char *path, char *err,
+                            size_t errlen)
+{
+    for (size_t i = 0; i < p->ntensors; i++) {
+        const rl_param *t = &p->tensors[i];
+        const ferry_tensor *ft = ferry_model_find(m, t->name);
+        char want[96], have[96];
+        if (!ft) {
+            snprintf(err, errlen, "%s: tensor '%s' is missing (the policy network has %zu tensors; "
+                     "the file has %zu)", path, t->name, p->ntensors, ferry_model_count(m));
+            return FERRY_ERR_NOT_FOUND;
+        }
+        if (ft->dtype != FERRY_F32 && ft->dtype != FERRY_BF16) {
+            snprintf(err, errlen, "%s: tensor '%s' is %s; F32 (or BF16) expected", path, t->name,
+                     ferry_dtype_name(ft->dtype));
+            return FERRY_ERR_UNSUPPORTED;
+        }
+        int same = ft->ndim == t->ndim;
+        for (uint32_t d = 0; same && d < t->ndim; d++) same = ft->shape[d] == t->shape[d];
+        if (!same) {
+            shape_str(want, sizeof want, t->ndim, t->shape);
+            shape_str(have, sizeof have, ft->ndim <= 8 ? ft->ndim : 8, ft->shape);
+            rl_policy_config c;
+            char hint[160] = "";
+            if (!rl_policy_config_from_model(m, &c))
+                snprintf(hint, sizeof hint, "; the file holds a network of --vocab %u --embed %u --heads %u "
+                         "--dim %u --layers %u with a window of %u slots (--digits %u)", c.vocab, c.embed,
+                         c.heads, c.hidden, c.layers, c.window, (c.window + 1) / 2);
+            snprintf(err, errlen, "%s: tensor '%s' has shape %s, the network expects %s%s", path, t->name,
+                     have, want, hint);
+            return FERRY_ERR_SHAPE_MISMATCH;
+        }
+    }
+    for (size_t i = 0; i < ferry_model_count(m); i++) {
+        const ferry_tensor *ft = ferry_model_tensor(m, i);
+        if (rl_policy_find(p, ft->name) < 0) {
+            snprintf(err, errlen, "%s: tensor '%s' is not part of the policy network (a model of another "
+                     "network?)", path, ft->name);
+            return FERRY_ERR_SHAPE_MISMATCH;
+        }
+    }
+    return 0;
+}
+
+int rl_policy_load_file(rl_policy *p, const char *path, char *err, size_t errlen,
+                        ferry_model **meta_out)
+{
+    if (meta_out) *meta_out = NULL;
+    ferry_model *m;
+    int rc = ferry_model_open(path, &m);
+    if (rc) {
+        snprintf(err, errlen, "%s: cannot open: %s (%s)", path, ferry_strerror(rc), ferry_last_error());
+        return rc;
+    }
+    if ((rc = explain_mismatch(p, m, path, err, errlen))) goto out;
+    for (size_t i = 0; i < p->ntensors; i++) {
+        const rl_param *t = &p->tensors[i];
+        const ferry_tensor *ft = ferry_model_find(m, t->name);
+        const unsigned char *b = ft->data; /* may be unaligned (mmap) */
+        for (size_t j = 0; j < t->count; j++) {
+            uint32_t u;
+            if (ft->dtype == FERRY_F32)
+                u = (uint32_t)b[4 * j] | (uint32_t)b[4 * j + 1] << 8 | (uint32_t)b[4 * j + 2] << 16 |
+                    (uint32_t)b[4 * j + 3] << 24;
+            else
+                u = ((uint32_t)b[2 * j] | (uint32_t)b[2 * j + 1] << 8) << 16;
+            if ((u & 0x7F800000u) == 0x7F800000u) {
+                float f;
+                memcpy(&f, &u, 4);
+                snprintf(err, errlen, "%s: tensor '%s' element %zu is %g (weights must be finite)", path,
+                         t->name, j, (double)f);
+                rc = FERRY_ERR_ARG;
+                goto out;
+            }
+        }
+    }
+    rc = rl_policy_load(p, m); /* checked above: cannot fail */
+    if (rc) snprintf(err, errlen, "%s: %s", path, ferry_strerror(rc));
+out:
+    if (!rc && meta_out) *meta_out = m;
+    else ferry_model_free(m);
+    return rc;
+}
+
+/* ======================================================================
  * Forward / backward
  * ====================================================================== */
 

@@ -166,6 +166,28 @@ int rl_policy_load(rl_policy *p, const ferry_model *m);
  * unchanged on error. */
 int rl_policy_bf16_from_model(const rl_policy *p, const ferry_model *m, uint16_t *bf16);
 
+/* ---- checkpoint files --------------------------------------------------- */
+
+/* Writes p's FP32 weights to path as a .safetensors file (ferry_model_save:
+ * atomic), with the metadata pairs meta[0]=meta[1], meta[2]=meta[3], …
+ * (NULL-terminated list; may be NULL).  On failure writes a message
+ * naming the file into err and returns the ferry code. */
+int rl_policy_save_file(const rl_policy *p, const char *path, const char *const *meta, char *err,
+                        size_t errlen);
+
+/* Loads p->w from the .safetensors file at path (a pre-trained policy to
+ * start from).  Checks everything before writing anything: every tensor of
+ * p present with its exact shape, no other tensor, dtype F32 (BF16 is
+ * widened exactly), every value finite.  On failure p is unchanged and err
+ * holds a message naming the file and the tensor (and, on a shape
+ * mismatch, the network options the file's shapes imply); returns
+ * FERRY_ERR_* (the open's code, FERRY_ERR_NOT_FOUND,
+ * FERRY_ERR_SHAPE_MISMATCH, FERRY_ERR_UNSUPPORTED, or FERRY_ERR_ARG for a
+ * non-finite value).  *meta_out, if not NULL, receives the opened model
+ * (the caller reads its metadata and frees it); else it is freed here. */
+int rl_policy_load_file(rl_policy *p, const char *path, char *err, size_t errlen,
+                        ferry_model **meta_out);
+
 /* ---- forward / backward ---------------------------------------------- */
 
 /* Scratch of the passes, grown on demand; zero-initialise, then

@@ -64,6 +64,7 @@ typedef struct opts {
     rl_task task;
     rl_policy_config net;
     rl_adamw_config adam;
+    const char *init_path, *save_path;
 } opts;
 
 static void usage(FILE *f)
@@ -86,6 +87,11 @@ static void usage(FILE *f)
 "                        are bit-identical either way\n"
 "  --level N             ferry_diff entropy level (default 0 = library default)\n"
 "  --json                one JSON object per step (and a summary object)\n"
+"  --init PATH           start from the FP32 weights in PATH (.safetensors, as\n"
+"                        --save writes them) instead of seeded random ones;\n"
+"                        names and shapes must match the network options\n"
+"  --save PATH           write the final FP32 masters to PATH (.safetensors;\n"
+"                        a pre-trained policy for --init here or in loco_train)\n"
 "  --quiet               only the summary\n"
 "\n"
 "task:\n"
@@ -130,6 +136,8 @@ static int parse_args(int argc, char **argv, opts *o)
             else bad = 1;
         }
         else if (!strcmp(a, "--level")) bad = rl_arg_int(v, 0, 19, &o->level);
+        else if (!strcmp(a, "--init")) o->init_path = v;
+        else if (!strcmp(a, "--save")) o->save_path = v;
         else if (!strcmp(a, "--task")) bad = rl_task_parse(v, &o->task.kind);
         else if (!strcmp(a, "--digits")) {
             bad = rl_arg_u32(v, 1, RL_TASK_MAX_LEN, &o->task.prompt_len);
@@ -249,6 +257,13 @@ static int run_setup(run *r, const opts *o)
         return fail("policy", rc);
     if ((rc = rl_task_fits(&r->master, &o->task))) return fail("task does not fit the network", rc);
     rl_policy_init_weights(&r->master, o->seed);
+    if (o->init_path) {
+        char err[1024];
+        if ((rc = rl_policy_load_file(&r->master, o->init_path, err, sizeof err, NULL))) {
+            fprintf(stderr, "rl_train: --init: %s\n", err);
+            return 1;
+        }
+    }
     if ((rc = rl_adamw_init(&r->adam, r->master.nparams, &o->adam))) return fail("adamw", rc);
     size_t n = r->master.nparams;
     r->grad = malloc(n * sizeof *r->grad);
@@ -415,6 +430,21 @@ int main(int argc, char **argv)
                "checkpoints\n",
                o.steps, secs, cpu, secs > 0 ? o.steps / secs : 0, window, first, window, last, chg,
                100 * ratio);
+    if (o.save_path) {
+        char sv[4][40], err[1024];
+        snprintf(sv[0], sizeof sv[0], "%d", o.steps);
+        snprintf(sv[1], sizeof sv[1], "%g", (double)o.adam.lr);
+        snprintf(sv[2], sizeof sv[2], "%" PRIu64, o.seed);
+        snprintf(sv[3], sizeof sv[3], "%.4f", last);
+        const char *meta[] = {"rl.trainer", "rl_train", "rl.steps", sv[0], "rl.lr", sv[1], "rl.seed", sv[2],
+                              "rl.task", rl_task_name(o.task.kind), "rl.reward_last_window", sv[3],
+                              "rl.init", o.init_path ? "file" : "seed", NULL};
+        if ((rc = rl_policy_save_file(&r.master, o.save_path, meta, err, sizeof err))) {
+            fprintf(stderr, "rl_train: --save: %s\n", err);
+            goto out;
+        }
+        if (!o.json) printf("rl_train: saved the FP32 masters to %s\n", o.save_path);
+    }
     if (r.apply_fallbacks && !o.json)
         printf("rl_train: %d patches carried a tensor whole, which ferry_apply_inplace refuses; "
                "applied out of place instead\n", r.apply_fallbacks);

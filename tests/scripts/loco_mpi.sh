@@ -8,7 +8,9 @@
 # weights (determinism); PULSELoCo sends far fewer bytes per round than
 # DiLoCo at an LLM-like learning rate; ranks configured differently fail
 # loudly, naming the round; --publish-dir writes checkpoints that ferry
-# diffs and applies bit-exactly.
+# diffs and applies bit-exactly; --save/--init round-trip the weights bit
+# for bit, and bad --init files (missing, another network, a NaN) fail on
+# every rank with a message naming the file and the tensor.
 # Skips (exit 0) when mpirun or the program is absent (NO_MPI=1 builds).
 # Under SAN=1 (ASan build), LeakSanitizer stays on for the ranks but with
 # Open MPI's own libraries suppressed: they keep allocations to exit, which
@@ -137,6 +139,76 @@ if [ "$(cat "$tmp/publish.rc")" -eq 0 ] && [ -s "$c0" ] && [ -s "$c1" ]; then
     fi
 else
     bad "publish: exit $(cat "$tmp/publish.rc"), files: $(ls "$tmp/pub" 2>&1)"
+fi
+
+# --init / --save: a run's final global weights saved by rank 0 start a
+# second run bit for bit (its initial hash is the first run's last round
+# hash), and every rank of it agrees every round; rl_train's --save feeds
+# loco_train's --init (the bench's fine-tune phase).
+init_hash() { awk '/^loco_train: initial weights/ {print $NF}' "$tmp/$1.out"; }
+run save0 2 --mode pulseloco --h 2 --rounds 2 "${SMALL[@]}" --lr 2e-6 --save "$tmp/ck.safetensors"
+run init1 2 --mode pulseloco --h 2 --rounds 2 "${SMALL[@]}" --lr 2e-6 --init "$tmp/ck.safetensors"
+last=$(hashes save0 | tail -n 1)
+if [ "$(cat "$tmp/save0.rc")" -eq 0 ] && [ "$(cat "$tmp/init1.rc")" -eq 0 ] && [ -n "$last" ] &&
+    [ "$(init_hash init1)" = "$last" ] && [ "$(grep -c 'hash-agree 2/2' "$tmp/init1.out")" -eq 2 ]; then
+    ok "--save then --init: the run starts from the saved weights bit for bit ($last), ranks agree every round"
+else
+    bad "--save/--init round trip: exit $(cat "$tmp/save0.rc")/$(cat "$tmp/init1.rc"), last $last, init $(init_hash init1)"
+    tail -5 "$tmp/save0.out" "$tmp/init1.out"
+fi
+RLT=$BUILD/examples/rl_train
+if [ -x "$RLT" ]; then
+    timeout 120 "${MPIENV[@]}" "$RLT" --steps 3 --dim 64 --layers 1 --prompts-per-step 4 --group-size 4 --quiet \
+        --save "$tmp/rl.safetensors" >"$tmp/rlsave.out" 2>&1
+    run rlinit 4 --mode diloco --h 2 --rounds 2 "${SMALL[@]}" --init "$tmp/rl.safetensors"
+    if [ -s "$tmp/rl.safetensors" ] && [ "$(cat "$tmp/rlinit.rc")" -eq 0 ] &&
+        [ "$(grep -c 'hash-agree 4/4' "$tmp/rlinit.out")" -eq 2 ] && grep -q "initial weights $tmp/rl.safetensors" "$tmp/rlinit.out"; then
+        ok "rl_train --save -> loco_train --init at -np 4: ranks agree every round"
+    else
+        bad "rl_train --save -> loco_train --init: exit $(cat "$tmp/rlinit.rc")"; tail -5 "$tmp/rlsave.out" "$tmp/rlinit.out"
+    fi
+else
+    bad "$RLT is not built"
+fi
+# Bad init files fail before any round, with a message naming the file
+# (and the tensor), on every rank, with a non-zero exit and no hang.
+init_err() { # name, expected message (grep -E), args...
+    local name=$1 want=$2; shift 2
+    run "$name" 2 --mode pulseloco --h 2 --rounds 1 "$@"
+    local rc; rc=$(cat "$tmp/$name.rc")
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && ! grep -q hash-agree "$tmp/$name.out" &&
+        [ "$(grep -cE "loco_train: rank [01]: --init: $want" "$tmp/$name.out")" -eq 2 ]; then
+        ok "$name: exit $rc, both ranks: $(grep -m1 -E -o -- "--init: .*" "$tmp/$name.out" | cut -c1-150)"
+    else
+        bad "$name: exit $rc"; sed 's/^/    | /' "$tmp/$name.out" | tail -10
+    fi
+}
+init_err init-missing "$tmp/nope.safetensors: cannot open" "${SMALL[@]}" --init "$tmp/nope.safetensors"
+init_err init-shape "$tmp/ck.safetensors: tensor 'mlp.0.weight' has shape \[[0-9, ]+\], the network expects \[[0-9, ]+\]; the file holds a network of .*--dim 64 --layers 1" \
+    --dim 32 --layers 1 --prompts-per-step 4 --group-size 4 --init "$tmp/ck.safetensors"
+init_err init-layers "$tmp/ck.safetensors: tensor 'mlp.1.(weight|bias)' is missing" \
+    --dim 64 --layers 2 --prompts-per-step 4 --group-size 4 --init "$tmp/ck.safetensors"
+if command -v python3 >/dev/null 2>&1; then
+    # A copy of the checkpoint with one weight set to NaN (safetensors: an
+    # 8-byte header length, a JSON header, then the data).
+    python3 - "$tmp/ck.safetensors" "$tmp/nan.safetensors" <<'PY'
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+off = json.loads(b[8:8 + n])["head.bias"]["data_offsets"][0] + 8 + n
+b[off + 4:off + 8] = struct.pack("<I", 0x7FC00000)
+open(sys.argv[2], "wb").write(b)
+PY
+    init_err init-nan "$tmp/nan.safetensors: tensor 'head.bias' element 1 is nan" "${SMALL[@]}" --init "$tmp/nan.safetensors"
+fi
+if [ -x "$RLT" ]; then
+    "$RLT" --steps 1 --init "$tmp/nope.safetensors" >"$tmp/rlmissing.out" 2>&1
+    rc=$?
+    if [ $rc -ne 0 ] && grep -q "rl_train: --init: $tmp/nope.safetensors: cannot open" "$tmp/rlmissing.out"; then
+        ok "rl_train --init of a missing file: exit $rc, file named"
+    else
+        bad "rl_train --init of a missing file: exit $rc"; cat "$tmp/rlmissing.out"
+    fi
 fi
 
 echo "loco: $pass passed, $fail failed"
