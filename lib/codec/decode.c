@@ -445,7 +445,7 @@ static int mem_begin(void *ctx, const ferry_model *layout, int threads)
     }
     for (size_t i = 0; !rc && i < n; i++) {
         const ferry_tensor *t = ferry_model_tensor(layout, i);
-        if (!(ms->buf[i] = ferry__malloc((size_t)t->nbytes))) return FERRY_ERR_NOMEM;
+        if (!(ms->buf[i] = ferry__malloc_big((size_t)t->nbytes))) return FERRY_ERR_NOMEM;
         rc = ferry__model_add_owned(ms->m, t->name, t->dtype, t->ndim, t->shape, ms->buf[i], t->nbytes);
     }
     return rc;
@@ -580,7 +580,7 @@ static int verify_entry_job(void *ctx, size_t j, int w)
     case PK_SAME: return check_same(d, j);
     case PK_SPARSE: return check_sparse(d, j);
     case PK_WHOLE: {
-        if (!(d->whole[j] = ferry__malloc((size_t)d->t.e[j].nbytes))) return FERRY_ERR_NOMEM;
+        if (!(d->whole[j] = ferry__malloc_big((size_t)d->t.e[j].nbytes))) return FERRY_ERR_NOMEM;
         ferry__sink sk = {d->whole[j], NULL, whole_piece, no_done};
         return whole_out(d, j, w, &sk);
     }
