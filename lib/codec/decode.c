@@ -445,7 +445,7 @@ static int mem_begin(void *ctx, const ferry_model *layout, int threads)
     }
     for (size_t i = 0; !rc && i < n; i++) {
         const ferry_tensor *t = ferry_model_tensor(layout, i);
-        if (!(ms->buf[i] = ferry__malloc_big((size_t)t->nbytes))) return FERRY_ERR_NOMEM;
+        if (!(ms->buf[i] = ferry__malloc((size_t)t->nbytes))) return FERRY_ERR_NOMEM;
         rc = ferry__model_add_owned(ms->m, t->name, t->dtype, t->ndim, t->shape, ms->buf[i], t->nbytes);
     }
     return rc;
@@ -547,7 +547,7 @@ static void undo_arena(dec *d, uint64_t limit)
         else need += e->changed * per + pad; /* each term < 2 x limit: no overflow */
     }
     uint64_t size = need < limit ? need : limit;
-    if (size > SIZE_MAX || !(d->arena = ferry__malloc_big((size_t)size))) size = 0;
+    if (size > SIZE_MAX || !(d->arena = ferry__malloc((size_t)size))) size = 0;
     d->arena_size = size;
 }
 
@@ -580,7 +580,7 @@ static int verify_entry_job(void *ctx, size_t j, int w)
     case PK_SAME: return check_same(d, j);
     case PK_SPARSE: return check_sparse(d, j);
     case PK_WHOLE: {
-        if (!(d->whole[j] = ferry__malloc_big((size_t)d->t.e[j].nbytes))) return FERRY_ERR_NOMEM;
+        if (!(d->whole[j] = ferry__malloc((size_t)d->t.e[j].nbytes))) return FERRY_ERR_NOMEM;
         ferry__sink sk = {d->whole[j], NULL, whole_piece, no_done};
         return whole_out(d, j, w, &sk);
     }

@@ -30,11 +30,6 @@ void ferry__clear_error(void);
 
 /* Allocation that records FERRY_ERR_NOMEM context on failure (returns NULL). */
 void *ferry__malloc(size_t n);
-/* For large buffers that will be filled at once (model tensors, logs): on
- * Linux asks for transparent huge pages, which cuts the cost of first
- * touching fresh memory (a page fault per 4 KiB) several times over.  Freed
- * with free(). */
-void *ferry__malloc_big(size_t n);
 void *ferry__calloc(size_t n, size_t size);
 void *ferry__realloc(void *p, size_t n);
 char *ferry__strdup(const char *s);

@@ -5,7 +5,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 
 #define MSG_CAP 1024
 static _Thread_local char g_msg[MSG_CAP];
@@ -129,18 +128,6 @@ void *ferry__malloc(size_t n)
 {
     void *p = malloc(n ? n : 1);
     if (!p) ferry__fail(FERRY_ERR_NOMEM, "cannot allocate %zu bytes", n);
-    return p;
-}
-
-void *ferry__malloc_big(size_t n)
-{
-    const size_t huge = (size_t)2 << 20;
-    if (n < 2 * huge) return ferry__malloc(n);
-    void *p = NULL;
-    if (posix_memalign(&p, huge, n)) return ferry__fail(FERRY_ERR_NOMEM, "cannot allocate %zu bytes", n), NULL;
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, n & ~(huge - 1), MADV_HUGEPAGE); /* advice only: fine if refused */
-#endif
     return p;
 }
 

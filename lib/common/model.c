@@ -90,7 +90,7 @@ int ferry__model_add(ferry_model *m, const char *name, ferry_dtype dt, uint32_t 
                           .nelem = nelem, .nbytes = nbytes, .data = data};
     e->writable = writable;
     if (copy) {
-        e->owned = ferry__malloc_big((size_t)nbytes);
+        e->owned = ferry__malloc((size_t)nbytes);
         if (!e->owned) { free(e); return FERRY_ERR_NOMEM; }
         if (nbytes) memcpy(e->owned, data, (size_t)nbytes);
         e->t.data = e->owned;

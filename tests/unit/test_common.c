@@ -19,6 +19,36 @@ static void test_bf16_vectors(void)
     CHECK(ferry_bf16_to_f32(0x3F80) == 1.0f);
 }
 
+/* The vectorised bulk cast equals the scalar definition bit for bit:
+ * special values at every lane, rounding ties, random patterns, odd
+ * lengths; with and without FERRY_NO_SIMD. */
+static void test_bf16_bulk_cast(void)
+{
+    enum { N = 4099 };
+    static uint32_t in[N];
+    static uint16_t out[N];
+    static const uint32_t special[] = {0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7F800001, 0xFFFFFFFF,
+                                       0x7FC00000, 0x7F7FFFFF, 0x3F808000, 0x3F818000, 0x00008000, 0x80018000,
+                                       0x7F7F8000, 0x7F7FFFFF, 0x00000001, 0x0001FFFF};
+    uint64_t r = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < N; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        in[i] = i % 3 == 0 ? special[(i / 3) % (sizeof special / sizeof special[0])] : (uint32_t)r;
+    }
+    for (int simd = 0; simd < 2; simd++) {
+        setenv("FERRY_NO_SIMD", simd ? "0" : "1", 1);
+        for (size_t n = 0; n <= N; n += n < 40 ? 1 : 997) {
+            memset(out, 0xAB, sizeof out);
+            ferry_f32_to_bf16_n(out, (const float *)(const void *)in, n);
+            bool ok = true;
+            for (size_t i = 0; i < n; i++) ok &= out[i] == ferry__bf16_from_bits(in[i]);
+            for (size_t i = n; i < N; i++) ok &= out[i] == 0xABAB; /* nothing past n */
+            CHECK(ok);
+        }
+    }
+    unsetenv("FERRY_NO_SIMD");
+}
+
 static void test_fkey_bijective(void)
 {
     /* every 16-bit pattern maps to a distinct key, and -0/+0 are adjacent */
@@ -103,6 +133,7 @@ static void test_errors(void)
 int main(void)
 {
     RUN(test_bf16_vectors);
+    RUN(test_bf16_bulk_cast);
     RUN(test_fkey_bijective);
     RUN(test_dtypes);
     RUN(test_model_build_and_hash);
