@@ -224,10 +224,16 @@ int main(int argc, char **argv)
             ferry_model_metadata(a, i, &k, &v);
             ferry_model_set_metadata(c, k, v);
         }
-        double t0 = now();
-        if ((rc = ferry_apply_inplace_ex(c, patch, psize, &(ferry_apply_options){.threads = th, .base_hash = ha})))
-            die("apply in place", rc);
-        inpl = now() - t0;
+        for (int r = 0; r < reps; r++) {
+            if (r) /* back to OLD, outside the timing */
+                for (size_t i = 0; i < ferry_model_count(a); i++)
+                    memcpy(ferry_model_data_mut(c, i), ferry_model_tensor(a, i)->data, ferry_model_tensor(a, i)->nbytes);
+            double t0 = now();
+            if ((rc = ferry_apply_inplace_ex(c, patch, psize, &(ferry_apply_options){.threads = th, .base_hash = ha})))
+                die("apply in place", rc);
+            double dt = now() - t0;
+            if (dt < inpl) inpl = dt;
+        }
         ferry_model_free(c);
         double E = gb / enc, EM = m ? gb / encm : 0, A = gb / app, AF = gb / appf, I = gb / inpl;
         printf("%-8d %9.2f  %9.2f  %9.2f  %9.2f  %9.2f  %9.2f  | %.2f %.2f %.2f %.2f %.2f\n", th, cmp, E, EM, A, AF, I, E / cmp,
