@@ -236,7 +236,9 @@ typedef struct ferry_apply_options {
                        each chunk once, writing while it verifies and putting
                        the base back on failure; chunks beyond the limit are
                        verified first and decoded again to be written.  0 =
-                       64 MiB + 16 x the patch size. */
+                       64 MiB + 16 x the patch size; 1 = no undo log: nothing
+                       is written before everything verified (for a base that
+                       others read while it is patched). */
 } ferry_apply_options;
 
 /* Encodes the patch A -> B into a new buffer (*patch, *size), released with
@@ -271,8 +273,8 @@ FERRY_API int ferry_apply_file(const ferry_model *base, const void *patch, size_
  * To decode once, it writes the changed elements while it verifies, keeping
  * the words it overwrote in an undo log (bounded by opts->undo_limit) and
  * putting them back if verification fails; chunks beyond the limit are
- * verified first and only then decoded again and written.  Readers of base
- * must not run concurrently with it. */
+ * verified first and only then decoded again and written (undo_limit 1:
+ * every chunk, so that concurrent readers never see an unverified word). */
 FERRY_API int ferry_apply_inplace(ferry_model *base, const void *patch, size_t size);
 FERRY_API int ferry_apply_inplace_ex(ferry_model *base, const void *patch, size_t size,
                                      const ferry_apply_options *opts);

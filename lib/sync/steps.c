@@ -10,7 +10,8 @@
  *    checksum and the result's hash;
  *  - an anchor is hashed after download and compared with its manifest.
  * The model the subscriber exposes changes only to a verified version: in
- * place by ferry_apply_inplace_ex (which writes only after verifying), or
+ * place by ferry_apply_inplace_ex (which returns with the verified target or
+ * with the base exactly as it was), or
  * by an atomic rename, or by a copy of a verified model. */
 #include "sub.h"
 

@@ -8,7 +8,7 @@ README.md ("Python") and the docstrings of each function.
     import ferry
     w = ferry.load("step-000.safetensors")          # name -> array
     patch = ferry.diff("step-000.safetensors", model.state_dict(), cast_bf16=True)
-    ferry.apply_inplace(engine_weights, patch)       # verified first, then written
+    ferry.apply_inplace(engine_weights, patch)       # verified; on error untouched
 
     pub = ferry.Publisher("s3://bucket/p", "run-7")  # trainer (sync layer)
     pub.publish(model.state_dict())

@@ -86,14 +86,19 @@ def apply_file(base, patch, path, threads=1):
         check(L.ferry_apply_file(b.handle, p, n, ctypes.byref(o), os.fsencode(path)))
 
 
-def apply_inplace(tensors, patch, threads=1, base_hash=None):
+def apply_inplace(tensors, patch, threads=1, base_hash=None, verify_first=False):
     """Patches the caller's own arrays (mapping name -> numpy array / CPU
-    torch tensor) in place.  The whole result is decoded and verified first;
-    on any error (wrong base, corrupt patch) no byte of them has changed.
-    base_hash: the caller vouches the arrays hash to this (the target of
-    its last apply), which saves hashing them again."""
+    torch tensor) in place.  On any error (wrong base, corrupt patch) they
+    hold exactly their old bytes again: the library writes while it
+    verifies and puts back what it wrote.  verify_first=True: nothing is
+    written before the whole result verified (it decodes twice; for arrays
+    that others read meanwhile).  base_hash: the caller vouches the arrays
+    hash to this (the target of its last apply), which saves hashing them
+    again."""
     p, n, _keep = _patch_arg(patch)
     o, _hk = _apply_options(threads, base_hash)
+    if verify_first:
+        o.undo_limit = 1
     with _Using(tensors, writable=True) as m:
         check(L.ferry_apply_inplace_ex(m.handle, p, n, ctypes.byref(o)))
 

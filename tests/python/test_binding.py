@@ -135,6 +135,10 @@ def test_apply_inplace_is_zero_copy():
         and mine["c"].ctypes.data == addr["c"]
     assert np.array_equal(alias_b, new["b"][10:20])
     assert torch.equal(alias_a, new["a"].view(torch.int16))
+    # verify_first: nothing written before everything verified; same result
+    mine = {"a": old["a"].clone(), "b": old["b"].copy(), "c": old["c"].copy()}
+    ferry.apply_inplace(mine, patch, verify_first=True)
+    assert same(mine, new)
 
 
 def test_model_borrows_without_copy():
