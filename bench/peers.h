@@ -142,6 +142,22 @@ static inline int peer_assemble(bench_buf *out, json_t *hdr, const bench_buf *bo
     return rc ? bench_fail(err, "out of memory (or header over 4 GiB)") : 0;
 }
 
+/* The end of a JSON-headed encoder: on success hdr gets "tensors" (its last
+ * key) and out gets u32 length | header | body; on failure hdr and list are
+ * released.  body is released either way. */
+static inline int peer_finish(bench_buf *out, json_t *hdr, json_t *list, bench_buf *body, int rc, bench_err *err)
+{
+    if (rc) {
+        json_decref(hdr);
+        json_decref(list);
+    } else {
+        json_object_set_new(hdr, "tensors", list);
+        rc = peer_assemble(out, hdr, body, err);
+    }
+    bench_buf_free(body);
+    return rc;
+}
+
 /* Appends one zstd frame of src at level. */
 static inline int peer_zstd_append(bench_buf *out, const void *src, size_t n, int level, bench_err *err)
 {
@@ -518,17 +534,9 @@ static inline int pulse_encode(const peer_ctx *ctx, const bench_pair *pair, benc
         json_object_set_new(m, "values_size", json_integer((json_int_t)(k * t->width)));
         if (json_array_append_new(list, m)) rc = bench_fail(err, "out of memory");
     }
-    if (rc) {
-        json_decref(hdr);
-        json_decref(list);
-        bench_buf_free(&body);
-        return rc;
-    }
-    json_object_set_new(hdr, "version", json_integer(31));
-    json_object_set_new(hdr, "tensors", list);
+    if (!rc) json_object_set_new(hdr, "version", json_integer(31));
     bench_buf raw = {0};
-    rc = peer_assemble(&raw, hdr, &body, err);
-    bench_buf_free(&body);
+    rc = peer_finish(&raw, hdr, list, &body, rc, err);
     if (!rc) rc = peer_zstd_append(out, raw.data, raw.size, 1, err);
     bench_buf_free(&raw);
     return rc;
@@ -637,18 +645,11 @@ static inline int skyrl_encode(const peer_ctx *ctx, const bench_pair *pair, benc
         if (!rc && json_array_append_new(list, m)) rc = bench_fail(err, "out of memory");
     }
     free(x);
-    if (rc) {
-        json_decref(hdr);
-        json_decref(list);
-        bench_buf_free(&body);
-        return rc;
+    if (!rc) {
+        json_object_set_new(hdr, "version", json_integer(pair->version));
+        json_object_set_new(hdr, "base_version", json_integer(pair->base_version));
     }
-    json_object_set_new(hdr, "version", json_integer(pair->version));
-    json_object_set_new(hdr, "base_version", json_integer(pair->base_version));
-    json_object_set_new(hdr, "tensors", list);
-    rc = peer_assemble(out, hdr, &body, err);
-    bench_buf_free(&body);
-    return rc;
+    return peer_finish(out, hdr, list, &body, rc, err);
 }
 
 static inline int skyrl_decode(const peer_ctx *ctx, const bench_pair *base, const uint8_t *patch,
@@ -726,17 +727,8 @@ static inline int slime_encode(const peer_ctx *ctx, const bench_pair *pair, benc
         if (!rc && json_array_append_new(list, m)) rc = bench_fail(err, "out of memory");
     }
     bench_buf_free(&raw);
-    if (rc) {
-        json_decref(hdr);
-        json_decref(list);
-        bench_buf_free(&body);
-        return rc;
-    }
-    json_object_set_new(hdr, "format", json_string("deltas_zstd"));
-    json_object_set_new(hdr, "tensors", list);
-    rc = peer_assemble(out, hdr, &body, err);
-    bench_buf_free(&body);
-    return rc;
+    if (!rc) json_object_set_new(hdr, "format", json_string("deltas_zstd"));
+    return peer_finish(out, hdr, list, &body, rc, err);
 }
 
 static inline int slime_decode(const peer_ctx *ctx, const bench_pair *base, const uint8_t *patch,
