@@ -11,15 +11,8 @@ set -u
 TEST_NAME=sync_follow
 source tests/tools/sync_env.sh
 
-command -v node >/dev/null || skip_all "node is not installed"
-[ -f "$S3RVER_JS" ] || skip_all "s3rver is not installed (scripts/install-deps.sh runs npm install in tests/npm)"
-sync_built || skip_all "sync layer or tools not built (NO_NET=1?)"
-[ -f "$DATA/rl-a/step-008.safetensors" ] || skip_all "no rl-a data in $DATA"
-
-PORT=$(free_port)
-mkdir -p "$WORK/data" "$WORK/store" "$WORK/sub"
-start_s3rver "$WORK/data" "$PORT" "$WORK/s3rver.log" || { echo "0 passed, 1 failed"; exit 1; }
-s3_env "$PORT"
+s3_rla_start
+mkdir -p "$WORK/store" "$WORK/sub"
 FS=$WORK/store
 S3=s3://bkt/follow
 step() { printf '%s/rl-a/step-%03d.safetensors' "$DATA" "$1"; }

@@ -31,6 +31,21 @@ s3_env() {
     unset AWS_SESSION_TOKEN AWS_ENDPOINT_URL_S3 AWS_PROFILE
 }
 
+# s3_rla_start: the preamble of the s3:// scripts on the rl-a sequence:
+# skips without node, s3rver, the sync layer or the data; else starts
+# s3rver on a free port with its data in $WORK/data (PORT is set) and
+# exports the S3 environment; a server that does not start fails the script.
+s3_rla_start() {
+    command -v node >/dev/null || skip_all "node is not installed"
+    [ -f "$S3RVER_JS" ] || skip_all "s3rver is not installed (scripts/install-deps.sh runs npm install in tests/npm)"
+    sync_built || skip_all "sync layer or tools not built (NO_NET=1?)"
+    [ -f "$DATA/rl-a/step-008.safetensors" ] || skip_all "no rl-a data in $DATA"
+    PORT=$(free_port)
+    mkdir -p "$WORK/data"
+    start_s3rver "$WORK/data" "$PORT" "$WORK/s3rver.log" || { echo "0 passed, 1 failed"; exit 1; }
+    s3_env "$PORT"
+}
+
 # same_tensors A B: every tensor of B is bit-identical to A's (ferry stats).
 same_tensors() {
     local out
