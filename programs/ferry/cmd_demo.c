@@ -112,17 +112,6 @@ static int parse_double(const char *s, double *out)
     return 0;
 }
 
-static int parse_u64(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    if (*s < '0' || *s > '9') return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end) return -1;
-    *out = v;
-    return 0;
-}
-
 typedef struct cli_opts {
     demo_options d;
     const char *store, *report;
@@ -183,7 +172,7 @@ static int parse_args(int argc, char **argv, cli_opts *c)
             else if (!strcmp(v, "sequential")) o->mode = DEMO_SEQUENTIAL;
             else bad = 1;
         } else if (!strcmp(a, "--max-staleness")) bad = !cli_parse_int(v, 0, 1000000, &l), o->max_staleness = (uint64_t)l;
-        else if (!strcmp(a, "--seed")) bad = parse_u64(v, &o->seed);
+        else if (!strcmp(a, "--seed")) bad = !cli_parse_u64(v, UINT64_MAX, &o->seed);
         else if (!strcmp(a, "--adaptive")) bad = parse_double(v, &c->adaptive) || c->adaptive <= 0 || c->adaptive > 1;
         else if (!strcmp(a, "--max-skip")) bad = !cli_parse_int(v, 1, 1000000, &l), o->max_skip = (uint32_t)l;
         else if (!strcmp(a, "--kill-island-at")) bad = !cli_parse_int(v, 0, 1000000, &l), o->kill_at = l;

@@ -48,16 +48,7 @@ void sync_common_init(sync_common *c)
     c->progress = -1;
 }
 
-bool sync_parse_u64(const char *s, uint64_t *out)
-{
-    if (!s || !*s || *s == '-' || *s == '+') return false;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v > (unsigned long long)INT64_MAX) return false;
-    *out = v;
-    return true;
-}
+bool sync_parse_u64(const char *s, uint64_t *out) { return cli_parse_u64(s, INT64_MAX, out); }
 
 static bool parse_seconds(const char *s, double *out)
 {

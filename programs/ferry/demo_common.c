@@ -3,6 +3,7 @@
  * parsed as untrusted input (every value bounded, unknown keys refused). */
 #ifndef FERRY_NO_NET
 #include "demo.h"
+#include "util.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -36,16 +37,7 @@ int demo_config_format(const demo_config *c, char *buf, size_t cap)
     return n < 0 || (size_t)n >= cap ? FERRY_ERR_LIMIT : 0;
 }
 
-static int parse_u64(const char *s, uint64_t hi, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    if (*s < '0' || *s > '9') return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v > hi) return -1;
-    *out = v;
-    return 0;
-}
+static int parse_u64(const char *s, uint64_t hi, uint64_t *out) { return cli_parse_u64(s, hi, out) ? 0 : -1; }
 
 static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 {

@@ -37,6 +37,17 @@ bool cli_parse_int(const char *s, long lo, long hi, long *out)
     return true;
 }
 
+bool cli_parse_u64(const char *s, uint64_t hi, uint64_t *out)
+{
+    if (!s || *s < '0' || *s > '9') return false;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v > hi) return false;
+    *out = v;
+    return true;
+}
+
 void json_str(FILE *f, const char *s)
 {
     fputc('"', f);

@@ -13,6 +13,8 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 bool cli_is_help(const char *arg);
 /* Parses a non-negative integer option value; false if malformed. */
 bool cli_parse_int(const char *s, long lo, long hi, long *out);
+/* Parses decimal digits only (no sign, no space) as a value <= hi. */
+bool cli_parse_u64(const char *s, uint64_t hi, uint64_t *out);
 /* Writes s as a JSON string literal (quoted, escaped). */
 void json_str(FILE *f, const char *s);
 void hex16(char out[33], const uint8_t h[16]);
