@@ -497,6 +497,7 @@ static int write_with_undo(dec *d, const chunk_ref *c, int w, size_t k)
     unsigned W = sp_dtype_of(e->dtype).W;
     undo *u = &d->undo[c - d->ch];
     uint64_t bytes = ((uint64_t)k * (4 + W / 8) + 7) & ~(uint64_t)7;
+    if (!d->arena) return 1;
     uint64_t at = __atomic_fetch_add(&d->arena_used, bytes, __ATOMIC_RELAXED);
     if (at > d->arena_size || bytes > d->arena_size - at) return 1; /* no room: deferred to pass 2 */
     const sp_scratch *s = &d->coder[w].s;
