@@ -5,9 +5,10 @@
 # and the same number of local steps (ROUNDS x H per rank); bytes are what
 # each rank sends (loco_train's "bytes"), summed over ranks.
 #
-#   bash bench/loco.sh            phases curves, llm, sweep (about 75 minutes
-#                                 on a busy 2-core machine)
-#   bash bench/loco.sh sweep      one phase: curves | llm | sweep | llmlong | ranks4
+#   bash bench/loco.sh            phases curves, llm, sweep, finetune, ftavg
+#                                 (about two hours on a busy 2-core machine)
+#   bash bench/loco.sh sweep      one phase: curves | llm | sweep | finetune |
+#                                 ftavg | llmlong | ranks4 | ftouter | ftavglong
 #   PHASES="curves llm" RANKS=2 H=8 bash bench/loco.sh
 #
 # Phases:
@@ -38,6 +39,13 @@
 #           inner lr FT_OUTER_LR (7x FT_LRS's first: the same long-run step
 #           as momentum 0.9 / lr 0.7 gives), FT_OUTER_ROUNDS rounds, seed 1,
 #           PULSELoCo and DiLoCo: the lag's dependence on the outer step.
+#   ftavg   the fine-tune with plain averaging as the outer step (outer lr 1,
+#           momentum 0) for every mode, at inner lr FT_AVG_LR (2e-6) and
+#           H FT_AVG_H (4), FT_AVG_ROUNDS (80) rounds, seeds FT_SEEDS, all
+#           three modes.
+#   ftavglong (opt-in) ftavg's seed 1 for FT_AVGLONG_ROUNDS (160) rounds,
+#           PULSELoCo and DiLoCo (its first 80 rounds repeat ftavg's bit for
+#           bit: every run is deterministic).
 # Raw output: bench/results/loco/PHASE/MODE-lrLR-sSEED.jsonl (one JSON object
 # per round, from rank 0); runs already complete there are not redone.
 # Report: bench/results/loco/report.md (bench/loco_report.py).
@@ -47,7 +55,7 @@ BUILD=${BUILD:-build}
 RANKS=${RANKS:-2}
 H=${H:-8}
 OUT=${OUT:-bench/results/loco}
-PHASES=${PHASES:-${1:-curves llm sweep}}
+PHASES=${PHASES:-${1:-curves llm sweep finetune ftavg}}
 PROG=$BUILD/examples/loco_train
 if [ ! -x "$PROG" ]; then
     echo "bench/loco.sh: $PROG is not built (make; needs mpicc)" >&2
@@ -62,8 +70,9 @@ run() { # phase mode lr seed rounds [ranks [extra options...]]
     local extra=("${@:7}")
     mkdir -p "$dir"
     if [ -s "$f" ] && grep -q '"event":"summary"' "$f"; then return 0; fi
-    echo "== $1: mpirun -np $np $PROG --mode $2 --h $H --rounds $5 --lr $3 --seed $4 ${extra[*]} --json" >&2
-    mpirun -np "$np" --oversubscribe "$PROG" --mode "$2" --h "$H" --rounds "$5" --lr "$3" \
+    local h=${RUN_H:-$H}
+    echo "== $1: mpirun -np $np $PROG --mode $2 --h $h --rounds $5 --lr $3 --seed $4 ${extra[*]} --json" >&2
+    mpirun -np "$np" --oversubscribe "$PROG" --mode "$2" --h "$h" --rounds "$5" --lr "$3" \
         --seed "$4" "${extra[@]}" --json >"$f.tmp"
     mv "$f.tmp" "$f"
     grep '"event":"summary"' "$f" >&2
@@ -103,6 +112,18 @@ for phase in $PHASES; do
         for m in pulseloco diloco; do
             run finetune-outer $m "${FT_OUTER_LR:-7e-6}" 1 "${FT_OUTER_ROUNDS:-20}" "$RANKS" --init "$ck" \
                 --outer-lr 1 --outer-momentum 0
+        done ;;
+    ftavg)
+        ck=$(pretrained)
+        for s in $FT_SEEDS; do for m in pulseloco diloco ddp; do
+            RUN_H=${FT_AVG_H:-4} run finetune-avg $m "${FT_AVG_LR:-2e-6}" "$s" "${FT_AVG_ROUNDS:-80}" "$RANKS" \
+                --init "$ck" --outer-lr 1 --outer-momentum 0
+        done; done ;;
+    ftavglong)
+        ck=$(pretrained)
+        for m in pulseloco diloco; do
+            RUN_H=${FT_AVG_H:-4} run finetune-avglong $m "${FT_AVG_LR:-2e-6}" 1 "${FT_AVGLONG_ROUNDS:-160}" "$RANKS" \
+                --init "$ck" --outer-lr 1 --outer-momentum 0
         done ;;
     *) echo "bench/loco.sh: unknown phase $phase" >&2; exit 2 ;;
     esac

@@ -199,6 +199,10 @@ def main():
     lines += phase_report("finetune: RL fine-tuning of a pre-trained policy", ft, tracking=True, preamble=pre)
     lines += phase_report("finetune-outer: the same fine-tune with outer lr 1, momentum 0 (one seed)",
                           os.path.join(out, "finetune-outer"), tracking=True)
+    lines += phase_report("finetune-avg: the fine-tune with plain averaging as every mode's outer step "
+                          "(outer lr 1, momentum 0)", os.path.join(out, "finetune-avg"), tracking=True)
+    lines += phase_report("finetune-avglong: finetune-avg's seed 1 over twice the rounds",
+                          os.path.join(out, "finetune-avglong"), tracking=True)
     print("\n".join(lines))
 
 
