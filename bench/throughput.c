@@ -177,6 +177,7 @@ int main(int argc, char **argv)
            "in-place", "ratios to compare (enc-bf16, enc-fp32, apply-mem, apply-file, in-place)");
     char *tl = strdup(tlist), *save = NULL;
     int first = 1;
+    double one[6] = {0}, two[6] = {0}; /* the rows at 1 and 2 threads, for the scaling line */
     for (char *tok = strtok_r(tl, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         int th = atoi(tok);
         if (th < 1 || th > 64) { fprintf(stderr, "throughput: bad thread count '%s'\n", tok); return 2; }
@@ -236,6 +237,9 @@ int main(int argc, char **argv)
         }
         ferry_model_free(c);
         double E = gb / enc, EM = m ? gb / encm : 0, A = gb / app, AF = gb / appf, I = gb / inpl;
+        double row[6] = {cmp, E, EM, A, AF, I};
+        if (th == 1) memcpy(one, row, sizeof row);
+        if (th == 2) memcpy(two, row, sizeof row);
         printf("%-8d %9.2f  %9.2f  %9.2f  %9.2f  %9.2f  %9.2f  | %.2f %.2f %.2f %.2f %.2f\n", th, cmp, E, EM, A, AF, I, E / cmp,
                m ? EM / cmp : 0.0, A / cmp, AF / cmp, I / cmp);
         if (js)
@@ -246,6 +250,12 @@ int main(int argc, char **argv)
     }
     free(tl);
     printf("(GB/s of BF16 model; compare = count of a[i] != b[i] over the same bytes; best of %d)\n", reps);
+    double scale[6] = {0};
+    if (one[0] > 0 && two[0] > 0) {
+        for (int i = 0; i < 6; i++) scale[i] = one[i] > 0 ? two[i] / one[i] : 0;
+        printf("2 threads / 1 thread: compare %.2fx | enc-bf16 %.2fx, enc-fp32 %.2fx, apply-mem %.2fx, apply-file %.2fx, "
+               "in-place %.2fx\n", scale[0], scale[1], scale[2], scale[3], scale[4], scale[5]);
+    }
 
     char ferry_bin[4096], dirbuf[4096];
     snprintf(dirbuf, sizeof dirbuf, "%s", argv[0]);
@@ -260,7 +270,10 @@ int main(int argc, char **argv)
     printf("peak RSS: encode %.1f MiB; apply (streaming to a file) %.1f MiB, budget checkpoint + 2 x patch + 64 MiB = %.1f MiB: %s\n",
            rss_enc / 1024.0, rss_app / 1024.0, budget / (1 << 20), rss_app * 1024.0 <= budget ? "within" : "OVER");
     if (js) {
-        fprintf(js, "], \"rss_encode_kib\": %ld, \"rss_apply_kib\": %ld, \"rss_apply_budget_bytes\": %.0f}\n", rss_enc, rss_app, budget);
+        fprintf(js, "], \"scaling_2_over_1\": {\"compare\": %.4f, \"encode_bf16\": %.4f, \"encode_fp32\": %.4f, "
+                    "\"apply_mem\": %.4f, \"apply_file\": %.4f, \"apply_inplace\": %.4f}",
+                scale[0], scale[1], scale[2], scale[3], scale[4], scale[5]);
+        fprintf(js, ", \"rss_encode_kib\": %ld, \"rss_apply_kib\": %ld, \"rss_apply_budget_bytes\": %.0f}\n", rss_enc, rss_app, budget);
         fclose(js);
     }
     unlink(patch_path);
