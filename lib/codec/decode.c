@@ -574,12 +574,15 @@ static uint8_t *whole_piece(void *ctx, size_t i, uint64_t off, size_t len, int w
 }
 
 
+/* Jobs j < n: the unchanged and WHOLE entries; then n + j: the SPARSE
+ * entries' hashes.  The same order as ferry_apply (which checks the former
+ * while it builds), so that both report the same first error. */
 static int verify_entry_job(void *ctx, size_t j, int w)
 {
     dec *d = ctx;
+    if (j >= d->t.n) return d->t.e[j - d->t.n].kind == PK_SPARSE ? check_sparse(d, j - d->t.n) : FERRY_OK;
     switch (d->t.e[j].kind) {
     case PK_SAME: return check_same(d, j);
-    case PK_SPARSE: return check_sparse(d, j);
     case PK_WHOLE: {
         if (!(d->whole[j] = ferry__malloc((size_t)d->t.e[j].nbytes))) return FERRY_ERR_NOMEM;
         ferry__sink sk = {d->whole[j], NULL, whole_piece, no_done};
@@ -638,7 +641,7 @@ int ferry_apply_inplace_ex(ferry_model *base, const void *patch, size_t size, co
         rc = FERRY_ERR_NOMEM;
     if (!rc) undo_arena(&d, opts && opts->undo_limit ? opts->undo_limit : FERRY_UNDO_LIMIT_DEFAULT(size));
     if (!rc) rc = ferry__parallel(d.threads, d.nch, verify_job, &d);
-    if (!rc) rc = ferry__parallel(d.threads, d.t.n, verify_entry_job, &d);
+    if (!rc) rc = ferry__parallel(d.threads, 2 * d.t.n, verify_entry_job, &d);
     if (!rc) rc = check_target(&d);
     if (rc && d.undo) roll_back(&d);
     if (!rc) rc = ferry__parallel(d.threads, d.nch, write_job, &d);

@@ -30,6 +30,7 @@
  *       -dict=tests/fuzz/fuzz_patch.dict /tmp/fz tests/fuzz/corpus/patch
  * (new inputs go to the first directory; `make test` replays the corpus). */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -42,9 +43,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define HEADER 64
 #define TRAILER 16
 
-static void require(int ok)
+/* An invariant of the library: abort (a finding), naming the line. */
+#define require(ok) require_at((ok), __LINE__)
+static void require_at(int ok, int line)
 {
-    if (!ok) abort();
+    if (!ok) {
+        fprintf(stderr, "fuzz_patch: invariant at tests/fuzz/fuzz_patch.c:%d failed; last error: %s\n", line,
+                ferry_last_error());
+        abort();
+    }
 }
 
 static const ferry_model *g_base;
