@@ -8,7 +8,8 @@
 #   bash bench/loco.sh            phases curves, llm, sweep, finetune, ftavg
 #                                 (about two hours on a busy 2-core machine)
 #   bash bench/loco.sh sweep      one phase: curves | llm | sweep | finetune |
-#                                 ftavg | llmlong | ranks4 | ftouter | ftavglong
+#                                 ftavg | llmlong | ranks4 | ftouter | ftavglong |
+#                                 ftmom
 #   PHASES="curves llm" RANKS=2 H=8 bash bench/loco.sh
 #
 # Phases:
@@ -46,6 +47,10 @@
 #   ftavglong (opt-in) ftavg's seed 1 for FT_AVGLONG_ROUNDS (160) rounds,
 #           PULSELoCo and DiLoCo (its first 80 rounds repeat ftavg's bit for
 #           bit: every run is deterministic).
+#   ftmom   (opt-in) ftavg's setting (inner lr 2e-6, H 4) with two other
+#           outer steps, seed 1, 40 rounds, PULSELoCo and DiLoCo: outer lr
+#           0.1 with Nesterov momentum 0.9 (long-run gain lr / (1 - momentum)
+#           = 1, as plain averaging) and outer lr 0.7 with momentum 0.5 (1.4).
 # Raw output: bench/results/loco/PHASE/MODE-lrLR-sSEED.jsonl (one JSON object
 # per round, from rank 0); runs already complete there are not redone.
 # Report: bench/results/loco/report.md (bench/loco_report.py).
@@ -125,6 +130,13 @@ for phase in $PHASES; do
             RUN_H=${FT_AVG_H:-4} run finetune-avglong $m "${FT_AVG_LR:-2e-6}" 1 "${FT_AVGLONG_ROUNDS:-160}" "$RANKS" \
                 --init "$ck" --outer-lr 1 --outer-momentum 0
         done ;;
+    ftmom)
+        ck=$(pretrained)
+        for om in "0.1 0.9" "0.7 0.5"; do for m in pulseloco diloco; do
+            set -- $om
+            RUN_H=${FT_AVG_H:-4} run "finetune-mom-o$1-m$2" $m "${FT_AVG_LR:-2e-6}" 1 40 "$RANKS" \
+                --init "$ck" --outer-lr "$1" --outer-momentum "$2"
+        done; done ;;
     *) echo "bench/loco.sh: unknown phase $phase" >&2; exit 2 ;;
     esac
 done

@@ -151,10 +151,12 @@ def tracking_report(by_mode, seeds, nr, k, gaps, sds):
         err = statistics.mean((curve["pulseloco"][i] - curve["diloco"][i - shift]) ** 2 for i in range(shift, nr))
         if best is None or err < best[1]:
             best = (shift, err)
-    lines += ["Tracking: |pulse - diloco| <= mean seed sd in %d of %d rounds; the gap averaged over all rounds "
+    within_txt = ("|pulse - diloco| <= mean seed sd in %d of %d rounds" % (within, nr) if len(seeds) > 1
+                  else "one seed, so no seed spread to compare with")
+    lines += ["Tracking: %s; the gap averaged over all rounds "
               "is %+.4f (per seed %s; standard error over seeds %s); reward gained from the first %d rounds to "
               "the last %d: %s; the shift that best lines the mean curves up: PULSELoCo %d round(s) behind."
-              % (within, nr, mean_ps, " ".join("%+.4f" % x for x in per_seed), fmt(se), k, k,
+              % (within_txt, mean_ps, " ".join("%+.4f" % x for x in per_seed), fmt(se), k, k,
                  ", ".join("%s %+.4f ± %s" % (m, g[0], fmt(g[1])) for m, g in gain.items()), best[0]), ""]
     return lines
 
@@ -203,6 +205,11 @@ def main():
                           "(outer lr 1, momentum 0)", os.path.join(out, "finetune-avg"), tracking=True)
     lines += phase_report("finetune-avglong: finetune-avg's seed 1 over twice the rounds",
                           os.path.join(out, "finetune-avglong"), tracking=True)
+    for d in sorted(glob.glob(os.path.join(out, "finetune-mom-*"))):
+        m = re.match(r"finetune-mom-o(.+)-m(.+)$", os.path.basename(d))
+        if m:
+            lines += phase_report("%s: finetune-avg's setting with outer lr %s, momentum %s (one seed)"
+                                  % (os.path.basename(d), m.group(1), m.group(2)), d, tracking=True)
     print("\n".join(lines))
 
 
