@@ -138,22 +138,7 @@ static int parse_args(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--level")) bad = rl_arg_int(v, 0, 19, &o->level);
         else if (!strcmp(a, "--init")) o->init_path = v;
         else if (!strcmp(a, "--save")) o->save_path = v;
-        else if (!strcmp(a, "--task")) bad = rl_task_parse(v, &o->task.kind);
-        else if (!strcmp(a, "--digits")) {
-            bad = rl_arg_u32(v, 1, RL_TASK_MAX_LEN, &o->task.prompt_len);
-            o->task.completion_len = o->task.prompt_len;
-        }
-        else if (!strcmp(a, "--vocab")) bad = rl_arg_u32(v, RL_TASK_MIN_VOCAB, RL_MAX_VOCAB, &o->net.vocab);
-        else if (!strcmp(a, "--embed")) bad = rl_arg_u32(v, 1, 65536, &o->net.embed);
-        else if (!strcmp(a, "--heads")) bad = rl_arg_u32(v, 1, RL_MAX_HEADS, &o->net.heads);
-        else if (!strcmp(a, "--dim")) bad = rl_arg_u32(v, 1, 65536, &o->net.hidden);
-        else if (!strcmp(a, "--layers")) bad = rl_arg_u32(v, 1, RL_MAX_LAYERS, &o->net.layers);
-        else if (!strcmp(a, "--lr")) bad = rl_arg_float(v, &o->adam.lr);
-        else if (!strcmp(a, "--beta1")) bad = rl_arg_float(v, &o->adam.beta1);
-        else if (!strcmp(a, "--beta2")) bad = rl_arg_float(v, &o->adam.beta2);
-        else if (!strcmp(a, "--eps")) bad = rl_arg_float(v, &o->adam.eps);
-        else if (!strcmp(a, "--wd")) bad = rl_arg_float(v, &o->adam.weight_decay);
-        else bad = 1;
+        else if (!rl_arg_common(a, v, &o->task, &o->net, &o->adam, &bad)) bad = 1;
         if (bad) {
             fprintf(stderr, "rl_train: bad option or value: %s%s%s\n", a, v && takes ? " " : "",
                     v && takes ? v : "");
