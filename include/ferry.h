@@ -236,7 +236,8 @@ typedef struct ferry_apply_options {
                        each chunk once, writing while it verifies and putting
                        the base back on failure; chunks beyond the limit are
                        verified first and decoded again to be written.  0 =
-                       64 MiB + 16 x the patch size; 1 = no undo log: nothing
+                       64 MiB + the smaller of 16 x the patch size and a
+                       quarter of the model; 1 = no undo log: nothing
                        is written before everything verified (for a base that
                        others read while it is patched). */
 } ferry_apply_options;

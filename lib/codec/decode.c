@@ -39,8 +39,14 @@ typedef struct dec {
     uint64_t arena_used, arena_size; /* bytes handed out (atomic adds), held */
 } dec;
 
-/* Default undo budget of ferry_apply_inplace for a patch of n bytes. */
-#define FERRY_UNDO_LIMIT_DEFAULT(n) (((uint64_t)64 << 20) + 16 * (uint64_t)(n))
+/* Default undo budget of ferry_apply_inplace: 64 MiB + 16 x the patch, and
+ * never more than a quarter of the model on top (dense changes would need
+ * 6 bytes per changed BF16 word: more than the model itself). */
+static uint64_t undo_limit_default(uint64_t patch, uint64_t model)
+{
+    uint64_t by_patch = patch > UINT64_MAX / 32 ? UINT64_MAX / 2 : 16 * patch;
+    return ((uint64_t)64 << 20) + (by_patch < model / 4 ? by_patch : model / 4);
+}
 
 /* In place, a chunk written during verification keeps what it overwrote,
  * so that a failure anywhere can put the base back exactly. */
@@ -639,7 +645,7 @@ int ferry_apply_inplace_ex(ferry_model *base, const void *patch, size_t size, co
     if (!rc && (!(d.tmp = ferry__calloc((size_t)d.threads, sizeof *d.tmp)) ||
                 !(d.whole = ferry__calloc(d.t.n + 1, sizeof *d.whole)) || !(d.undo = ferry__calloc(d.nch + 1, sizeof *d.undo))))
         rc = FERRY_ERR_NOMEM;
-    if (!rc) undo_arena(&d, opts && opts->undo_limit ? opts->undo_limit : FERRY_UNDO_LIMIT_DEFAULT(size));
+    if (!rc) undo_arena(&d, opts && opts->undo_limit ? opts->undo_limit : undo_limit_default(size, ferry_model_nbytes(base)));
     if (!rc) rc = ferry__parallel(d.threads, d.nch, verify_job, &d);
     if (!rc) rc = ferry__parallel(d.threads, 2 * d.t.n, verify_entry_job, &d);
     if (!rc) rc = check_target(&d);
