@@ -166,8 +166,9 @@ FERRY_API uint64_t ferry_publisher_version(const ferry_publisher *p);
  *  - memory mode (model set): the caller's model, whose tensors are
  *    writable buffers it owns (FERRY_ADD_BORROW of its own memory, e.g. an
  *    inference engine's weights).  Deltas are applied in place by
- *    ferry_apply_inplace_ex, which writes only after the whole result
- *    verified; a step that needs an anchor or changes metadata is built
+ *    ferry_apply_inplace_ex, which returns with the whole result verified
+ *    or with the buffers exactly as they were; a step that needs an anchor
+ *    or changes metadata is built
  *    aside and copied in only if every tensor keeps its name, dtype and
  *    shape, else FERRY_ERR_SYNC_SHAPE and the buffers are untouched.  The
  *    caller must not read the buffers while a sync runs (between syncs

@@ -5,7 +5,7 @@ trainer, Subscribers on the rollout workers, sharing only an object store.
     version = pub.publish(model.state_dict())        # FP32 masters, cast to BF16 in C
 
     sub = ferry.Subscriber("file:///shared/policy", "run-7")
-    version = sub.sync_into(engine_weights)          # patched in place, verified first
+    version = sub.sync_into(engine_weights)          # patched in place, verified
 
 A store is a URL (file:///dir, a plain path, s3://bucket/prefix,
 http(s)://...) or a ferry.Store.  Network stores take their credentials and
@@ -249,7 +249,8 @@ class Subscriber:
 
     Memory mode: sync_into(weights) patches the caller's own tensors (an
     inference engine's weights: a mapping name -> CPU tensor or numpy
-    array) in place, writing only after the whole new version verified.
+    array) in place; the call returns with the whole new version verified,
+    or with the tensors exactly as they were.
     Tensors on a GPU are followed through a host mirror: patched there,
     then copied to the device (host memory of their size; one
     host-to-device copy per new version).
