@@ -5,11 +5,11 @@
 # and the same number of local steps (ROUNDS x H per rank); bytes are what
 # each rank sends (loco_train's "bytes"), summed over ranks.
 #
-#   bash bench/loco.sh            phases curves, llm, sweep, finetune, ftavg
-#                                 (about two hours on a busy 2-core machine)
+#   bash bench/loco.sh            phases curves, llm, sweep, finetune, ftavg,
+#                                 ftnest (over two hours on a busy 2-core machine)
 #   bash bench/loco.sh sweep      one phase: curves | llm | sweep | finetune |
-#                                 ftavg | llmlong | ranks4 | ftouter | ftavglong |
-#                                 ftmom
+#                                 ftavg | ftnest | llmlong | ranks4 | ftouter |
+#                                 ftavglong | ftmom
 #   PHASES="curves llm" RANKS=2 H=8 bash bench/loco.sh
 #
 # Phases:
@@ -51,6 +51,13 @@
 #           outer steps, seed 1, 40 rounds, PULSELoCo and DiLoCo: outer lr
 #           0.1 with Nesterov momentum 0.9 (long-run gain lr / (1 - momentum)
 #           = 1, as plain averaging) and outer lr 0.7 with momentum 0.5 (1.4).
+#   ftnest  ftavg's setting (inner lr 2e-6, H 4, FT_AVG_ROUNDS rounds, seeds
+#           FT_SEEDS) with outer lr 0.1 and Nesterov momentum 0.9 (long-run
+#           gain 1, as plain averaging, but a momentum outer optimizer),
+#           PULSELoCo and DiLoCo.  DDP has no outer step (loco_train's DDP
+#           path never reads --outer-lr / --outer-momentum), so its runs would
+#           be ftavg's bit for bit: the phase makes sure ftavg's DDP runs exist
+#           (finetune-avg/ddp-*) and the report reuses them.
 # Raw output: bench/results/loco/PHASE/MODE-lrLR-sSEED.jsonl (one JSON object
 # per round, from rank 0); runs already complete there are not redone.
 # Report: bench/results/loco/report.md (bench/loco_report.py).
@@ -60,7 +67,7 @@ BUILD=${BUILD:-build}
 RANKS=${RANKS:-2}
 H=${H:-8}
 OUT=${OUT:-bench/results/loco}
-PHASES=${PHASES:-${1:-curves llm sweep finetune ftavg}}
+PHASES=${PHASES:-${1:-curves llm sweep finetune ftavg ftnest}}
 PROG=$BUILD/examples/loco_train
 if [ ! -x "$PROG" ]; then
     echo "bench/loco.sh: $PROG is not built (make; needs mpicc)" >&2
@@ -124,6 +131,17 @@ for phase in $PHASES; do
             RUN_H=${FT_AVG_H:-4} run finetune-avg $m "${FT_AVG_LR:-2e-6}" "$s" "${FT_AVG_ROUNDS:-80}" "$RANKS" \
                 --init "$ck" --outer-lr 1 --outer-momentum 0
         done; done ;;
+    ftnest)
+        ck=$(pretrained)
+        for s in $FT_SEEDS; do
+            for m in pulseloco diloco; do
+                RUN_H=${FT_AVG_H:-4} run finetune-nest $m "${FT_AVG_LR:-2e-6}" "$s" "${FT_AVG_ROUNDS:-80}" "$RANKS" \
+                    --init "$ck" --outer-lr 0.1 --outer-momentum 0.9
+            done
+            # DDP ignores the outer options: ftavg's run is this phase's DDP run
+            RUN_H=${FT_AVG_H:-4} run finetune-avg ddp "${FT_AVG_LR:-2e-6}" "$s" "${FT_AVG_ROUNDS:-80}" "$RANKS" \
+                --init "$ck" --outer-lr 1 --outer-momentum 0
+        done ;;
     ftavglong)
         ck=$(pretrained)
         for m in pulseloco diloco; do

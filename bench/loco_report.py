@@ -57,10 +57,16 @@ def window_mean(rounds, k):
     return statistics.mean(r["reward"] for r in rounds[-k:])
 
 
-def phase_report(name, phase_dir, tracking=False, preamble=()):
+def phase_report(name, phase_dir, tracking=False, preamble=(), borrow=None):
+    """borrow: {mode: other phase dir} -- that mode's runs come from the other
+    phase (DDP, which has no outer step, in a phase that only varies it)."""
     rs = runs(phase_dir)
     if not rs:
         return []
+    for m, d in (borrow or {}).items():
+        for (lr, mode), v in runs(d).items():
+            if mode == m and (lr, mode) not in rs and any(k[0] == lr for k in rs):
+                rs[(lr, mode)] = v
     lines = ["## %s" % name, ""] + list(preamble)
     for lr in sorted({k[0] for k in rs}, key=float):
         by_mode = {m: rs.get((lr, m), {}) for m in MODES}
@@ -203,6 +209,12 @@ def main():
                           os.path.join(out, "finetune-outer"), tracking=True)
     lines += phase_report("finetune-avg: the fine-tune with plain averaging as every mode's outer step "
                           "(outer lr 1, momentum 0)", os.path.join(out, "finetune-avg"), tracking=True)
+    lines += phase_report("finetune-nest: finetune-avg's setting with outer lr 0.1, Nesterov momentum 0.9 "
+                          "(long-run gain 1) for PULSELoCo and DiLoCo", os.path.join(out, "finetune-nest"),
+                          tracking=True, borrow={"ddp": os.path.join(out, "finetune-avg")},
+                          preamble=["DDP has no outer step (loco_train's DDP path never reads the outer "
+                                    "options), so its rows are finetune-avg's DDP runs, the same bits as a "
+                                    "rerun with outer lr 0.1 / momentum 0.9 would give.", ""])
     lines += phase_report("finetune-avglong: finetune-avg's seed 1 over twice the rounds",
                           os.path.join(out, "finetune-avglong"), tracking=True)
     for d in sorted(glob.glob(os.path.join(out, "finetune-mom-*"))):
