@@ -268,8 +268,10 @@ static int check_target(const dec *d)
 /* ---- ferry_apply: into a sink (new buffers, or a file) ---- */
 
 /* Emits a SPARSE chunk's result through the sink piece by piece, hashing
- * each piece while it is in cache. */
-static int sparse_out(dec *d, const chunk_ref *c, int w, size_t k, const ferry__sink *sk)
+ * each piece while it is in cache.  A sink whose pieces are the base's own
+ * words patches it in place; old (if not NULL) then receives the words
+ * overwritten, one per change. */
+static int sparse_out(dec *d, const chunk_ref *c, int w, size_t k, const ferry__sink *sk, uint8_t *old)
 {
     const patch_entry *e = &d->t.e[c->entry];
     unsigned W = sp_dtype_of(e->dtype).W;
@@ -282,8 +284,11 @@ static int sparse_out(dec *d, const chunk_ref *c, int w, size_t k, const ferry__
         size_t hi = c->n - lo < SP_SCAN_PIECE ? (size_t)c->n : lo + SP_SCAN_PIECE, bytes = (hi - lo) * W / 8;
         uint64_t off = (c->lo + lo) * W / 8;
         uint8_t *p = sk->piece(sk->ctx, d->li[c->entry], off, bytes, w);
-        memcpy(p, base + lo * W / 8, bytes);
-        for (; j < k && s->pos[j] < hi; j++) sp_store(p, s->pos[j] - lo, W, s->val[j]);
+        if (p != base + lo * W / 8) memcpy(p, base + lo * W / 8, bytes);
+        for (; j < k && s->pos[j] < hi; j++) {
+            if (old) sp_store(old, j, W, sp_load(p, s->pos[j] - lo, W));
+            sp_store(p, s->pos[j] - lo, W, s->val[j]);
+        }
         ferry__bh_feed(&h, p, bytes);
         int rc = sk->done(sk->ctx, d->li[c->entry], off, bytes, w);
         if (rc) return rc;
@@ -373,7 +378,7 @@ static int build_job(void *ctx, size_t j, int w)
     if (j < d->nch) {
         size_t k;
         int rc = decode_chunk(d, &d->ch[j], w, &k);
-        return rc ? rc : sparse_out(d, &d->ch[j], w, k, b->sk);
+        return rc ? rc : sparse_out(d, &d->ch[j], w, k, b->sk, NULL);
     }
     j -= d->nch;
     switch (d->t.e[j].kind) {
@@ -485,7 +490,7 @@ int ferry_apply(const ferry_model *base, const void *patch, size_t size, ferry_m
     return ferry_apply_ex(base, patch, size, NULL, out);
 }
 
-/* ---- ferry_apply_inplace: verify everything, then write ---- */
+/* ---- ferry_apply_inplace: write while verifying (undo log), or verify then write ---- */
 
 /* Pass 1, one job per chunk.  When the undo log has room: write the
  * changes into the base piece by piece, keeping the old words, and hash each
@@ -497,10 +502,20 @@ static uint8_t *scratch_piece(void *ctx, size_t i, uint64_t off, size_t len, int
     return ctx;
 }
 
+/* In place, a WHOLE tensor is decoded (and verified) into a buffer of its
+ * own; a chunk written with undo is patched where it lies: pieces at ctx +
+ * the byte offset in the tensor. */
+static uint8_t *whole_piece(void *ctx, size_t i, uint64_t off, size_t len, int w)
+{
+    (void)i, (void)len, (void)w;
+    return (uint8_t *)ctx + off;
+}
+
+/* 1 if the undo log has no room for the chunk (deferred to pass 2), else
+ * the result of patching it where it lies, keeping what it overwrote. */
 static int write_with_undo(dec *d, const chunk_ref *c, int w, size_t k)
 {
-    const patch_entry *e = &d->t.e[c->entry];
-    unsigned W = sp_dtype_of(e->dtype).W;
+    unsigned W = sp_dtype_of(d->t.e[c->entry].dtype).W;
     undo *u = &d->undo[c - d->ch];
     uint64_t bytes = ((uint64_t)k * (4 + W / 8) + 7) & ~(uint64_t)7;
     if (!d->arena) return 1;
@@ -511,20 +526,8 @@ static int write_with_undo(dec *d, const chunk_ref *c, int w, size_t k)
     u->old = (uint8_t *)(u->pos + k);
     u->k = k;
     memcpy(u->pos, s->pos, k * sizeof *u->pos);
-    uint8_t *base = (uint8_t *)base_of(d, c->entry)->data + c->lo * W / 8;
-    ferry__blockhash h;
-    ferry__bh_begin(&h, d->blocks[c->entry] + c->lo * W / 8 / FERRY_HASH_BLOCK);
-    size_t j = 0;
-    for (size_t lo = 0; lo < c->n; lo += SP_SCAN_PIECE) {
-        size_t hi = c->n - lo < SP_SCAN_PIECE ? (size_t)c->n : lo + SP_SCAN_PIECE;
-        for (; j < k && s->pos[j] < hi; j++) {
-            sp_store(u->old, j, W, sp_load(base, s->pos[j], W));
-            sp_store(base, s->pos[j], W, s->val[j]);
-        }
-        ferry__bh_feed(&h, base + lo * W / 8, (hi - lo) * W / 8);
-    }
-    ferry__bh_end(&h);
-    return 0;
+    ferry__sink sk = {(uint8_t *)base_of(d, c->entry)->data, NULL, whole_piece, no_done};
+    return sparse_out(d, c, w, k, &sk, u->old);
 }
 
 static int verify_job(void *ctx, size_t j, int w)
@@ -533,10 +536,11 @@ static int verify_job(void *ctx, size_t j, int w)
     const chunk_ref *c = &d->ch[j];
     size_t k;
     int rc = decode_chunk(d, c, w, &k);
-    if (rc || !write_with_undo(d, c, w, k)) return rc;
+    if (rc) return rc;
+    if ((rc = write_with_undo(d, c, w, k)) != 1) return rc;
     if (!d->tmp[w] && !(d->tmp[w] = ferry__malloc(SP_SCAN_PIECE * 8))) return FERRY_ERR_NOMEM;
     ferry__sink sk = {d->tmp[w], NULL, scratch_piece, no_done};
-    return sparse_out(d, c, w, k, &sk);
+    return sparse_out(d, c, w, k, &sk, NULL);
 }
 
 /* The undo log: what the table's change counts need, up to the limit
@@ -571,13 +575,6 @@ static void roll_back(dec *d)
     }
 }
 
-/* In place, a WHOLE tensor is decoded (and verified) into a buffer of its
- * own, copied over the base only once everything verified. */
-static uint8_t *whole_piece(void *ctx, size_t i, uint64_t off, size_t len, int w)
-{
-    (void)i, (void)len, (void)w;
-    return (uint8_t *)ctx + off;
-}
 
 
 /* Jobs j < n: the unchanged and WHOLE entries; then n + j: the SPARSE
