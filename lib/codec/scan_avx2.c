@@ -1,8 +1,9 @@
 /* AVX2 versions of the scan and the walk for 16-bit words (BF16, F16, I16,
  * U16).  They must produce exactly the arrays of the portable loops in
- * scan.c (tests run both).  32 words per step: classes become a byte
- * vector, and per class one compare + movemask + popcount gives both the
- * block's count and, for the rare changed lanes, the rank. */
+ * scan.c (tests run both).  Classes of a block of words become a byte
+ * vector, and per class one compare + movemask gives its lanes: the scan
+ * counts them (32 words per step) for the ranks of changed lanes, the walk
+ * (64 words per step) deposits the class's wanted ranks onto them. */
 #include <stdlib.h>
 #include "simd.h"
 
@@ -10,15 +11,6 @@
 #include <immintrin.h>
 
 #define TARGET __attribute__((target("avx2,bmi2,popcnt")))
-
-bool ferry__cpu_avx2(void)
-{
-    /* read per chunk (cheap next to a chunk's work), so that a test can
-     * switch the kernels off and compare */
-    const char *off = getenv("FERRY_NO_SIMD");
-    if (off && *off && *off != '0') return false;
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2");
-}
 
 /* Classes of 32 base words as 32 bytes, in word order. */
 static inline TARGET __m256i classes32(const sp_dtype *t, __m256i top, __m256i a0, __m256i a1)

@@ -5,10 +5,8 @@
 #define FERRY_SIMD_H
 #include "sparse.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if FERRY_HAVE_X86_SIMD /* bf16.h: also ferry__cpu_avx2, the dispatch test */
 #define FERRY_HAVE_AVX2 1
-/* True when the CPU has AVX2 and FERRY_NO_SIMD is not set. */
-bool ferry__cpu_avx2(void);
 int sp_scan16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
                    sp_scratch *s, sp_scan_state *st);
 int sp_walk16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k);

@@ -27,9 +27,19 @@ static void cast_portable(uint16_t *dst, const float *src, size_t n)
     }
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if FERRY_HAVE_X86_SIMD
 #include <stdlib.h>
 #include <immintrin.h>
+
+bool ferry__cpu_avx2(void)
+{
+    /* read per call (cheap next to a chunk's work), so that a test can
+     * switch the kernels off and compare */
+    const char *off = getenv("FERRY_NO_SIMD");
+    if (off && *off && *off != '0') return false;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2");
+}
+
 /* 16 floats per step, the same arithmetic as ferry__bf16_from_bits: round
  * to nearest even on the bits, NaN to 0x7FC0 (the FP32 gate casts every
  * master weight: the scalar loop was most of its time). */
@@ -56,8 +66,7 @@ __attribute__((target("avx2"))) static void cast_avx2(uint16_t *dst, const float
 
 void ferry_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n)
 {
-    const char *off = getenv("FERRY_NO_SIMD"); /* tests compare both paths */
-    if (n >= 16 && !(off && *off && *off != '0') && __builtin_cpu_supports("avx2")) cast_avx2(dst, src, n);
+    if (n >= 16 && ferry__cpu_avx2()) cast_avx2(dst, src, n);
     else cast_portable(dst, src, n);
 }
 #else

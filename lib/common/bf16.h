@@ -1,7 +1,18 @@
 /* Bit-level BF16 helpers shared by codec, sync and loco. */
 #ifndef FERRY_BF16_H
 #define FERRY_BF16_H
+#include <stdbool.h>
 #include <stdint.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define FERRY_HAVE_X86_SIMD 1
+/* True when the CPU has AVX2 (and BMI2) and FERRY_NO_SIMD is not set: the
+ * vectorised kernels (BF16 cast, codec scan and walk) may run.  Each
+ * kernel must give exactly the bytes of its portable loop. */
+bool ferry__cpu_avx2(void);
+#else
+#define FERRY_HAVE_X86_SIMD 0
+#endif
 
 /* Round-to-nearest-even of FP32 bits to BF16 bits, NaN -> 0x7FC0
  * (PyTorch's c10::BFloat16 round_to_nearest_even). */
