@@ -150,6 +150,9 @@ static inline __attribute__((always_inline)) int walk_w(const sp_dtype *t, uint3
 
 int sp_walk(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k)
 {
+#if FERRY_HAVE_AVX512
+    if (t->W == 16 && ferry__cpu_avx512()) return sp_walk16_avx512(t, top, a, n, s, k);
+#endif
 #if FERRY_HAVE_AVX2
     if (t->W == 16 && ferry__cpu_avx2()) return sp_walk16_avx2(t, top, a, n, s, k);
 #endif

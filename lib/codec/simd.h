@@ -1,6 +1,7 @@
 /* Run-time dispatch to vectorised kernels.  The portable code is the
  * definition; each kernel must produce identical results (tests compare
- * them with FERRY_NO_SIMD=1 in the environment, which disables them). */
+ * them with FERRY_NO_SIMD=1 in the environment, which disables them, and
+ * FERRY_NO_SIMD=avx512, which disables only the AVX-512 ones). */
 #ifndef FERRY_SIMD_H
 #define FERRY_SIMD_H
 #include "sparse.h"
@@ -10,7 +11,10 @@
 int sp_scan16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
                    sp_scratch *s, sp_scan_state *st);
 int sp_walk16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k);
+#define FERRY_HAVE_AVX512 1 /* ferry__cpu_avx512 */
+int sp_walk16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k);
 #else
 #define FERRY_HAVE_AVX2 0
+#define FERRY_HAVE_AVX512 0
 #endif
 #endif

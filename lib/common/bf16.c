@@ -29,15 +29,28 @@ static void cast_portable(uint16_t *dst, const float *src, size_t n)
 
 #if FERRY_HAVE_X86_SIMD
 #include <stdlib.h>
+#include <string.h>
 #include <immintrin.h>
+
+/* read per call (cheap next to a chunk's work), so that a test can switch
+ * the kernels off and compare: FERRY_NO_SIMD=1 disables every kernel,
+ * FERRY_NO_SIMD=avx512 only the AVX-512 ones */
+static int simd_off(void)
+{
+    const char *off = getenv("FERRY_NO_SIMD");
+    if (!off || !*off || !strcmp(off, "0")) return 0;
+    return strcmp(off, "avx512") ? 2 : 1;
+}
 
 bool ferry__cpu_avx2(void)
 {
-    /* read per call (cheap next to a chunk's work), so that a test can
-     * switch the kernels off and compare */
-    const char *off = getenv("FERRY_NO_SIMD");
-    if (off && *off && *off != '0') return false;
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2");
+    return simd_off() < 2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2");
+}
+
+bool ferry__cpu_avx512(void)
+{
+    return simd_off() == 0 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2") &&
+           __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
 }
 
 /* 16 floats per step, the same arithmetic as ferry__bf16_from_bits: round

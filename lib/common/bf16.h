@@ -10,6 +10,10 @@
  * vectorised kernels (BF16 cast, codec scan and walk) may run.  Each
  * kernel must give exactly the bytes of its portable loop. */
 bool ferry__cpu_avx2(void);
+/* True when, in addition, the CPU has AVX-512 F/BW/VL (and BMI2) and
+ * FERRY_NO_SIMD is neither set nor "avx512" (which keeps AVX2 but disables
+ * AVX-512, so tests can compare all three levels). */
+bool ferry__cpu_avx512(void);
 #else
 #define FERRY_HAVE_X86_SIMD 0
 #endif
