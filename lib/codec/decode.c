@@ -132,7 +132,7 @@ static int decode_chunk(dec *d, const chunk_ref *c, int w, size_t *k)
     const patch_entry *e = &d->t.e[c->entry];
     sp_dtype st = sp_dtype_of(e->dtype);
     const uint8_t *a = (const uint8_t *)base_of(d, c->entry)->data + c->lo * st.W / 8;
-    int rc = sp_decode_chunk(&st, a, (size_t)c->n, d->patch + c->off, (size_t)c->len, &d->coder[w], k);
+    int rc = sp_decode_chunk(&st, a, (size_t)c->n, d->patch + c->off, (size_t)c->len, d->t.version, &d->coder[w], k);
     if (rc) return ferry__context(rc, "tensor '%s', chunk at word %llu", e->name, (unsigned long long)c->lo);
     __atomic_fetch_add(&d->got[c->entry], (uint64_t)*k, __ATOMIC_RELAXED);
     return FERRY_OK;

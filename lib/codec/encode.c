@@ -270,6 +270,10 @@ static int assemble(enc *c, ferry_buf *out)
     else rc = ferry__model_hash_tensors(c->a, (const uint8_t (*)[16])c->ha, base_hash);
     if (!rc) rc = ferry__model_hash_tensors(c->b, (const uint8_t (*)[16])hb, target_hash);
     free(hb);
+    /* the lowest version that has every chunk codec used */
+    unsigned version = PATCH_VERSION;
+    for (size_t j = 0; j < c->njobs; j++)
+        if (c->chunk[j].size && sp_codec_version(c->chunk[j].data[0]) > version) version = sp_codec_version(c->chunk[j].data[0]);
     if (!rc) rc = put_metadata(&tab, c->b);
     if (!rc) rc = put_u32(&tab, (uint32_t)c->n);
     for (size_t k = 0; !rc && k < c->n; k++) rc = put_entry(c, &c->e[k], &tab);
@@ -281,7 +285,7 @@ static int assemble(enc *c, ferry_buf *out)
         else {
             uint8_t *h = out->data;
             memcpy(h, PATCH_MAGIC, 8);
-            ferry__put32(h + 8, PATCH_VERSION);
+            ferry__put32(h + 8, version);
             ferry__put32(h + 12, 0);
             memcpy(h + 16, base_hash, 16);
             memcpy(h + 32, target_hash, 16);

@@ -1,10 +1,14 @@
-/* The patch container, format v1 (docs/FORMAT.md is normative). */
+/* The patch container, format versions 1 and 2 (docs/FORMAT.md is normative). */
 #ifndef FERRY_PATCH_H
 #define FERRY_PATCH_H
 #include "common.h"
 
 #define PATCH_MAGIC "FERRYPAT"
+/* Version 2 is version 1 plus chunk codec 3; ferry writes 2 only for
+ * patches that use codec 3, so every other patch stays readable by
+ * version-1 readers. */
 #define PATCH_VERSION 1
+#define PATCH_VERSION_MAX 2
 #define PATCH_HEADER_SIZE 64
 #define PATCH_TRAILER_SIZE 16
 /* The decompressed table is bounded so a hostile size cannot make the

@@ -1,10 +1,10 @@
-/* Static-model rANS for large chunks: two interleaved 32-bit states with
+/* Static-model rANS for large chunks: interleaved 32-bit states with
  * 16-bit renormalisation and 12-bit probabilities, per-context frequency
  * tables sent with the chunk, and a side stream of raw bits.
  *
  * Decoder safety: reads past the end return zeros and set `overrun`; a
- * table whose frequencies do not sum to RANS_M is rejected; at the end both
- * states must be back at their initial value and every byte consumed. */
+ * table whose frequencies do not sum to RANS_M is rejected; at the end every
+ * state must be back at its initial value and every byte consumed. */
 #ifndef FERRY_RANS_H
 #define FERRY_RANS_H
 #include "common.h"
@@ -134,11 +134,23 @@ static inline void rans_put(uint32_t *x, uint16_t **out, const rans_esym *e)
     *x = v + e->bias + q * e->cmpl;
 }
 
+/* A decoder over one rANS stream of nstates interleaved states: symbol i
+ * of the stream uses state i mod nstates (codec 2: one stream, 2 states;
+ * codec 3: a gap stream and a delta stream, RANS3_NSTATE states each). */
+#define RANS3_NSTATE 32
 typedef struct rans_dec {
     const uint8_t *p, *end;
-    uint32_t x[2];
+    uint32_t x[RANS3_NSTATE];
+    unsigned i, mask; /* the next symbol's state; nstates - 1 */
     int overrun;
 } rans_dec;
+
+/* Opens the stream at *p: u32 len (4 * nstates + the words' bytes), the
+ * initial states, then 16-bit words; *p moves past it. */
+int rans_dec_open(rans_dec *d, const uint8_t **p, const uint8_t *end, unsigned nstates);
+/* True when the stream ended exactly: every state back at RANS_L, every
+ * word read. */
+bool rans_dec_done(const rans_dec *d);
 
 static inline uint16_t rans_read16(rans_dec *d)
 {
@@ -151,13 +163,12 @@ static inline uint16_t rans_read16(rans_dec *d)
     return 0;
 }
 
-/* One decoding step.  Symbols alternate between the two states: the step
- * uses x[0], then the states swap places (so they can stay in registers).
- * The renormalisation is branch-free while two bytes remain (it reads them
- * and keeps them only if needed). */
+/* One decoding step with the next state.  The renormalisation is
+ * branch-free while two bytes remain (it reads them and keeps them only if
+ * needed). */
 static inline __attribute__((always_inline)) unsigned rans_dget(rans_dec *d, const uint8_t *lut, const uint32_t *fs)
 {
-    uint32_t x = d->x[0], slot = x & (RANS_M - 1);
+    uint32_t x = d->x[d->i], slot = x & (RANS_M - 1);
     unsigned sym = lut[slot];
     uint32_t e = fs[sym];
     x = (e & 0xFFFF) * (x >> RANS_BITS) + slot - (e >> 16);
@@ -168,8 +179,14 @@ static inline __attribute__((always_inline)) unsigned rans_dget(rans_dec *d, con
     } else if (x < RANS_L) {
         x = (x << 16) | rans_read16(d);
     }
-    d->x[0] = d->x[1];
-    d->x[1] = x;
+    d->x[d->i] = x;
+    d->i = (d->i + 1) & d->mask;
     return sym;
 }
+
+/* Encoder: codes symbols (table, symbol) pairs syms[2 lo .. 2 hi) as one
+ * stream of nstates states (backwards, so that the decoder reads forwards)
+ * and appends it to out in the layout rans_dec_open reads. */
+int rans_emit(const uint8_t *syms, size_t lo, size_t hi, unsigned nstates, const rans_esym (*es)[RANS_MAXSYM],
+              ferry_buf *out);
 #endif

@@ -5,6 +5,31 @@
 
 #define NTAB (SP_NCLASS + DELTA_NCTX)
 
+int rans_dec_open(rans_dec *d, const uint8_t **pp, const uint8_t *end, unsigned nstates)
+{
+    const uint8_t *p = *pp;
+    if (end - p < 4) return sp_corrupt("truncated rANS header");
+    uint32_t len = ferry__le32(p);
+    if (len < 4 * nstates || len % 2 || len > (size_t)(end - p) - 4) return sp_corrupt("rANS stream length out of range");
+    memset(d, 0, sizeof *d);
+    for (unsigned j = 0; j < nstates; j++) {
+        d->x[j] = ferry__le32(p + 4 + 4 * j);
+        if (d->x[j] < RANS_L || d->x[j] >= (1u << 31)) return sp_corrupt("rANS state out of range");
+    }
+    d->p = p + 4 + 4 * nstates;
+    d->end = p + 4 + len;
+    d->mask = nstates - 1;
+    *pp = d->end;
+    return FERRY_OK;
+}
+
+bool rans_dec_done(const rans_dec *d)
+{
+    for (unsigned j = 0; j <= d->mask; j++)
+        if (d->x[j] != RANS_L) return false;
+    return d->p == d->end && !d->overrun;
+}
+
 static bool get_varint(const uint8_t **pp, const uint8_t *end, uint64_t *v)
 {
     uint64_t r = 0;
@@ -41,7 +66,7 @@ static inline __attribute__((always_inline)) int deltas(const sp_dtype *t, uint3
     return FERRY_OK;
 }
 
-int sp_rans_decode(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, const uint8_t *src, size_t len,
+int sp_rans_decode(const sp_dtype *t, uint32_t top, unsigned codec, const uint8_t *a, size_t n, const uint8_t *src, size_t len,
                    sp_scratch *s, size_t *kout)
 {
     const uint8_t *p = src, *end = src + len;
@@ -75,13 +100,11 @@ int sp_rans_decode(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, 
     for (unsigned i = 0; i < NTAB; i++)
         if (have[i]) rans_table_dtab(&tabs[i], s->lut + (size_t)i * RANS_M, fs[i]);
 
-    if (end - p < 12) return sp_corrupt("truncated rANS header");
-    uint32_t rlen = ferry__le32(p);
-    if (rlen < 8 || rlen % 2 || rlen > (size_t)(end - p) - 4) return sp_corrupt("rANS stream length out of range");
-    rans_dec d = {.p = p + 12, .end = p + 4 + rlen, .x = {ferry__le32(p + 4), ferry__le32(p + 8)}};
-    for (int i = 0; i < 2; i++)
-        if (d.x[i] < RANS_L || d.x[i] >= (1u << 31)) return sp_corrupt("rANS state out of range");
-    bitr br = {.p = d.end, .end = end};
+    /* codec 2: one stream for gaps and deltas; codec 3: one each */
+    rans_dec ds[2], *dg = &ds[0], *dd = codec == SP_CODEC_RANS ? &ds[0] : &ds[1];
+    if ((rc = rans_dec_open(dg, &p, end, codec == SP_CODEC_RANS ? 2 : RANS3_NSTATE))) return rc;
+    if (dd != dg && (rc = rans_dec_open(dd, &p, end, RANS3_NSTATE))) return rc;
+    bitr br = {.p = p, .end = end};
 
     /* Gaps, class by class: a symbol, then its raw bits (gap_sym). */
     uint32_t gbase[GAP_NSYM];
@@ -98,7 +121,7 @@ int sp_rans_decode(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, 
         const uint8_t *lut = s->lut + (size_t)c * RANS_M;
         uint64_t r = 0;
         for (uint64_t q = 0; q < kc[c]; q++) {
-            unsigned sym = rans_dget(&d, lut, fs[c]);
+            unsigned sym = rans_dget(dg, lut, fs[c]);
             uint64_t g = gbase[sym] + bitr_get(&br, graw[sym]);
             r = q == 0 ? g : r + g + 1;
             if (g >= n || r >= n) return sp_corrupt("gap past the end of the chunk");
@@ -106,7 +129,7 @@ int sp_rans_decode(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, 
         }
     }
     for (uint32_t c = nclass; c <= SP_NCLASS; c++) s->start[c] = (uint32_t)at;
-    if (d.overrun || br.overrun) return sp_corrupt("stream ends early");
+    if (dg->overrun || br.overrun) return sp_corrupt("stream ends early");
     if ((rc = sp_walk(t, top, a, n, s, (size_t)k))) return rc;
 
     /* Deltas, in position order: a symbol with the base word's delta class
@@ -119,14 +142,14 @@ int sp_rans_decode(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, 
         draw[y] = (uint8_t)(y < 3 ? 0 : L - 1);
     }
     switch (t->W) {
-    case 8: rc = deltas(t, top, a, k, s, &d, &br, fs, have, dbase, draw, 8); break;
-    case 16: rc = deltas(t, top, a, k, s, &d, &br, fs, have, dbase, draw, 16); break;
-    case 32: rc = deltas(t, top, a, k, s, &d, &br, fs, have, dbase, draw, 32); break;
-    default: rc = deltas(t, top, a, k, s, &d, &br, fs, have, dbase, draw, 64); break;
+    case 8: rc = deltas(t, top, a, k, s, dd, &br, fs, have, dbase, draw, 8); break;
+    case 16: rc = deltas(t, top, a, k, s, dd, &br, fs, have, dbase, draw, 16); break;
+    case 32: rc = deltas(t, top, a, k, s, dd, &br, fs, have, dbase, draw, 32); break;
+    default: rc = deltas(t, top, a, k, s, dd, &br, fs, have, dbase, draw, 64); break;
     }
     if (rc) return rc;
-    if (d.overrun || br.overrun) return sp_corrupt("stream ends early");
-    if (d.x[0] != RANS_L || d.x[1] != RANS_L || d.p != d.end) return sp_corrupt("rANS stream does not end where it should");
+    if (dd->overrun || br.overrun) return sp_corrupt("stream ends early");
+    if (!rans_dec_done(dg) || !rans_dec_done(dd)) return sp_corrupt("rANS stream does not end where it should");
     if (!bitr_done(&br)) return sp_corrupt("unread raw bits");
     *kout = (size_t)k;
     return FERRY_OK;

@@ -1,4 +1,4 @@
-/* Chunk encoder with static rANS (docs/FORMAT.md, "rANS chunks"). */
+/* Chunk encoder with static rANS, codecs 2 and 3 (docs/FORMAT.md). */
 #include <stdlib.h>
 #include "rans.h"
 #include "sparse.h"
@@ -82,7 +82,7 @@ static inline __attribute__((always_inline)) size_t build(const sp_dtype *t, uin
     return ns;
 }
 
-int sp_rans_encode(const sp_dtype *t, uint32_t top, sp_scratch *s, size_t k, ferry_buf *out)
+int sp_rans_encode(const sp_dtype *t, uint32_t top, unsigned codec, sp_scratch *s, size_t k, ferry_buf *out)
 {
     uint32_t nclass = sp_nclass(t);
     size_t nsyms = 2 * k;
@@ -126,35 +126,43 @@ int sp_rans_encode(const sp_dtype *t, uint32_t top, sp_scratch *s, size_t k, fer
     for (unsigned i = 0; !rc && i < DELTA_NCTX; i++)
         if (used >> i & 1) rc = rans_table_write(&tabs[SP_NCLASS + i], out);
 
-    /* rANS, backwards: symbol i uses state i & 1.  At most one 16-bit word
-     * per symbol. */
+    /* rANS: codec 2 codes all symbols as one stream of 2 states, codec 3
+     * the gaps and the deltas as two streams of RANS3_NSTATE states each
+     * (symbol i of a stream uses state i mod nstates), which a decoder can
+     * run in vector lanes; then the raw bits. */
     static _Thread_local rans_esym es[NTAB][RANS_MAXSYM];
     for (unsigned i = 0; !rc && i < NTAB; i++)
         for (unsigned y = 0; y < tabs[i].nsym; y++)
             if (tabs[i].freq[y]) rans_esym_init(&es[i][y], tabs[i].start[y], tabs[i].freq[y]);
-    uint16_t *words = rc ? NULL : ferry__malloc((nsyms + 1) * sizeof *words);
-    if (!rc && !words) rc = FERRY_ERR_NOMEM;
+    if (!rc && codec == SP_CODEC_RANS) rc = rans_emit(syms, 0, ns, 2, (const rans_esym (*)[RANS_MAXSYM])es, out);
+    if (!rc && codec != SP_CODEC_RANS) rc = rans_emit(syms, 0, k, RANS3_NSTATE, (const rans_esym (*)[RANS_MAXSYM])es, out);
+    if (!rc && codec != SP_CODEC_RANS) rc = rans_emit(syms, k, ns, RANS3_NSTATE, (const rans_esym (*)[RANS_MAXSYM])es, out);
+    if (!rc) rc = ferry__buf_append(out, raw, raw_size);
+    free(raw);
+    return rc;
+}
+
+int rans_emit(const uint8_t *syms, size_t lo, size_t hi, unsigned nstates, const rans_esym (*es)[RANS_MAXSYM],
+              ferry_buf *out)
+{ /* nstates: a power of two */
+    /* at most one 16-bit word per symbol */
+    uint16_t *words = ferry__malloc((hi - lo + 1) * sizeof *words);
+    if (!words) return FERRY_ERR_NOMEM;
+    uint16_t *end = words + (hi - lo) + 1, *p = end;
+    uint32_t x[RANS3_NSTATE];
+    for (unsigned j = 0; j < nstates; j++) x[j] = RANS_L;
+    for (size_t i = hi; i-- > lo;) rans_put(&x[(i - lo) & (nstates - 1)], &p, &es[syms[2 * i]][syms[2 * i + 1]]);
+    size_t nw = (size_t)(end - p);
+    uint64_t len = 4 * (uint64_t)nstates + 2 * (uint64_t)nw;
+    int rc = len > UINT32_MAX ? ferry__fail(FERRY_ERR_LIMIT, "rANS stream too large") : ferry__buf_reserve(out, 4 + len);
     if (!rc) {
-        uint16_t *end = words + nsyms + 1, *p = end;
-        uint32_t x[2] = {RANS_L, RANS_L};
-        for (size_t i = ns; i-- > 0;) rans_put(&x[i & 1], &p, &es[syms[2 * i]][syms[2 * i + 1]]);
-        size_t nw = (size_t)(end - p);
-        uint64_t len = 8 + 2 * (uint64_t)nw;
-        if (len > UINT32_MAX) rc = ferry__fail(FERRY_ERR_LIMIT, "rANS stream too large");
-        if (!rc) rc = ferry__buf_reserve(out, 12 + 2 * nw + raw_size);
-        if (!rc) {
-            uint8_t *o = out->data + out->size;
-            ferry__put32(o, (uint32_t)len);
-            ferry__put32(o + 4, x[0]);
-            ferry__put32(o + 8, x[1]);
-            o += 12;
-            for (size_t i = 0; i < nw; i++) ferry__put16(o + 2 * i, p[i]);
-            o += 2 * nw;
-            memcpy(o, raw, raw_size);
-            out->size += 12 + 2 * nw + raw_size;
-        }
+        uint8_t *o = out->data + out->size;
+        ferry__put32(o, (uint32_t)len);
+        for (unsigned j = 0; j < nstates; j++) ferry__put32(o + 4 + 4 * j, x[j]);
+        o += 4 + 4 * nstates;
+        for (size_t i = 0; i < nw; i++) ferry__put16(o + 2 * i, p[i]);
+        out->size += 4 + len;
     }
     free(words);
-    free(raw);
     return rc;
 }

@@ -25,7 +25,9 @@
 #define SP_NDCLASS 16 /* exponent buckets of float dtypes (deltas) */
 
 /* Chunk codecs (first byte of a chunk). */
-enum { SP_CODEC_EMPTY = 0, SP_CODEC_ADAPTIVE = 1, SP_CODEC_RANS = 2 };
+enum { SP_CODEC_EMPTY = 0, SP_CODEC_ADAPTIVE = 1, SP_CODEC_RANS = 2, SP_CODEC_RANS32 = 3 };
+/* The first patch format version whose chunks may use a codec. */
+static inline unsigned sp_codec_version(unsigned codec) { return codec == SP_CODEC_RANS32 ? 2 : 1; }
 
 typedef struct sp_dtype {
     unsigned W;          /* word bits: 8, 16, 32, 64 */
@@ -245,9 +247,9 @@ int sp_adaptive_encode(const sp_dtype *t, uint32_t top, sp_scratch *s, size_t k,
 int sp_adaptive_decode(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, const uint8_t *src, size_t len,
                        sp_scratch *s, sp_models *m, size_t *k);
 
-/* ---- static rANS coding (large chunks) ---- */
-int sp_rans_encode(const sp_dtype *t, uint32_t top, sp_scratch *s, size_t k, ferry_buf *out);
-int sp_rans_decode(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, const uint8_t *src, size_t len,
+/* ---- static rANS coding (large chunks): codec 2 or 3 ---- */
+int sp_rans_encode(const sp_dtype *t, uint32_t top, unsigned codec, sp_scratch *s, size_t k, ferry_buf *out);
+int sp_rans_decode(const sp_dtype *t, uint32_t top, unsigned codec, const uint8_t *a, size_t n, const uint8_t *src, size_t len,
                    sp_scratch *s, size_t *k);
 
 /* ---- chunks ---- */
@@ -268,9 +270,11 @@ int sp_encode_chunk(const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t
 
 /* Decodes one chunk: on success *k changes at c->s.pos[0..k) (strictly
  * increasing, < n) with new words c->s.val[0..k), valid until the next call.
+ * `version` is the patch's format version (codecs it does not have are
+ * corrupt).
  * Any inconsistency is FERRY_ERR_PATCH_CORRUPT. */
-int sp_decode_chunk(const sp_dtype *t, const uint8_t *a, size_t n, const uint8_t *src, size_t len, sp_coder *c,
-                    size_t *k);
+int sp_decode_chunk(const sp_dtype *t, const uint8_t *a, size_t n, const uint8_t *src, size_t len, unsigned version,
+                    sp_coder *c, size_t *k);
 
 int sp_corrupt(const char *what);
 #endif

@@ -57,8 +57,8 @@ int sp_adaptive_decode(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t
     return FERRY_OK;
 }
 
-int sp_decode_chunk(const sp_dtype *t, const uint8_t *a, size_t n, const uint8_t *src, size_t len, sp_coder *c,
-                    size_t *k)
+int sp_decode_chunk(const sp_dtype *t, const uint8_t *a, size_t n, const uint8_t *src, size_t len, unsigned version,
+                    sp_coder *c, size_t *k)
 {
     if (len < 1) return sp_corrupt("empty chunk");
     if (src[0] == SP_CODEC_EMPTY) {
@@ -73,6 +73,6 @@ int sp_decode_chunk(const sp_dtype *t, const uint8_t *a, size_t n, const uint8_t
     int rc = sp_scratch_fit(&c->s, 4096);
     if (rc) return rc;
     if (src[0] == SP_CODEC_ADAPTIVE) return sp_adaptive_decode(t, top, a, n, src + head, len - head, &c->s, &c->m, k);
-    if (src[0] == SP_CODEC_RANS) return sp_rans_decode(t, top, a, n, src + head, len - head, &c->s, k);
-    return sp_corrupt("unknown chunk codec");
+    if (src[0] > SP_CODEC_RANS32 || sp_codec_version(src[0]) > version) return sp_corrupt("unknown chunk codec");
+    return sp_rans_decode(t, top, src[0], a, n, src + head, len - head, &c->s, k);
 }

@@ -157,8 +157,9 @@ int patch_table_parse(const uint8_t *p, size_t size, patch_table *t)
     if (size < PATCH_HEADER_SIZE + PATCH_TRAILER_SIZE)
         return ferry__fail(FERRY_ERR_PATCH_TRUNCATED, "patch of %zu bytes is shorter than header and trailer", size);
     t->version = ferry__le32(p + 8);
-    if (t->version != PATCH_VERSION)
-        return ferry__fail(FERRY_ERR_PATCH_VERSION, "patch format version %u (this build reads %d)", t->version, PATCH_VERSION);
+    if (t->version < PATCH_VERSION || t->version > PATCH_VERSION_MAX)
+        return ferry__fail(FERRY_ERR_PATCH_VERSION, "patch format version %u (this build reads %d to %d)", t->version,
+                           PATCH_VERSION, PATCH_VERSION_MAX);
     if (ferry__le32(p + 12) != 0) return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "patch header: unknown flags 0x%x", ferry__le32(p + 12));
     uint64_t declared = ferry__le64(p + 48);
     if (declared > size)

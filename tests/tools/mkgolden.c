@@ -354,7 +354,7 @@ static void framing_cases(src P, src X)
     buf_put(&b, "\0\0\0\0", 4);
     emit_buf(7, "extra-bytes-after-end", "PATCH_CORRUPT", &b);
     b = copy_of(P.p, P.n);
-    ferry__put32(b.data + 8, 2);
+    ferry__put32(b.data + 8, PATCH_VERSION_MAX + 1);
     reseal(&b);
     emit_buf(8, "unknown-version", "PATCH_VERSION", &b);
     b = copy_of(P.p, P.n);

@@ -51,7 +51,7 @@ static void round_trip(const ferry_model *a, const ferry_model *b, size_t *patch
     CHECK(out && same_model(out, b));
     ferry_patch_info *pi = NULL;
     CHECK_OK(ferry_patch_inspect(p, n, &pi));
-    CHECK(ferry_patch_info_format(pi) == 1);
+    CHECK(ferry_patch_info_format(pi) == 1 || ferry_patch_info_format(pi) == 2); /* 2: codec 3 in use */
     ferry_patch_info_free(pi);
     ferry_model *c = clone(a);
     int rc = ferry_apply_inplace(c, p, n);
@@ -218,10 +218,11 @@ static void reseal(uint8_t *p, size_t n)
     memcpy(p + n - 16, &sum, 16);
 }
 
-/* Chunks with many changes take the rANS coder: every word width, with
- * deltas of every size, and the portable and vectorised kernels must
+/* Chunks with many changes take the rANS coders (codec 2 from 32768
+ * changes, codec 3 and format version 2 from 131072): every word width,
+ * with deltas of every size, and the portable and vectorised kernels must
  * write identical bytes. */
-static void test_rans_every_width(void)
+static void rans_every_width(size_t n, unsigned want_version)
 {
     ferry_model *a, *b;
     CHECK_OK(ferry_model_create(&a));
@@ -230,7 +231,7 @@ static void test_rans_every_width(void)
     for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
         char name[32];
         snprintf(name, sizeof name, "r.%s", ferry_dtype_name(dts[i]));
-        add_pair(a, b, name, dts[i], 150000, 0.4); /* ~60000 changes: rANS */
+        add_pair(a, b, name, dts[i], n, 0.4); /* 0.4 n changes */
     }
     /* every kernel level: AVX-512 (where the CPU has it), AVX2, portable */
     static const char *const levels[] = {"0", "avx512", "1"};
@@ -254,6 +255,10 @@ static void test_rans_every_width(void)
         ferry_model_free(o);
     }
     unsetenv("FERRY_NO_SIMD");
+    ferry_patch_info *pi = NULL;
+    CHECK_OK(ferry_patch_inspect(p1, n1, &pi));
+    CHECK(ferry_patch_info_format(pi) == want_version);
+    ferry_patch_info_free(pi);
     round_trip(a, b, NULL);
     /* damage behind a valid checksum reaches the rANS decoder: it must fail
      * cleanly or, by chance, still produce exactly b */
@@ -273,6 +278,9 @@ static void test_rans_every_width(void)
     ferry_model_free(a);
     ferry_model_free(b);
 }
+
+static void test_rans_every_width(void) { rans_every_width(150000, 1); }
+static void test_rans32_every_width(void) { rans_every_width(400000, 2); }
 
 /* Threads change nothing in the bytes; a vouched base hash skips hashing
  * the base but still verifies the result. */
@@ -586,6 +594,7 @@ int main(void)
     RUN(test_structure_changes);
     RUN(test_multi_chunk);
     RUN(test_rans_every_width);
+    RUN(test_rans32_every_width);
     RUN(test_threads_and_known_hash);
     RUN(test_fp32_gate);
     RUN(test_apply_file);
