@@ -8,6 +8,7 @@
 #ifndef FERRY_RANS_H
 #define FERRY_RANS_H
 #include "common.h"
+#include "bf16.h"
 
 #define RANS_BITS 12
 #define RANS_M (1u << RANS_BITS)
@@ -60,6 +61,21 @@ static inline __attribute__((always_inline)) uint64_t bitr_get64(bitr *r, unsign
     return lo | bitr_get(r, nbits - 32) << 32;
 }
 
+/* Bits read so far from a stream that starts at `start`; and moving the
+ * reader to bit `pos` of it (pos within the stream), for vector code that
+ * reads the same bits. */
+static inline uint64_t bitr_tell(const bitr *r, const uint8_t *start) { return (uint64_t)(r->p - start) * 8 - r->n; }
+static inline void bitr_seek(bitr *r, const uint8_t *start, uint64_t pos)
+{
+    r->p = start + pos / 8;
+    r->acc = 0;
+    r->n = 0;
+    if (pos % 8) {
+        r->acc = *r->p++ >> (pos % 8);
+        r->n = 8 - (unsigned)(pos % 8);
+    }
+}
+
 /* True when every byte was read and the unread bits are padding. */
 static inline bool bitr_done(const bitr *r) { return r->p == r->end && r->n < 8 && !r->overrun; }
 
@@ -95,6 +111,9 @@ int rans_table_read(rans_table *t, const uint8_t **p, const uint8_t *end, unsign
 /* Decoding tables: slot -> symbol (RANS_M bytes), and symbol -> frequency |
  * start << 16 (RANS_MAXSYM words). */
 void rans_table_dtab(const rans_table *t, uint8_t *lut, uint32_t *fs);
+/* The vector decoder's table: per slot, symbol | (frequency - 1) << 8 |
+ * (slot - start) << 20 (RANS_M words). */
+void rans32_fused_table(const rans_table *t, uint32_t *out);
 
 /* ---- coder ---- */
 
@@ -189,4 +208,34 @@ static inline __attribute__((always_inline)) unsigned rans_dget(rans_dec *d, con
  * and appends it to out in the layout rans_dec_open reads. */
 int rans_emit(const uint8_t *syms, size_t lo, size_t hi, unsigned nstates, const rans_esym (*es)[RANS_MAXSYM],
               ferry_buf *out);
+
+#if FERRY_HAVE_X86_SIMD
+/* AVX-512: decodes symbols j = 0, 32, 64, ... of a codec-3 stream at its
+ * start (symbol j with the fused table tab[j] of lut32) in groups of 32
+ * while 64 bytes of words remain; returns how many it decoded.  The caller
+ * decodes the rest with rans_dget. */
+size_t rans32_syms_avx512(rans_dec *d, const uint32_t *lut32, const uint8_t *tab, uint8_t *sym, size_t n);
+
+/* AVX-512 versions of the loops after symbol decoding (any rANS codec),
+ * for whole groups of 16 symbols: each returns how many symbols it
+ * finished (the caller finishes the rest with the portable loop, which
+ * gives the same result), or sets *bad where the portable loop would fail
+ * with the error named below.  Raw bits are read from raw[0..rawlen) from
+ * bit *bp, which advances.
+ *
+ * Gaps of one class (n: chunk words, at most 2^27): ranks into order[],
+ * *r the last rank (UINT64_MAX before the class's first); bad: "gap past
+ * the end of the chunk". */
+size_t rans_gaps_avx512(const uint8_t *sym, size_t cnt, uint64_t n, const uint8_t *raw, size_t rawlen, uint64_t *bp,
+                        uint64_t *r, uint32_t *order, int *bad);
+/* Delta tables of k changes of a 16-bit float dtype (exp_shift, exp_mask)
+ * whose base words are word[] (the AVX-512 walk's sp_scratch.word): 8 +
+ * each one's delta class into tab[]; bad: a class whose bit in `have` is
+ * clear ("delta context without a table"). */
+size_t rans_dtabs16_avx512(unsigned exp_shift, uint32_t exp_mask, uint32_t top, const uint32_t *word, size_t k,
+                           uint32_t have, uint8_t *tab, int *bad);
+/* The new words of those k changes into val[]; bad: "delta out of range". */
+size_t rans_deltas16_avx512(const uint32_t *word, const uint8_t *sym, size_t k,
+                            const uint8_t *raw, size_t rawlen, uint64_t *bp, uint64_t *val, int *bad);
+#endif
 #endif

@@ -45,22 +45,60 @@ static bool get_varint(const uint8_t **pp, const uint8_t *end, uint64_t *v)
     return false;
 }
 
-/* The deltas of k changes, for a constant word width W. */
-static inline __attribute__((always_inline)) int deltas(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t k,
-                                                        sp_scratch *s, rans_dec *d, bitr *br, const uint32_t (*fs)[RANS_MAXSYM],
-                                                        const bool *have, const uint64_t *dbase, const uint8_t *draw,
-                                                        unsigned W)
+/* Decodes n symbols of stream d, symbol j with table tab[j], into sym[j]:
+ * codec 3's streams in vector lanes where the CPU can, the rest one by
+ * one. */
+static void get_syms(rans_dec *d, const sp_scratch *s, const uint32_t (*fs)[RANS_MAXSYM], bool simd, const uint8_t *tab,
+                     uint8_t *sym, size_t n)
+{
+    size_t j = 0;
+#if FERRY_HAVE_X86_SIMD
+    if (simd) j = rans32_syms_avx512(d, s->lut32, tab, sym, n);
+#else
+    (void)simd;
+#endif
+    for (; j < n; j++) sym[j] = (uint8_t)rans_dget(d, s->lut + (size_t)tab[j] * RANS_M, fs[tab[j]]);
+}
+
+/* The deltas of k changes, for a constant word width W: each one's table
+ * (the base word's delta class), their symbols, then sign and raw bits. */
+static inline __attribute__((always_inline)) int deltas(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t k, sp_scratch *s, rans_dec *d, bitr *br, const uint8_t *raw,
+                                                        size_t rawlen, const uint32_t (*fs)[RANS_MAXSYM],
+                                                        bool simd, const bool *have, const uint64_t *dbase,
+                                                        const uint8_t *draw, unsigned W)
 {
     sp_dtype tw = *t;
     tw.W = W;
-    for (size_t j = 0; j < k; j++) {
+    uint8_t *tab = s->syms, *sym = s->syms + k;
+    size_t j0 = 0, j1 = 0;
+#if FERRY_HAVE_X86_SIMD
+    int bad = 0;
+    bool vec = W == 16 && t->is_float && s->have_words;
+    if (vec) {
+        uint32_t hv = 0;
+        for (unsigned i = 0; i < NTAB; i++) hv |= (uint32_t)have[i] << i;
+        j0 = rans_dtabs16_avx512(t->exp_shift, t->exp_mask, top, s->word, k, hv, tab, &bad);
+        if (bad) return sp_corrupt("delta context without a table");
+    }
+#endif
+    for (size_t j = j0; j < k; j++) {
+        tab[j] = (uint8_t)(SP_NCLASS + sp_dclass(&tw, top, sp_load(a, s->pos[j], W)));
+        if (FERRY_UNLIKELY(!have[tab[j]])) return sp_corrupt("delta context without a table");
+    }
+    get_syms(d, s, fs, simd, tab, sym, k);
+#if FERRY_HAVE_X86_SIMD
+    if (vec) {
+        uint64_t bp = bitr_tell(br, raw);
+        j1 = rans_deltas16_avx512(s->word, sym, k, raw, rawlen, &bp, s->val, &bad);
+        if (bad) return sp_corrupt("delta out of range");
+        if (j1) bitr_seek(br, raw, bp);
+    }
+#endif
+    for (size_t j = j1; j < k; j++) {
         uint64_t x = sp_load(a, s->pos[j], W);
-        unsigned tab = SP_NCLASS + sp_dclass(&tw, top, x);
-        if (FERRY_UNLIKELY(!have[tab])) return sp_corrupt("delta context without a table");
-        unsigned sym = rans_dget(d, s->lut + (size_t)tab * RANS_M, fs[tab]);
         unsigned neg = (unsigned)bitr_get(br, 1);
-        if (FERRY_UNLIKELY(draw[sym] > 62)) return sp_corrupt("delta out of range");
-        uint64_t mag = dbase[sym] | bitr_get64(br, draw[sym]);
+        if (FERRY_UNLIKELY(draw[sym[j]] > 62)) return sp_corrupt("delta out of range");
+        uint64_t mag = dbase[sym[j]] | bitr_get64(br, draw[sym[j]]);
         if (FERRY_UNLIKELY(!sp_undelta(&tw, x, neg, mag, &s->val[j]))) return sp_corrupt("delta out of range");
     }
     return FERRY_OK;
@@ -99,11 +137,24 @@ int sp_rans_decode(const sp_dtype *t, uint32_t top, unsigned codec, const uint8_
         }
     for (unsigned i = 0; i < NTAB; i++)
         if (have[i]) rans_table_dtab(&tabs[i], s->lut + (size_t)i * RANS_M, fs[i]);
+    bool simd = false;
+#if FERRY_HAVE_X86_SIMD
+    simd = codec == SP_CODEC_RANS32 && ferry__cpu_avx512();
+    if (simd && !s->lut32 && !(s->lut32 = ferry__malloc((size_t)NTAB * RANS_M * 4))) return FERRY_ERR_NOMEM;
+    for (unsigned i = 0; simd && i < NTAB; i++)
+        if (have[i]) rans32_fused_table(&tabs[i], s->lut32 + (size_t)i * RANS_M);
+#endif
+    /* per symbol its table, then the symbol: 2 bytes per change, per phase */
+    uint8_t *sy = ferry__realloc(s->syms, 2 * (size_t)k);
+    if (!sy) return FERRY_ERR_NOMEM;
+    s->syms = sy;
 
     /* codec 2: one stream for gaps and deltas; codec 3: one each */
     rans_dec ds[2], *dg = &ds[0], *dd = codec == SP_CODEC_RANS ? &ds[0] : &ds[1];
     if ((rc = rans_dec_open(dg, &p, end, codec == SP_CODEC_RANS ? 2 : RANS3_NSTATE))) return rc;
     if (dd != dg && (rc = rans_dec_open(dd, &p, end, RANS3_NSTATE))) return rc;
+    const uint8_t *raw = p;
+    size_t rawlen = (size_t)(end - p);
     bitr br = {.p = p, .end = end};
 
     /* Gaps, class by class: a symbol, then its raw bits (gap_sym). */
@@ -115,15 +166,36 @@ int sp_rans_decode(const sp_dtype *t, uint32_t top, unsigned codec, const uint8_
         graw[y] = (uint8_t)(y < 16 ? 0 : L - 1);
     }
     size_t at = 0;
+    for (uint32_t c = 0; c < nclass; c++) {
+        memset(sy + at, (int)c, kc[c]);
+        at += kc[c];
+    }
+    get_syms(dg, s, fs, simd, sy, sy + k, k);
+    at = 0;
+    bool vec = false;
+#if FERRY_HAVE_X86_SIMD
+    vec = ferry__cpu_avx512();
+#endif
     for (uint32_t c = 0; c <= SP_NCLASS; c++) {
         s->start[c] = (uint32_t)at;
         if (c == nclass || c == SP_NCLASS) continue;
-        const uint8_t *lut = s->lut + (size_t)c * RANS_M;
-        uint64_t r = 0;
-        for (uint64_t q = 0; q < kc[c]; q++) {
-            unsigned sym = rans_dget(dg, lut, fs[c]);
+        uint64_t r = UINT64_MAX, q = 0; /* r + g + 1 wraps to the first gap */
+#if FERRY_HAVE_X86_SIMD
+        if (vec) {
+            uint64_t bp = bitr_tell(&br, raw);
+            int bad = 0;
+            q = rans_gaps_avx512(sy + k + at, kc[c], n, raw, rawlen, &bp, &r, s->order + at, &bad);
+            if (bad) return sp_corrupt("gap past the end of the chunk");
+            if (q) bitr_seek(&br, raw, bp);
+            at += q;
+        }
+#else
+        (void)vec;
+#endif
+        for (; q < kc[c]; q++) {
+            unsigned sym = sy[k + at];
             uint64_t g = gbase[sym] + bitr_get(&br, graw[sym]);
-            r = q == 0 ? g : r + g + 1;
+            r = r + g + 1;
             if (g >= n || r >= n) return sp_corrupt("gap past the end of the chunk");
             s->order[at++] = (uint32_t)r;
         }
@@ -142,10 +214,10 @@ int sp_rans_decode(const sp_dtype *t, uint32_t top, unsigned codec, const uint8_
         draw[y] = (uint8_t)(y < 3 ? 0 : L - 1);
     }
     switch (t->W) {
-    case 8: rc = deltas(t, top, a, k, s, dd, &br, fs, have, dbase, draw, 8); break;
-    case 16: rc = deltas(t, top, a, k, s, dd, &br, fs, have, dbase, draw, 16); break;
-    case 32: rc = deltas(t, top, a, k, s, dd, &br, fs, have, dbase, draw, 32); break;
-    default: rc = deltas(t, top, a, k, s, dd, &br, fs, have, dbase, draw, 64); break;
+    case 8: rc = deltas(t, top, a, k, s, dd, &br, raw, rawlen, fs, simd, have, dbase, draw, 8); break;
+    case 16: rc = deltas(t, top, a, k, s, dd, &br, raw, rawlen, fs, simd, have, dbase, draw, 16); break;
+    case 32: rc = deltas(t, top, a, k, s, dd, &br, raw, rawlen, fs, simd, have, dbase, draw, 32); break;
+    default: rc = deltas(t, top, a, k, s, dd, &br, raw, rawlen, fs, simd, have, dbase, draw, 64); break;
     }
     if (rc) return rc;
     if (dd->overrun || br.overrun) return sp_corrupt("stream ends early");

@@ -90,3 +90,9 @@ void rans_table_dtab(const rans_table *t, uint8_t *lut, uint32_t *fs)
         fs[s] = t->freq[s] | (uint32_t)t->start[s] << 16;
     }
 }
+
+void rans32_fused_table(const rans_table *t, uint32_t *out)
+{
+    for (unsigned s = 0; s < t->nsym; s++)
+        for (uint32_t j = 0; j < t->freq[s]; j++) out[t->start[s] + j] = s | (uint32_t)(t->freq[s] - 1) << 8 | j << 20;
+}

@@ -23,7 +23,8 @@ int sp_scratch_fit(sp_scratch *s, size_t need)
     size_t cap = s->cap ? s->cap : 4096;
     while (cap < need) cap *= 2;
     if (grow((void **)&s->pos, cap, 4) || grow((void **)&s->cls, cap, 4) || grow((void **)&s->rank, cap, 4) ||
-        grow((void **)&s->order, cap, 4) || grow((void **)&s->val, cap, 8) || grow((void **)&s->old, cap, 8))
+        grow((void **)&s->order, cap, 4) || grow((void **)&s->val, cap, 8) || grow((void **)&s->old, cap, 8) ||
+        grow((void **)&s->word, cap, 4))
         return FERRY_ERR_NOMEM;
     s->cap = cap;
     return FERRY_OK;
@@ -37,7 +38,9 @@ void sp_scratch_release(sp_scratch *s)
     free(s->order);
     free(s->val);
     free(s->old);
+    free(s->word);
     free(s->lut);
+    free(s->lut32);
     free(s->syms);
     free(s->rbm);
     memset(s, 0, sizeof *s);
@@ -150,6 +153,7 @@ static inline __attribute__((always_inline)) int walk_w(const sp_dtype *t, uint3
 
 int sp_walk(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k)
 {
+    s->have_words = 0;
 #if FERRY_HAVE_AVX512
     if (t->W == 16 && ferry__cpu_avx512()) return sp_walk16_avx512(t, top, a, n, s, k);
 #endif

@@ -7,7 +7,9 @@
  * byte vector, so each class's lanes are one compare into a mask register;
  * and the changed positions leave the step by compressing a vector of lane
  * indices (vpcompressd) instead of a loop whose trip count is the number of
- * changes in the block, which mispredicted about once per block. */
+ * changes in the block, which mispredicted about once per block.  The base
+ * words of the changes leave the same way (s->word), so that the delta
+ * decoder does not have to gather them from the chunk again. */
 #include <stdlib.h>
 #include "simd.h"
 
@@ -52,7 +54,7 @@ TARGET int sp_walk16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, s
     const __m512i vtop = _mm512_set1_epi16((short)top), sixteen = _mm512_set1_epi32(16),
                   thirty2 = _mm512_set1_epi32(32), fourty8 = _mm512_set1_epi32(48), sixty4 = _mm512_set1_epi32(64);
     __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    uint32_t *pos = s->pos;
+    uint32_t *pos = s->pos, *word = s->word;
     size_t got = 0, i = 0;
     for (; i + 64 <= n && got <= k; i += 64) {
         __m512i cls = classes64(t, vtop, a + 2 * i);
@@ -67,14 +69,18 @@ TARGET int sp_walk16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, s
         /* each wanted rank is one bit, so at most k positions come out.
          * The four stores' offsets come from prefix popcounts, so only one
          * add per step is on the chain through `got`. */
-        uint32_t *o = pos + got;
-        _mm512_storeu_si512(o, _mm512_maskz_compress_epi32((__mmask16)hits, lane));
-        o += __builtin_popcountll(hits & 0xFFFF);
-        _mm512_storeu_si512(o, _mm512_maskz_compress_epi32((__mmask16)(hits >> 16), _mm512_add_epi32(lane, sixteen)));
-        o = pos + got + __builtin_popcountll(hits & 0xFFFFFFFF);
-        _mm512_storeu_si512(o, _mm512_maskz_compress_epi32((__mmask16)(hits >> 32), _mm512_add_epi32(lane, thirty2)));
-        o = pos + got + __builtin_popcountll(hits & 0xFFFFFFFFFFFF);
-        _mm512_storeu_si512(o, _mm512_maskz_compress_epi32((__mmask16)(hits >> 48), _mm512_add_epi32(lane, fourty8)));
+        size_t o1 = got + (size_t)__builtin_popcountll(hits & 0xFFFF), o2 = got + (size_t)__builtin_popcountll(hits & 0xFFFFFFFF),
+               o3 = got + (size_t)__builtin_popcountll(hits & 0xFFFFFFFFFFFF);
+        __mmask16 h0 = (__mmask16)hits, h1 = (__mmask16)(hits >> 16), h2 = (__mmask16)(hits >> 32), h3 = (__mmask16)(hits >> 48);
+        _mm512_storeu_si512(pos + got, _mm512_maskz_compress_epi32(h0, lane));
+        _mm512_storeu_si512(pos + o1, _mm512_maskz_compress_epi32(h1, _mm512_add_epi32(lane, sixteen)));
+        _mm512_storeu_si512(pos + o2, _mm512_maskz_compress_epi32(h2, _mm512_add_epi32(lane, thirty2)));
+        _mm512_storeu_si512(pos + o3, _mm512_maskz_compress_epi32(h3, _mm512_add_epi32(lane, fourty8)));
+        const __m256i *w = (const __m256i *)(const void *)(a + 2 * i);
+        _mm512_storeu_si512(word + got, _mm512_maskz_compress_epi32(h0, _mm512_cvtepu16_epi32(_mm256_loadu_si256(w))));
+        _mm512_storeu_si512(word + o1, _mm512_maskz_compress_epi32(h1, _mm512_cvtepu16_epi32(_mm256_loadu_si256(w + 1))));
+        _mm512_storeu_si512(word + o2, _mm512_maskz_compress_epi32(h2, _mm512_cvtepu16_epi32(_mm256_loadu_si256(w + 2))));
+        _mm512_storeu_si512(word + o3, _mm512_maskz_compress_epi32(h3, _mm512_cvtepu16_epi32(_mm256_loadu_si256(w + 3))));
         got += (size_t)__builtin_popcountll(hits);
         lane = _mm512_add_epi32(lane, sixty4);
     }
@@ -83,10 +89,13 @@ TARGET int sp_walk16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, s
         uint32_t c = sp_class(t, top, sp_load(a, i, 16));
         if (bits_at(bm[c], cnt[c], lim[c], 1)) {
             if (got == k) return sp_corrupt("a change lies past its class's last word");
+            word[got] = (uint32_t)sp_load(a, i, 16);
             pos[got++] = (uint32_t)i;
         }
         cnt[c]++;
     }
-    return got == k ? FERRY_OK : sp_corrupt("a change lies past its class's last word");
+    if (got != k) return sp_corrupt("a change lies past its class's last word");
+    s->have_words = 1;
+    return FERRY_OK;
 }
 #endif

@@ -126,8 +126,11 @@ typedef struct sp_scratch {
     uint32_t *order;            /* ranks grouped by class (encoder) */
     uint64_t *val;              /* new words, per change */
     uint64_t *old;              /* base words, per change (encoder) */
+    uint32_t *word;             /* base words, per change, when have_words (decoder's AVX-512 walk) */
+    int have_words;
     uint8_t *lut;               /* rANS decoder: slot -> symbol, per table */
-    uint8_t *syms;              /* rANS encoder: (table, symbol) pairs */
+    uint32_t *lut32;            /* rANS vector decoder: fused tables */
+    uint8_t *syms;              /* rANS: (table, symbol) pairs (encoder); tables, then symbols (decoder) */
     uint8_t *rbm;               /* decoder walk: wanted ranks as bitmaps, per class */
     size_t cap, rbm_cap;
     uint32_t start[SP_NCLASS + 1]; /* class c's changes: order[start[c] .. start[c+1]) */

@@ -1,0 +1,190 @@
+/* AVX-512 decoding of a codec-3 rANS stream: its 32 states live in two
+ * vectors of 16 lanes, so one step decodes 32 symbols.  The result is
+ * exactly that of rans_dget called for each symbol in turn (tests compare
+ * the levels):
+ *   - symbol j of a group uses state j, as in the scalar decoder;
+ *   - the lanes that renormalise take the next 16-bit words of the stream
+ *     in lane order (vpexpandd), which is the order the scalar decoder
+ *     reads them in, since a lane's renormalisation only depends on its
+ *     own state.
+ * One table entry per slot holds the symbol, its frequency - 1 and the
+ * slot's offset in the symbol's range, so a step needs one gather. */
+#include "rans.h"
+#include "simd.h"
+#include "sparse.h"
+
+#if FERRY_HAVE_AVX512
+#include <immintrin.h>
+
+#define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx2,popcnt")))
+
+static inline TARGET __m512i step(__m512i x, __m512i tabv, const uint32_t *lut32, const uint8_t **pp, uint8_t *sym)
+{
+    const __m512i slotm = _mm512_set1_epi32(RANS_M - 1), low12 = _mm512_set1_epi32(0xFFF), one = _mm512_set1_epi32(1),
+                  lbound = _mm512_set1_epi32(RANS_L), bytem = _mm512_set1_epi32(0xFF);
+    __m512i slot = _mm512_and_si512(x, slotm);
+    __m512i e = _mm512_i32gather_epi32(_mm512_add_epi32(_mm512_slli_epi32(tabv, RANS_BITS), slot), (const void *)lut32, 4);
+    __m512i freq = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(e, 8), low12), one);
+    x = _mm512_add_epi32(_mm512_mullo_epi32(freq, _mm512_srli_epi32(x, RANS_BITS)), _mm512_srli_epi32(e, 20));
+    __mmask16 need = _mm512_cmplt_epu32_mask(x, lbound);
+    __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)*pp));
+    x = _mm512_mask_or_epi32(x, need, _mm512_slli_epi32(x, 16), _mm512_maskz_expand_epi32(need, w));
+    *pp += 2 * (unsigned)__builtin_popcount(need);
+    _mm_storeu_si128((__m128i *)(void *)sym, _mm512_cvtepi32_epi8(_mm512_and_si512(e, bytem)));
+    return x;
+}
+
+TARGET size_t rans32_syms_avx512(rans_dec *d, const uint32_t *lut32, const uint8_t *tab, uint8_t *sym, size_t n)
+{
+    if (d->mask != RANS3_NSTATE - 1 || d->i != 0) return 0;
+    __m512i x0 = _mm512_loadu_si512(d->x), x1 = _mm512_loadu_si512(d->x + 16);
+    const uint8_t *p = d->p;
+    size_t j = 0;
+    /* a group reads at most 32 words: 64 bytes must remain */
+    for (; j + 32 <= n && d->end - p >= 64; j += 32) {
+        x0 = step(x0, _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(tab + j))), lut32, &p, sym + j);
+        x1 = step(x1, _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(tab + j + 16))), lut32, &p,
+                  sym + j + 16);
+    }
+    _mm512_storeu_si512(d->x, x0);
+    _mm512_storeu_si512(d->x + 16, x1);
+    d->p = p;
+    return j;
+}
+/* ---- the loops after symbol decoding ---- */
+
+/* Inclusive prefix sum of 16 lanes. */
+static inline TARGET __m512i prefix16(__m512i v)
+{
+    const __m512i z = _mm512_setzero_si512();
+    v = _mm512_add_epi32(v, _mm512_alignr_epi32(v, z, 15));
+    v = _mm512_add_epi32(v, _mm512_alignr_epi32(v, z, 14));
+    v = _mm512_add_epi32(v, _mm512_alignr_epi32(v, z, 12));
+    return _mm512_add_epi32(v, _mm512_alignr_epi32(v, z, 8));
+}
+
+static inline TARGET uint32_t last16(__m512i v) { return (uint32_t)_mm_extract_epi32(_mm512_extracti32x4_epi32(v, 3), 3); }
+
+/* Fields of nb[l] <= 32 bits at consecutive positions from bit *bp of raw,
+ * least significant bit first; false (nothing read) when a read could pass
+ * byte rawlen - 1 (each lane loads 8 bytes). */
+static inline TARGET bool fields(const uint8_t *raw, size_t rawlen, uint64_t *bp, __m512i nb, __m512i *out)
+{
+    __m512i incl = prefix16(nb);
+    uint32_t total = last16(incl);
+    uint64_t byte0 = *bp >> 3, sh0 = *bp & 7;
+    if (byte0 + ((sh0 + total) >> 3) + 8 > rawlen) return false;
+    __m512i off = _mm512_add_epi32(_mm512_sub_epi32(incl, nb), _mm512_set1_epi32((int)sh0));
+    __m512i byteo = _mm512_srli_epi32(off, 3), sh = _mm512_and_si512(off, _mm512_set1_epi32(7));
+    const uint8_t *base = raw + byte0;
+    __m512i lo = _mm512_i32gather_epi64(_mm512_castsi512_si256(byteo), (const void *)base, 1);
+    __m512i hi = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(byteo, 1), (const void *)base, 1);
+    lo = _mm512_srlv_epi64(lo, _mm512_cvtepu32_epi64(_mm512_castsi512_si256(sh)));
+    hi = _mm512_srlv_epi64(hi, _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(sh, 1)));
+    __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(lo)), _mm512_cvtepi64_epi32(hi), 1);
+    const __m512i one = _mm512_set1_epi32(1);
+    *out = _mm512_and_si512(v, _mm512_sub_epi32(_mm512_sllv_epi32(one, nb), one)); /* a shift by 32 gives 0: all ones */
+    *bp += total;
+    return true;
+}
+
+TARGET size_t rans_gaps_avx512(const uint8_t *sym, size_t cnt, uint64_t n, const uint8_t *raw, size_t rawlen, uint64_t *bp,
+                               uint64_t *r, uint32_t *order, int *bad)
+{
+    /* 16 gaps below n plus a rank below n stay below 2^32 */
+    if (n > ((uint64_t)1 << 27)) return 0;
+    const __m512i one = _mm512_set1_epi32(1), three = _mm512_set1_epi32(3), four = _mm512_set1_epi32(4),
+                  sixteen = _mm512_set1_epi32(16), vn = _mm512_set1_epi32((int)n);
+    uint32_t carry = (uint32_t)*r; /* UINT64_MAX before the first: r + g + 1 wraps to g */
+    size_t q = 0;
+    for (; q + 16 <= cnt; q += 16) {
+        /* gap_sym inverted: g < 16 is itself, else L = 4 + (y - 16) / 2,
+         * ((1 << L) | bit << (L - 1)) - 1 plus L - 1 raw bits */
+        __m512i y = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(sym + q)));
+        __mmask16 big = _mm512_cmpge_epu32_mask(y, sixteen);
+        __m512i h = _mm512_srli_epi32(_mm512_sub_epi32(y, sixteen), 1), L = _mm512_add_epi32(h, four);
+        __m512i gbig = _mm512_sub_epi32(
+            _mm512_or_si512(_mm512_sllv_epi32(one, L), _mm512_sllv_epi32(_mm512_and_si512(y, one), _mm512_sub_epi32(L, one))), one);
+        __m512i f;
+        if (!fields(raw, rawlen, bp, _mm512_maskz_add_epi32(big, h, three), &f)) break;
+        __m512i g = _mm512_add_epi32(_mm512_mask_blend_epi32(big, y, gbig), f);
+        if (_mm512_cmpge_epu32_mask(g, vn)) {
+            *bad = 1;
+            return q;
+        }
+        __m512i rv = _mm512_add_epi32(prefix16(_mm512_add_epi32(g, one)), _mm512_set1_epi32((int)carry));
+        uint32_t last = last16(rv);
+        if (last >= n) { /* ranks increase: the last is the largest */
+            *bad = 1;
+            return q;
+        }
+        _mm512_storeu_si512(order + q, rv);
+        carry = last;
+    }
+    if (q) *r = carry;
+    return q;
+}
+
+TARGET size_t rans_dtabs16_avx512(unsigned exp_shift, uint32_t exp_mask, uint32_t top, const uint32_t *word, size_t k,
+                                  uint32_t have, uint8_t *tab, int *bad)
+{
+    const __m512i vtop = _mm512_set1_epi32((int)top), emask = _mm512_set1_epi32((int)exp_mask), zero = _mm512_setzero_si512(),
+                  fifteen = _mm512_set1_epi32(SP_NDCLASS - 1), eight = _mm512_set1_epi32(SP_NCLASS),
+                  vhave = _mm512_set1_epi32((int)have), one = _mm512_set1_epi32(1);
+    const __m128i shift = _mm_cvtsi32_si128((int)exp_shift);
+    size_t j = 0;
+    for (; j + 16 <= k; j += 16) {
+        __m512i x = _mm512_loadu_si512(word + j);
+        __m512i e = _mm512_and_si512(_mm512_srl_epi32(x, shift), emask);
+        __m512i t = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(_mm512_sub_epi32(vtop, e), zero), fifteen), eight);
+        if (_mm512_test_epi32_mask(_mm512_srlv_epi32(vhave, t), one) != 0xFFFF) {
+            *bad = 1;
+            return j;
+        }
+        _mm_storeu_si128((__m128i *)(void *)(tab + j), _mm512_cvtepi32_epi8(t));
+    }
+    return j;
+}
+
+TARGET size_t rans_deltas16_avx512(const uint32_t *word, const uint8_t *sym, size_t k,
+                                   const uint8_t *raw, size_t rawlen, uint64_t *bp, uint64_t *val, int *bad)
+{
+    const __m512i one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2), three = _mm512_set1_epi32(3),
+                  w16 = _mm512_set1_epi32(0xFFFF), half = _mm512_set1_epi32(0x8000), low15 = _mm512_set1_epi32(0x7FFF),
+                  maxsym = _mm512_set1_epi32(30);
+    size_t j = 0;
+    for (; j + 16 <= k; j += 16) {
+        __m512i x = _mm512_loadu_si512(word + j);
+        __m512i y = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(sym + j)));
+        /* delta_sym inverted: 1, 2, 3 are symbols 0..2, else L = 2 + (y - 3) / 2,
+         * (1 << L) | bit << (L - 1) plus L - 1 raw bits after the sign bit.
+         * Symbols above 30 are magnitudes over 2^15: out of range for W 16. */
+        if (_mm512_cmpgt_epu32_mask(y, maxsym)) {
+            *bad = 1;
+            return j;
+        }
+        __mmask16 big = _mm512_cmpge_epu32_mask(y, three);
+        __m512i h = _mm512_srli_epi32(_mm512_sub_epi32(y, three), 1), L = _mm512_add_epi32(h, two);
+        __m512i f;
+        if (!fields(raw, rawlen, bp, _mm512_add_epi32(_mm512_maskz_add_epi32(big, h, one), one), &f)) break;
+        __m512i dbig = _mm512_or_si512(_mm512_sllv_epi32(one, L),
+                                       _mm512_sllv_epi32(_mm512_and_si512(_mm512_sub_epi32(y, three), one), _mm512_sub_epi32(L, one)));
+        __m512i mag = _mm512_or_si512(_mm512_mask_blend_epi32(big, _mm512_add_epi32(y, one), dbig), _mm512_srli_epi32(f, 1));
+        __mmask16 neg = _mm512_test_epi32_mask(f, one);
+        /* sp_undelta's range: magnitude at most 2^15, and 2^15 only downwards */
+        if (_mm512_cmpgt_epu32_mask(mag, half) | (_mm512_cmpeq_epi32_mask(mag, half) & (__mmask16)~neg)) {
+            *bad = 1;
+            return j;
+        }
+        /* order keys: a negative word flips every bit, a positive one the sign */
+        __m512i sgn = _mm512_srai_epi32(_mm512_slli_epi32(x, 16), 31);
+        __m512i key = _mm512_xor_si512(x, _mm512_or_si512(_mm512_and_si512(sgn, low15), half));
+        __m512i k2 = _mm512_and_si512(_mm512_mask_sub_epi32(_mm512_add_epi32(key, mag), neg, key, mag), w16);
+        __m512i s2 = _mm512_srai_epi32(_mm512_slli_epi32(k2, 16), 31);
+        __m512i v = _mm512_xor_si512(k2, _mm512_or_si512(_mm512_andnot_si512(s2, low15), half));
+        _mm512_storeu_si512(val + j, _mm512_cvtepu32_epi64(_mm512_castsi512_si256(v)));
+        _mm512_storeu_si512(val + j + 8, _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(v, 1)));
+    }
+    return j;
+}
+#endif
