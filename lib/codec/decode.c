@@ -267,6 +267,18 @@ static int check_target(const dec *d)
 
 /* ---- ferry_apply: into a sink (new buffers, or a file) ---- */
 
+/* Writes changes j.. below position hi into the piece p of words [lo, hi),
+ * the overwritten words into old (if not NULL); returns the next change. */
+static inline __attribute__((always_inline)) size_t put_changes(uint8_t *p, size_t lo, size_t hi, const sp_scratch *s,
+                                                                size_t j, size_t k, uint8_t *old, unsigned W)
+{
+    for (; j < k && s->pos[j] < hi; j++) {
+        if (old) sp_store(old, j, W, sp_load(p, s->pos[j] - lo, W));
+        sp_store(p, s->pos[j] - lo, W, s->val[j]);
+    }
+    return j;
+}
+
 /* Emits a SPARSE chunk's result through the sink piece by piece, hashing
  * each piece while it is in cache.  A sink whose pieces are the base's own
  * words patches it in place; old (if not NULL) then receives the words
@@ -285,9 +297,11 @@ static int sparse_out(dec *d, const chunk_ref *c, int w, size_t k, const ferry__
         uint64_t off = (c->lo + lo) * W / 8;
         uint8_t *p = sk->piece(sk->ctx, d->li[c->entry], off, bytes, w);
         if (p != base + lo * W / 8) memcpy(p, base + lo * W / 8, bytes);
-        for (; j < k && s->pos[j] < hi; j++) {
-            if (old) sp_store(old, j, W, sp_load(p, s->pos[j] - lo, W));
-            sp_store(p, s->pos[j] - lo, W, s->val[j]);
+        switch (W) { /* a constant word width in each loop */
+        case 8: j = put_changes(p, lo, hi, s, j, k, old, 8); break;
+        case 16: j = put_changes(p, lo, hi, s, j, k, old, 16); break;
+        case 32: j = put_changes(p, lo, hi, s, j, k, old, 32); break;
+        default: j = put_changes(p, lo, hi, s, j, k, old, 64); break;
         }
         ferry__bh_feed(&h, p, bytes);
         int rc = sk->done(sk->ctx, d->li[c->entry], off, bytes, w);
