@@ -259,6 +259,16 @@ static void rans_every_width(size_t n, unsigned want_version)
     CHECK_OK(ferry_patch_inspect(p1, n1, &pi));
     CHECK(ferry_patch_info_format(pi) == want_version);
     ferry_patch_info_free(pi);
+    if (want_version == 2) { /* codec 3 is corrupt in a version-1 patch */
+        uint8_t *v1 = malloc(n1);
+        memcpy(v1, p1, n1);
+        ferry__put32(v1 + 8, 1);
+        reseal(v1, n1);
+        ferry_model *o = NULL;
+        CHECK(ferry_apply(a, v1, n1, &o) == FERRY_ERR_PATCH_CORRUPT && o == NULL);
+        CHECK(strstr(ferry_last_error(), "unknown chunk codec") != NULL);
+        free(v1);
+    }
     round_trip(a, b, NULL);
     /* damage behind a valid checksum reaches the rANS decoder: it must fail
      * cleanly or, by chance, still produce exactly b; and every kernel
