@@ -142,13 +142,15 @@ static inline void rans_esym_init(rans_esym *e, uint32_t start, uint32_t freq)
     }
 }
 
+/* Branch-free renormalisation (whether a state emits is data, a branch on
+ * it mispredicts): the low word is always stored below *out, which moves
+ * only when it is kept; so *out - 1 must be writable. */
 static inline void rans_put(uint32_t *x, uint16_t **out, const rans_esym *e)
 {
-    uint32_t v = *x;
-    if (v >= e->x_max) {
-        *--*out = (uint16_t)v;
-        v >>= 16;
-    }
+    uint32_t v = *x, big = v >= e->x_max;
+    (*out)[-1] = (uint16_t)v;
+    *out -= big;
+    v = big ? v >> 16 : v;
     uint32_t q = (uint32_t)(((uint64_t)v * e->rcp) >> 32) >> e->shift;
     *x = v + e->bias + q * e->cmpl;
 }

@@ -51,12 +51,15 @@ static inline __attribute__((always_inline)) size_t build(const sp_dtype *t, uin
                                                           size_t k, unsigned W, uint8_t *syms,
                                                           uint32_t (*count)[RANS_MAXSYM], fastbits *bw)
 {
+    /* locals: the byte stores below may alias anything */
     size_t ns = 0;
+    const uint32_t *order = s->order;
+    const uint64_t *old = s->old, *val = s->val;
     for (uint32_t c = 0; c < sp_nclass(t); c++) {
-        uint32_t prev = 0;
-        for (uint32_t j = s->start[c]; j < s->start[c + 1]; j++) {
-            uint32_t r = s->order[j];
-            uint64_t g = j == s->start[c] ? r : (uint64_t)r - prev - 1, rb = 0;
+        uint32_t prev = UINT32_MAX; /* r - prev - 1 is the first rank itself */
+        for (uint32_t j = s->start[c], end = s->start[c + 1]; j < end; j++) {
+            uint32_t r = order[j];
+            uint64_t g = (uint32_t)(r - prev - 1), rb = 0;
             prev = r;
             unsigned nr, sym = gap_sym(g, &rb, &nr);
             fb_put(bw, rb, nr);
@@ -69,11 +72,15 @@ static inline __attribute__((always_inline)) size_t build(const sp_dtype *t, uin
     sp_dtype tw = *t;
     tw.W = W; /* a constant for the compiler */
     for (size_t j = 0; j < k; j++) {
-        uint64_t x = s->old[j], rb = 0;
+        uint64_t x = old[j], rb = 0;
         unsigned neg, nr, tab = SP_NCLASS + sp_dclass(&tw, top, x);
-        unsigned sym = delta_sym(sp_delta(&tw, x, s->val[j], &neg), &rb, &nr);
-        fb_put(bw, neg, 1);
-        fb_put64(bw, rb, nr);
+        unsigned sym = delta_sym(sp_delta(&tw, x, val[j], &neg), &rb, &nr);
+        if (W <= 16) { /* the sign, then the raw bits: one field */
+            fb_put(bw, neg | rb << 1, nr + 1);
+        } else {
+            fb_put(bw, neg, 1);
+            fb_put64(bw, rb, nr);
+        }
         syms[2 * ns] = (uint8_t)tab;
         syms[2 * ns + 1] = (uint8_t)sym;
         count[tab][sym]++;

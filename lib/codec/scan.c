@@ -39,6 +39,7 @@ void sp_scratch_release(sp_scratch *s)
     free(s->val);
     free(s->old);
     free(s->word);
+    free(s->ebm);
     free(s->lut);
     free(s->lut32);
     free(s->syms);
@@ -60,14 +61,22 @@ uint32_t sp_choose_top(const sp_dtype *t, const uint8_t *a, size_t n)
     }
 }
 
-void sp_scan_group(sp_scratch *s, size_t k)
+int sp_scan_group(sp_scratch *s, const sp_scan_state *st)
 {
+#if FERRY_HAVE_AVX512
+    if (st->bm == 1) {
+        sp_scan_group_bitmaps(s, st);
+        return FERRY_OK;
+    }
+#endif
+    size_t k = st->k;
     uint32_t fill[SP_NCLASS];
     memset(s->start, 0, sizeof s->start);
     for (size_t j = 0; j < k; j++) s->start[s->cls[j] + 1]++;
     for (int c = 0; c < SP_NCLASS; c++) s->start[c + 1] += s->start[c];
     memcpy(fill, s->start, sizeof fill);
     for (size_t j = 0; j < k; j++) s->order[fill[s->cls[j]]++] = s->rank[j];
+    return FERRY_OK;
 }
 
 static inline __attribute__((always_inline)) int scan_w(const sp_dtype *t, uint32_t top, const uint8_t *a,
@@ -97,6 +106,15 @@ int sp_scan_range(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8
 {
     int rc = sp_scratch_fit(s, 4096);
     if (rc) return rc;
+    if (!st->bm) { /* decided once per chunk */
+        st->bm = 2;
+#if FERRY_HAVE_AVX512
+        if (t->W == 16 && t->exp_mask && ferry__cpu_avx512()) st->bm = 1;
+#endif
+    }
+#if FERRY_HAVE_AVX512
+    if (st->bm == 1) return sp_scan16_avx512(t, top, a, b, lo, hi, s, st);
+#endif
 #if FERRY_HAVE_AVX2
     if (t->W == 16 && ferry__cpu_avx2()) return sp_scan16_avx2(t, top, a, b, lo, hi, s, st);
 #endif

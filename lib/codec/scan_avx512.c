@@ -1,7 +1,14 @@
-/* AVX-512 version of the decoder's walk for 16-bit words, 64 words per
- * step.  It must produce exactly the positions of the portable loop in
- * scan.c (tests compare every level: FERRY_NO_SIMD=avx512 falls back to the
- * AVX2 walk, FERRY_NO_SIMD=1 to the portable one).
+/* AVX-512 versions of the encoder's scan and the decoder's walk for 16-bit
+ * float words, 64 words per step.  They must give exactly the results of
+ * the portable loops in scan.c (tests compare every level:
+ * FERRY_NO_SIMD=avx512 falls back to AVX2, FERRY_NO_SIMD=1 to portable).
+ *
+ * The scan keeps, per class, the changed flags of the class's words as a
+ * bitmap in rank space: for a step, the diff mask's bits on the class's
+ * lanes, extracted (pext) and appended at the class's count.  So no rank is
+ * computed per change, and sp_scan_group reads the ranks off the bitmaps.
+ * The old and new words of the changes leave by vpcompressd, paired in
+ * 32-bit lanes.
  *
  * Compared with the AVX2 walk: the 64 classes of a step are packed into one
  * byte vector, so each class's lanes are one compare into a mask register;
@@ -40,6 +47,102 @@ static inline TARGET uint64_t bits_at(const uint8_t *bm, uint64_t off, uint64_t 
     memcpy(&hi, bm + byte + 8, 8);
     unsigned sh = (unsigned)(off & 7);
     return _bzhi_u64((lo >> sh) | ((hi << 1) << (63 - sh)), nbits);
+}
+
+/* Appends v (whose bits above the count being appended are 0) at bit off
+ * of the bitmap w.  The word after off's word is overwritten, not or-ed:
+ * nothing was appended there yet. */
+static inline void put_bits(uint64_t *w, uint64_t off, uint64_t v)
+{
+    uint64_t i = off >> 6;
+    unsigned sh = (unsigned)(off & 63);
+    w[i] = (w[i] & ((1ull << sh) - 1)) | (v << sh);
+    w[i + 1] = (v >> 1) >> (63 - sh);
+}
+
+/* Room in s->ebm for each class to grow by `more` ranks. */
+static int ebm_fit(sp_scratch *s, const sp_scan_state *st, size_t more)
+{
+    uint64_t most = 0;
+    for (int c = 0; c < SP_NCLASS; c++) most = st->cnt[c] > most ? st->cnt[c] : most;
+    size_t need = (size_t)((most + more) / 64 + 2);
+    if (need <= s->ebm_words) return FERRY_OK;
+    size_t words = s->ebm_words ? s->ebm_words : 1024;
+    while (words < need) words *= 2;
+    uint64_t *p = ferry__malloc(SP_NCLASS * words * 8);
+    if (!p) return FERRY_ERR_NOMEM;
+    for (int c = 0; s->ebm && c < SP_NCLASS; c++) memcpy(p + c * words, s->ebm + c * s->ebm_words, s->ebm_words * 8);
+    free(s->ebm);
+    s->ebm = p;
+    s->ebm_words = words;
+    return FERRY_OK;
+}
+
+TARGET int sp_scan16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
+                            sp_scratch *s, sp_scan_state *st)
+{
+    size_t k = st->k;
+    int rc = sp_scratch_fit(s, k + (hi - lo) + 16);
+    if (rc || (rc = ebm_fit(s, st, hi - lo))) return rc;
+    uint64_t *bm[SP_NCLASS], cnt[SP_NCLASS];
+    for (int c = 0; c < SP_NCLASS; c++) {
+        bm[c] = s->ebm + c * s->ebm_words;
+        cnt[c] = st->cnt[c];
+    }
+    const __m512i vtop = _mm512_set1_epi16((short)top);
+    /* word i of x, then word i of y (index 32 + i), for i in 0..15 or 16..31 */
+    const __m512i pairs_lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36, 4,
+                                              35, 3, 34, 2, 33, 1, 32, 0),
+                  pairs_hi = _mm512_add_epi16(pairs_lo, _mm512_set1_epi16(16));
+    uint32_t *word = s->word;
+    size_t i = lo;
+    for (; i + 64 <= hi; i += 64) {
+        const uint8_t *pa = a + 2 * i, *pb = b + 2 * (i - lo);
+        uint64_t diff = (uint64_t)_mm512_cmpneq_epi16_mask(_mm512_loadu_si512(pa), _mm512_loadu_si512(pb)) |
+                        (uint64_t)_mm512_cmpneq_epi16_mask(_mm512_loadu_si512(pa + 64), _mm512_loadu_si512(pb + 64)) << 32;
+        __m512i cls = classes64(t, vtop, pa);
+#pragma GCC unroll 8
+        for (uint32_t c = 0; c < SP_NCLASS; c++) {
+            uint64_t m = _mm512_cmpeq_epi8_mask(cls, _mm512_set1_epi8((char)c));
+            put_bits(bm[c], cnt[c], _pext_u64(diff, m));
+            cnt[c] += (uint64_t)__builtin_popcountll(m);
+        }
+        /* each change as one 32-bit lane: old word | new word << 16 */
+        size_t o[4] = {k, k + (size_t)__builtin_popcountll(diff & 0xFFFF), k + (size_t)__builtin_popcountll(diff & 0xFFFFFFFF),
+                       k + (size_t)__builtin_popcountll(diff & 0xFFFFFFFFFFFF)};
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) {
+            __mmask16 h = (__mmask16)(diff >> (16 * q));
+            __m512i x = _mm512_loadu_si512(pa + 64 * (q >> 1)), y = _mm512_loadu_si512(pb + 64 * (q >> 1));
+            __m512i xy = _mm512_permutex2var_epi16(x, (q & 1) ? pairs_hi : pairs_lo, y);
+            _mm512_storeu_si512(word + o[q], _mm512_maskz_compress_epi32(h, xy));
+        }
+        k += (size_t)__builtin_popcountll(diff);
+    }
+    for (; i < hi; i++) { /* tail: one word at a time */
+        uint32_t x = (uint32_t)sp_load(a, i, 16), y = (uint32_t)sp_load(b, i - lo, 16), c = sp_class(t, top, x);
+        put_bits(bm[c], cnt[c]++, x != y);
+        if (x != y) word[k++] = x | y << 16;
+    }
+    for (int c = 0; c < SP_NCLASS; c++) st->cnt[c] = (uint32_t)cnt[c];
+    st->k = k;
+    return FERRY_OK;
+}
+
+void sp_scan_group_bitmaps(sp_scratch *s, const sp_scan_state *st)
+{
+    size_t at = 0;
+    for (int c = 0; c < SP_NCLASS; c++) {
+        s->start[c] = (uint32_t)at;
+        const uint64_t *w = s->ebm + c * s->ebm_words;
+        for (uint64_t q = 0; q * 64 < st->cnt[c]; q++) /* bits past the count are 0 (put_bits) */
+            for (uint64_t v = w[q]; v; v &= v - 1) s->order[at++] = (uint32_t)(q * 64 + (uint64_t)__builtin_ctzll(v));
+    }
+    s->start[SP_NCLASS] = (uint32_t)at;
+    for (size_t j = 0; j < st->k; j++) {
+        s->old[j] = s->word[j] & 0xFFFF;
+        s->val[j] = s->word[j] >> 16;
+    }
 }
 
 TARGET int sp_walk16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k)

@@ -13,6 +13,9 @@ int sp_scan16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint
 int sp_walk16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k);
 #define FERRY_HAVE_AVX512 1 /* ferry__cpu_avx512 */
 int sp_walk16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k);
+int sp_scan16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
+                     sp_scratch *s, sp_scan_state *st);
+void sp_scan_group_bitmaps(sp_scratch *s, const sp_scan_state *st);
 #else
 #define FERRY_HAVE_AVX2 0
 #define FERRY_HAVE_AVX512 0

@@ -126,13 +126,14 @@ typedef struct sp_scratch {
     uint32_t *order;            /* ranks grouped by class (encoder) */
     uint64_t *val;              /* new words, per change */
     uint64_t *old;              /* base words, per change (encoder) */
-    uint32_t *word;             /* base words, per change, when have_words (decoder's AVX-512 walk) */
+    uint32_t *word;             /* per change: base word (decoder's AVX-512 walk, have_words), or base | new << 16 (AVX-512 scan) */
     int have_words;
     uint8_t *lut;               /* rANS decoder: slot -> symbol, per table */
     uint32_t *lut32;            /* rANS vector decoder: fused tables */
     uint8_t *syms;              /* rANS: (table, symbol) pairs (encoder); tables, then symbols (decoder) */
     uint8_t *rbm;               /* decoder walk: wanted ranks as bitmaps, per class */
-    size_t cap, rbm_cap;
+    uint64_t *ebm;              /* AVX-512 encoder scan: changed ranks as bitmaps, SP_NCLASS x ebm_words */
+    size_t cap, rbm_cap, ebm_words;
     uint32_t start[SP_NCLASS + 1]; /* class c's changes: order[start[c] .. start[c+1]) */
 } sp_scratch;
 int sp_scratch_fit(sp_scratch *s, size_t need);
@@ -145,16 +146,20 @@ uint32_t sp_choose_top(const sp_dtype *t, const uint8_t *a, size_t n);
 /* Encoder scan, in pieces: sp_scan_range records the changed words among
  * words [lo, hi) of the chunk (a: the chunk's base words; b: the target
  * words of [lo, hi) only) with their classes, ranks, old and new words, in
- * position order (s->pos, s->cls, s->rank, s->old, s->val); sp_scan_group then groups the ranks by class
- * (s->order, s->start).  Scanning in cache-sized pieces lets the caller
- * hash each piece of the target while it is hot. */
+ * position order (s->pos, s->cls, s->rank, s->old, s->val); sp_scan_group
+ * then groups the ranks by class (s->order, s->start).  Scanning in
+ * cache-sized pieces lets the caller hash each piece of the target while it
+ * is hot.  (The AVX-512 scan keeps each class's changes as a bitmap in rank
+ * space instead, and the 16-bit words as 32-bit ones; sp_scan_group turns
+ * them into the same arrays.) */
 typedef struct sp_scan_state {
     uint32_t cnt[SP_NCLASS];
     size_t k;
+    int bm; /* 0 until the first piece; 1: per-class bitmaps (AVX-512); 2: per-change ranks */
 } sp_scan_state;
 int sp_scan_range(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
                   sp_scratch *s, sp_scan_state *st);
-void sp_scan_group(sp_scratch *s, size_t k);
+int sp_scan_group(sp_scratch *s, const sp_scan_state *st);
 #define SP_SCAN_PIECE ((size_t)1 << 15) /* words; divides every hash block */
 
 /* Decoder walk: given the k ranks grouped by class (s->order, s->start; each

@@ -67,7 +67,7 @@ int sp_adaptive_encode(const sp_dtype *t, uint32_t top, sp_scratch *s, size_t k,
 static int scan_and_hash(const sp_dtype *t, uint32_t top, const uint8_t *a, const sp_src *b, size_t n, sp_coder *c,
                          size_t *k, uint8_t (*bh)[16])
 {
-    sp_scan_state st = {{0}, 0};
+    sp_scan_state st = {{0}, 0, 0};
     ferry__blockhash h;
     ferry__bh_begin(&h, bh);
     for (size_t lo = 0; lo < n; lo += SP_SCAN_PIECE) {
@@ -84,7 +84,8 @@ static int scan_and_hash(const sp_dtype *t, uint32_t top, const uint8_t *a, cons
         ferry__bh_feed(&h, piece, (hi - lo) * t->W / 8);
     }
     ferry__bh_end(&h);
-    sp_scan_group(&c->s, st.k);
+    int rc = sp_scan_group(&c->s, &st);
+    if (rc) return rc;
     *k = st.k;
     return FERRY_OK;
 }
