@@ -217,6 +217,12 @@ int rans_emit(const uint8_t *syms, size_t lo, size_t hi, unsigned nstates, const
  * while 64 bytes of words remain; returns how many it decoded.  The caller
  * decodes the rest with rans_dget. */
 size_t rans32_syms_avx512(rans_dec *d, const uint32_t *lut32, const uint8_t *tab, uint8_t *sym, size_t n);
+/* AVX-512: rans_put for symbols [lo, hi) of a 32-state stream, hi - lo a
+ * multiple of 32 and lo at state 0, backwards from states x[] and output
+ * position p; returns the new p.  The same words and states as the scalar
+ * loop. */
+uint16_t *rans32_emit_avx512(const uint8_t *syms, size_t lo, size_t hi, const rans_esym (*es)[RANS_MAXSYM], uint16_t *p,
+                             uint32_t *x);
 
 /* AVX-512 versions of the loops after symbol decoding (any rANS codec),
  * for whole groups of 16 symbols: each returns how many symbols it

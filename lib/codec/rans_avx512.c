@@ -187,4 +187,48 @@ TARGET size_t rans_deltas16_avx512(const uint32_t *word, const uint8_t *sym, siz
     }
     return j;
 }
+/* ---- encoding ---- */
+
+/* One rans_put for 16 lanes; the lanes that renormalise store their low
+ * words below *pp in lane order (the order the decoder reads them in). */
+static inline TARGET __m512i put16(__m512i x, __m512i idx, const uint32_t *es, uint16_t **pp)
+{
+    __m512i xmax = _mm512_i32gather_epi32(idx, (const void *)es, 4);
+    __m512i rcp = _mm512_i32gather_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(1)), (const void *)es, 4);
+    __m512i bias = _mm512_i32gather_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(2)), (const void *)es, 4);
+    __m512i cs = _mm512_i32gather_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(3)), (const void *)es, 4);
+    __mmask16 big = _mm512_cmpge_epu32_mask(x, xmax);
+    unsigned c = (unsigned)__builtin_popcount(big);
+    *pp -= c;
+    _mm256_mask_storeu_epi16(*pp, (__mmask16)((1u << c) - 1), _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(big, x)));
+    x = _mm512_mask_srli_epi32(x, big, x, 16);
+    /* q = (x * rcp) >> 32 >> shift: even and odd lanes' 64-bit products */
+    __m512i pe = _mm512_mul_epu32(x, rcp), po = _mm512_mul_epu32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(rcp, 32));
+    __m512i q = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 32), po);
+    q = _mm512_srlv_epi32(q, _mm512_and_si512(_mm512_srli_epi32(cs, 16), _mm512_set1_epi32(0xFF)));
+    __m512i cmpl = _mm512_and_si512(cs, _mm512_set1_epi32(0xFFFF));
+    return _mm512_add_epi32(_mm512_add_epi32(x, bias), _mm512_mullo_epi32(q, cmpl));
+}
+
+/* (table, symbol) byte pairs -> rans_esym index in 32-bit words */
+static inline TARGET __m512i esym_index(const uint8_t *pairs)
+{
+    __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)pairs));
+    __m512i i = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0xFF)), 7), _mm512_srli_epi32(v, 8));
+    return _mm512_slli_epi32(i, 2);
+}
+
+TARGET uint16_t *rans32_emit_avx512(const uint8_t *syms, size_t lo, size_t hi, const rans_esym (*es)[RANS_MAXSYM],
+                                    uint16_t *p, uint32_t *x)
+{
+    const uint32_t *e = (const uint32_t *)(const void *)es;
+    __m512i x0 = _mm512_loadu_si512(x), x1 = _mm512_loadu_si512(x + 16);
+    for (size_t g = hi; g > lo; g -= 32) { /* groups backwards; in a group, the high lanes first */
+        x1 = put16(x1, esym_index(syms + 2 * (g - 16)), e, &p);
+        x0 = put16(x0, esym_index(syms + 2 * (g - 32)), e, &p);
+    }
+    _mm512_storeu_si512(x, x0);
+    _mm512_storeu_si512(x + 16, x1);
+    return p;
+}
 #endif

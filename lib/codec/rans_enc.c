@@ -55,26 +55,35 @@ static inline __attribute__((always_inline)) size_t build(const sp_dtype *t, uin
     size_t ns = 0;
     const uint32_t *order = s->order;
     const uint64_t *old = s->old, *val = s->val;
+#define GAP(r)                                                                                                         \
+    do {                                                                                                               \
+        uint64_t g = (uint32_t)((r) - prev - 1), rb = 0;                                                               \
+        prev = (r);                                                                                                    \
+        unsigned nr, sym = gap_sym(g, &rb, &nr);                                                                       \
+        fb_put(bw, rb, nr);                                                                                            \
+        syms[2 * ns] = (uint8_t)c;                                                                                     \
+        syms[2 * ns + 1] = (uint8_t)sym;                                                                               \
+        count[c][sym]++;                                                                                               \
+        ns++;                                                                                                          \
+    } while (0)
     for (uint32_t c = 0; c < sp_nclass(t); c++) {
         uint32_t prev = UINT32_MAX; /* r - prev - 1 is the first rank itself */
-        for (uint32_t j = s->start[c], end = s->start[c + 1]; j < end; j++) {
-            uint32_t r = order[j];
-            uint64_t g = (uint32_t)(r - prev - 1), rb = 0;
-            prev = r;
-            unsigned nr, sym = gap_sym(g, &rb, &nr);
-            fb_put(bw, rb, nr);
-            syms[2 * ns] = (uint8_t)c;
-            syms[2 * ns + 1] = (uint8_t)sym;
-            count[c][sym]++;
-            ns++;
+        if (s->lazy) { /* ranks straight off the scan's bitmap */
+            const uint64_t *w = s->ebm + c * s->ebm_words;
+            for (uint64_t q = 0; q * 64 < s->ebm_bits[c]; q++)
+                for (uint64_t v = w[q]; v; v &= v - 1) GAP((uint32_t)(q * 64 + (uint64_t)__builtin_ctzll(v)));
+        } else {
+            for (uint32_t j = s->start[c], end = s->start[c + 1]; j < end; j++) GAP(order[j]);
         }
     }
+#undef GAP
     sp_dtype tw = *t;
     tw.W = W; /* a constant for the compiler */
+    const uint32_t *pairs = s->lazy ? s->word : NULL; /* old | new << 16 (W 16 only) */
     for (size_t j = 0; j < k; j++) {
-        uint64_t x = old[j], rb = 0;
+        uint64_t x = pairs ? pairs[j] & 0xFFFF : old[j], y = pairs ? pairs[j] >> 16 : val[j], rb = 0;
         unsigned neg, nr, tab = SP_NCLASS + sp_dclass(&tw, top, x);
-        unsigned sym = delta_sym(sp_delta(&tw, x, val[j], &neg), &rb, &nr);
+        unsigned sym = delta_sym(sp_delta(&tw, x, y, &neg), &rb, &nr);
         if (W <= 16) { /* the sign, then the raw bits: one field */
             fb_put(bw, neg | rb << 1, nr + 1);
         } else {
@@ -158,7 +167,14 @@ int rans_emit(const uint8_t *syms, size_t lo, size_t hi, unsigned nstates, const
     uint16_t *end = words + (hi - lo) + 1, *p = end;
     uint32_t x[RANS3_NSTATE];
     for (unsigned j = 0; j < nstates; j++) x[j] = RANS_L;
-    for (size_t i = hi; i-- > lo;) rans_put(&x[(i - lo) & (nstates - 1)], &p, &es[syms[2 * i]][syms[2 * i + 1]]);
+    size_t mid = lo;
+#if FERRY_HAVE_X86_SIMD
+    if (nstates == 32 && ferry__cpu_avx512()) mid = lo + ((hi - lo) & ~(size_t)31); /* whole groups in vectors */
+#endif
+    for (size_t i = hi; i-- > mid;) rans_put(&x[(i - lo) & (nstates - 1)], &p, &es[syms[2 * i]][syms[2 * i + 1]]);
+#if FERRY_HAVE_X86_SIMD
+    if (mid > lo) p = rans32_emit_avx512(syms, lo, mid, es, p, x);
+#endif
     size_t nw = (size_t)(end - p);
     uint64_t len = 4 * (uint64_t)nstates + 2 * (uint64_t)nw;
     int rc = len > UINT32_MAX ? ferry__fail(FERRY_ERR_LIMIT, "rANS stream too large") : ferry__buf_reserve(out, 4 + len);

@@ -61,8 +61,25 @@ uint32_t sp_choose_top(const sp_dtype *t, const uint8_t *a, size_t n)
     }
 }
 
+void sp_scan_unlazy(sp_scratch *s, size_t k)
+{
+    if (!s->lazy) return;
+    size_t at = 0;
+    for (int c = 0; c < SP_NCLASS; c++) {
+        const uint64_t *w = s->ebm + c * s->ebm_words;
+        for (uint64_t q = 0; q * 64 < s->ebm_bits[c]; q++)
+            for (uint64_t v = w[q]; v; v &= v - 1) s->order[at++] = (uint32_t)(q * 64 + (uint64_t)__builtin_ctzll(v));
+    }
+    for (size_t j = 0; j < k; j++) {
+        s->old[j] = s->word[j] & 0xFFFF;
+        s->val[j] = s->word[j] >> 16;
+    }
+    s->lazy = 0;
+}
+
 int sp_scan_group(sp_scratch *s, const sp_scan_state *st)
 {
+    s->lazy = 0;
 #if FERRY_HAVE_AVX512
     if (st->bm == 1) {
         sp_scan_group_bitmaps(s, st);

@@ -129,20 +129,17 @@ TARGET int sp_scan16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, c
     return FERRY_OK;
 }
 
-void sp_scan_group_bitmaps(sp_scratch *s, const sp_scan_state *st)
+TARGET void sp_scan_group_bitmaps(sp_scratch *s, const sp_scan_state *st)
 {
     size_t at = 0;
     for (int c = 0; c < SP_NCLASS; c++) {
         s->start[c] = (uint32_t)at;
+        s->ebm_bits[c] = st->cnt[c];
         const uint64_t *w = s->ebm + c * s->ebm_words;
-        for (uint64_t q = 0; q * 64 < st->cnt[c]; q++) /* bits past the count are 0 (put_bits) */
-            for (uint64_t v = w[q]; v; v &= v - 1) s->order[at++] = (uint32_t)(q * 64 + (uint64_t)__builtin_ctzll(v));
+        for (uint64_t q = 0; q * 64 < st->cnt[c]; q++) at += (size_t)__builtin_popcountll(w[q]); /* bits past the count are 0 */
     }
     s->start[SP_NCLASS] = (uint32_t)at;
-    for (size_t j = 0; j < st->k; j++) {
-        s->old[j] = s->word[j] & 0xFFFF;
-        s->val[j] = s->word[j] >> 16;
-    }
+    s->lazy = 1;
 }
 
 TARGET int sp_walk16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k)

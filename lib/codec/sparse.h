@@ -133,6 +133,8 @@ typedef struct sp_scratch {
     uint8_t *syms;              /* rANS: (table, symbol) pairs (encoder); tables, then symbols (decoder) */
     uint8_t *rbm;               /* decoder walk: wanted ranks as bitmaps, per class */
     uint64_t *ebm;              /* AVX-512 encoder scan: changed ranks as bitmaps, SP_NCLASS x ebm_words */
+    uint64_t ebm_bits[SP_NCLASS]; /* ... each ebm_bits[c] bits long */
+    int lazy;                   /* the AVX-512 scan's result is still in ebm and word: see sp_scan_group */
     size_t cap, rbm_cap, ebm_words;
     uint32_t start[SP_NCLASS + 1]; /* class c's changes: order[start[c] .. start[c+1]) */
 } sp_scratch;
@@ -160,6 +162,11 @@ typedef struct sp_scan_state {
 int sp_scan_range(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
                   sp_scratch *s, sp_scan_state *st);
 int sp_scan_group(sp_scratch *s, const sp_scan_state *st);
+/* After the AVX-512 scan, sp_scan_group only counts (s->start) and sets
+ * s->lazy: the ranks are still bitmaps and the old and new words pairs in
+ * s->word.  The rANS encoder reads them so; sp_scan_unlazy makes s->order,
+ * s->old and s->val for other readers. */
+void sp_scan_unlazy(sp_scratch *s, size_t k);
 #define SP_SCAN_PIECE ((size_t)1 << 15) /* words; divides every hash block */
 
 /* Decoder walk: given the k ranks grouped by class (s->order, s->start; each

@@ -106,5 +106,6 @@ int sp_encode_chunk(const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t
     if ((rc = ferry__buf_append(out, head, 2))) return rc;
     if (t->exp_mask > 0xFF && (rc = ferry__buf_append(out, &(uint8_t){(uint8_t)(top >> 8)}, 1))) return rc;
     if (head[0] != SP_CODEC_ADAPTIVE) return sp_rans_encode(t, top, head[0], &c->s, k, out);
+    sp_scan_unlazy(&c->s, k);
     return sp_adaptive_encode(t, top, &c->s, k, &c->m, out);
 }
