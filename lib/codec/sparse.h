@@ -282,6 +282,10 @@ void sp_coder_release(sp_coder *c);
  * of the target's blocks in the chunk (the chunk starts on a block). */
 int sp_encode_chunk(const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t n, sp_coder *c, ferry_buf *out,
                     uint64_t *changed, uint8_t (*bh)[16]);
+/* The same with the codec (1..3) forced instead of chosen by the number of
+ * changes (0: chosen), for tests and fuzzing of every codec on any chunk. */
+int sp_encode_chunk_as(unsigned codec, const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t n, sp_coder *c,
+                       ferry_buf *out, uint64_t *changed, uint8_t (*bh)[16]);
 
 /* Decodes one chunk: on success *k changes at c->s.pos[0..k) (strictly
  * increasing, < n) with new words c->s.val[0..k), valid until the next call.

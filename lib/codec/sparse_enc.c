@@ -93,6 +93,12 @@ static int scan_and_hash(const sp_dtype *t, uint32_t top, const uint8_t *a, cons
 int sp_encode_chunk(const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t n, sp_coder *c, ferry_buf *out,
                     uint64_t *changed, uint8_t (*bh)[16])
 {
+    return sp_encode_chunk_as(0, t, a, b, n, c, out, changed, bh);
+}
+
+int sp_encode_chunk_as(unsigned codec, const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t n, sp_coder *c,
+                       ferry_buf *out, uint64_t *changed, uint8_t (*bh)[16])
+{
     uint32_t top = sp_choose_top(t, a, n);
     size_t k;
     int rc = scan_and_hash(t, top, a, b, n, c, &k, bh);
@@ -101,6 +107,7 @@ int sp_encode_chunk(const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t
     uint8_t head[2] = {SP_CODEC_EMPTY, (uint8_t)top};
     if (k == 0) return ferry__buf_append(out, head, 1);
     head[0] = k >= SP_RANS32_MIN_CHANGES ? SP_CODEC_RANS32 : k >= SP_RANS_MIN_CHANGES ? SP_CODEC_RANS : SP_CODEC_ADAPTIVE;
+    if (codec) head[0] = (uint8_t)codec;
     /* top fits a byte for every dtype but F64, whose 11-bit exponent
      * takes a second byte */
     if ((rc = ferry__buf_append(out, head, 2))) return rc;
