@@ -217,6 +217,8 @@ int rans_emit(const uint8_t *syms, size_t lo, size_t hi, unsigned nstates, const
  * while 64 bytes of words remain; returns how many it decoded.  The caller
  * decodes the rest with rans_dget. */
 size_t rans32_syms_avx512(rans_dec *d, const uint32_t *lut32, const uint8_t *tab, uint8_t *sym, size_t n);
+/* The same with AVX2 (CPUs without AVX-512). */
+size_t rans32_syms_avx2(rans_dec *d, const uint32_t *lut32, const uint8_t *tab, uint8_t *sym, size_t n);
 /* AVX-512: rans_put for symbols [lo, hi) of a 32-state stream, hi - lo a
  * multiple of 32 and lo at state 0, backwards from states x[] and output
  * position p; returns the new p.  The same words and states as the scalar

@@ -48,12 +48,13 @@ static bool get_varint(const uint8_t **pp, const uint8_t *end, uint64_t *v)
 /* Decodes n symbols of stream d, symbol j with table tab[j], into sym[j]:
  * codec 3's streams in vector lanes where the CPU can, the rest one by
  * one. */
-static void get_syms(rans_dec *d, const sp_scratch *s, const uint32_t (*fs)[RANS_MAXSYM], bool simd, const uint8_t *tab,
+static void get_syms(rans_dec *d, const sp_scratch *s, const uint32_t (*fs)[RANS_MAXSYM], int simd, const uint8_t *tab,
                      uint8_t *sym, size_t n)
 {
     size_t j = 0;
 #if FERRY_HAVE_X86_SIMD
-    if (simd) j = rans32_syms_avx512(d, s->lut32, tab, sym, n);
+    if (simd == 2) j = rans32_syms_avx512(d, s->lut32, tab, sym, n);
+    if (simd == 1) j = rans32_syms_avx2(d, s->lut32, tab, sym, n);
 #else
     (void)simd;
 #endif
@@ -64,7 +65,7 @@ static void get_syms(rans_dec *d, const sp_scratch *s, const uint32_t (*fs)[RANS
  * (the base word's delta class), their symbols, then sign and raw bits. */
 static inline __attribute__((always_inline)) int deltas(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t k, sp_scratch *s, rans_dec *d, bitr *br, const uint8_t *raw,
                                                         size_t rawlen, const uint32_t (*fs)[RANS_MAXSYM],
-                                                        bool simd, const bool *have, const uint64_t *dbase,
+                                                        int simd, const bool *have, const uint64_t *dbase,
                                                         const uint8_t *draw, unsigned W)
 {
     sp_dtype tw = *t;
@@ -137,9 +138,9 @@ int sp_rans_decode(const sp_dtype *t, uint32_t top, unsigned codec, const uint8_
         }
     for (unsigned i = 0; i < NTAB; i++)
         if (have[i]) rans_table_dtab(&tabs[i], s->lut + (size_t)i * RANS_M, fs[i]);
-    bool simd = false;
+    int simd = 0; /* codec 3's symbols in vectors: 2 AVX-512, 1 AVX2 */
 #if FERRY_HAVE_X86_SIMD
-    simd = codec == SP_CODEC_RANS32 && ferry__cpu_avx512();
+    if (codec == SP_CODEC_RANS32) simd = ferry__cpu_avx512() ? 2 : ferry__cpu_avx2() ? 1 : 0;
     if (simd && !s->lut32 && !(s->lut32 = ferry__malloc((size_t)NTAB * RANS_M * 4))) return FERRY_ERR_NOMEM;
     for (unsigned i = 0; simd && i < NTAB; i++)
         if (have[i]) rans32_fused_table(&tabs[i], s->lut32 + (size_t)i * RANS_M);
