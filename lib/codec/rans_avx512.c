@@ -231,4 +231,45 @@ TARGET uint16_t *rans32_emit_avx512(const uint8_t *syms, size_t lo, size_t hi, c
     _mm512_storeu_si512(x + 16, x1);
     return p;
 }
+/* Delta symbols of k changes of a 16-bit float dtype, from old | new << 16
+ * pairs (the AVX-512 scan's): sp_delta, sp_dclass and delta_sym 16 at a
+ * time.  (table, symbol) pairs go to syms, and the sign and raw bits, as
+ * one field, to fields[] as field | its bit count << 24.  Returns how many
+ * it did (whole groups of 16). */
+TARGET size_t rans_delta_syms16_avx512(const uint32_t *pairs, size_t k, uint32_t top, unsigned exp_shift, uint32_t exp_mask,
+                                       uint8_t *syms, uint32_t *fields)
+{
+    const __m512i w16 = _mm512_set1_epi32(0xFFFF), half = _mm512_set1_epi32(0x8000), low15 = _mm512_set1_epi32(0x7FFF),
+                  one = _mm512_set1_epi32(1), three = _mm512_set1_epi32(3), zero = _mm512_setzero_si512(),
+                  fifteen = _mm512_set1_epi32(SP_NDCLASS - 1), eight = _mm512_set1_epi32(SP_NCLASS),
+                  vtop = _mm512_set1_epi32((int)top), emask = _mm512_set1_epi32((int)exp_mask),
+                  bias = _mm512_set1_epi32(127), wrap = _mm512_set1_epi32(0x10000);
+    const __m128i shift = _mm_cvtsi32_si128((int)exp_shift);
+    size_t j = 0;
+    for (; j + 16 <= k; j += 16) {
+        __m512i xy = _mm512_loadu_si512(pairs + j), x = _mm512_and_si512(xy, w16), y = _mm512_srli_epi32(xy, 16);
+        /* order keys (a negative word flips every bit, a positive one the sign) and their difference */
+        __m512i kx = _mm512_xor_si512(x, _mm512_or_si512(_mm512_and_si512(_mm512_srai_epi32(_mm512_slli_epi32(x, 16), 31), low15), half));
+        __m512i ky = _mm512_xor_si512(y, _mm512_or_si512(_mm512_and_si512(_mm512_srai_epi32(_mm512_slli_epi32(y, 16), 31), low15), half));
+        __m512i d = _mm512_and_si512(_mm512_sub_epi32(ky, kx), w16);
+        __mmask16 neg = _mm512_cmpge_epu32_mask(d, half);
+        __m512i mag = _mm512_mask_sub_epi32(d, neg, wrap, d);
+        /* L = floor(log2 mag), exact through the float's exponent (mag <= 2^15) */
+        __m512i L = _mm512_sub_epi32(_mm512_srli_epi32(_mm512_castps_si512(_mm512_cvtepu32_ps(mag)), 23), bias);
+        __mmask16 small = _mm512_cmple_epu32_mask(mag, three);
+        __m512i Lm1 = _mm512_sub_epi32(L, one);
+        __m512i big = _mm512_add_epi32(_mm512_sub_epi32(_mm512_add_epi32(L, L), one),
+                                       _mm512_and_si512(_mm512_srlv_epi32(mag, Lm1), one)); /* 3 + 2 (L - 2) + bit L-1 */
+        __m512i sym = _mm512_mask_blend_epi32(small, big, _mm512_sub_epi32(mag, one));
+        __m512i nr = _mm512_maskz_mov_epi32((__mmask16)~small, Lm1);
+        __m512i raw = _mm512_and_si512(mag, _mm512_sub_epi32(_mm512_sllv_epi32(one, nr), one));
+        __m512i field = _mm512_or_si512(_mm512_maskz_mov_epi32(neg, one), _mm512_slli_epi32(raw, 1));
+        field = _mm512_or_si512(field, _mm512_slli_epi32(_mm512_add_epi32(nr, one), 24));
+        __m512i e = _mm512_and_si512(_mm512_srl_epi32(x, shift), emask);
+        __m512i tab = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(_mm512_sub_epi32(vtop, e), zero), fifteen), eight);
+        _mm256_storeu_si256((__m256i *)(void *)(syms + 2 * j), _mm512_cvtepi32_epi16(_mm512_or_si512(tab, _mm512_slli_epi32(sym, 8))));
+        _mm512_storeu_si512(fields + j, field);
+    }
+    return j;
+}
 #endif

@@ -80,7 +80,19 @@ static inline __attribute__((always_inline)) size_t build(const sp_dtype *t, uin
     sp_dtype tw = *t;
     tw.W = W; /* a constant for the compiler */
     const uint32_t *pairs = s->lazy ? s->word : NULL; /* old | new << 16 (W 16 only) */
-    for (size_t j = 0; j < k; j++) {
+    size_t j = 0;
+#if FERRY_HAVE_X86_SIMD
+    if (W == 16 && pairs && ferry__cpu_avx512()) {
+        /* symbols 16 at a time; the histogram and the raw bits in order
+         * (s->order, unused while lazy, holds the raw fields) */
+        j = rans_delta_syms16_avx512(pairs, k, top, t->exp_shift, t->exp_mask, syms + 2 * ns, s->order);
+        for (size_t i = 0; i < j; i++, ns++) {
+            count[syms[2 * ns]][syms[2 * ns + 1]]++;
+            fb_put(bw, s->order[i] & 0xFFFFFF, s->order[i] >> 24);
+        }
+    }
+#endif
+    for (; j < k; j++) {
         uint64_t x = pairs ? pairs[j] & 0xFFFF : old[j], y = pairs ? pairs[j] >> 16 : val[j], rb = 0;
         unsigned neg, nr, tab = SP_NCLASS + sp_dclass(&tw, top, x);
         unsigned sym = delta_sym(sp_delta(&tw, x, y, &neg), &rb, &nr);
