@@ -107,7 +107,9 @@ TARGET size_t rans_gaps_avx512(const uint8_t *sym, size_t cnt, uint64_t n, const
             _mm512_or_si512(_mm512_sllv_epi32(one, L), _mm512_sllv_epi32(_mm512_and_si512(y, one), _mm512_sub_epi32(L, one))), one);
         __m512i f;
         if (!fields(raw, rawlen, bp, _mm512_maskz_add_epi32(big, h, three), &f)) break;
-        __m512i g = _mm512_add_epi32(_mm512_mask_blend_epi32(big, y, gbig), f);
+        /* big ? gbig : y, as arithmetic: a blend or masked move here crashes
+         * clang 14 with -g (instruction selection) */
+        __m512i g = _mm512_add_epi32(_mm512_add_epi32(y, _mm512_maskz_sub_epi32(big, gbig, y)), f);
         if (_mm512_cmpge_epu32_mask(g, vn)) {
             *bad = 1;
             return q;
