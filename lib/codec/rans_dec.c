@@ -63,10 +63,11 @@ static void get_syms(rans_dec *d, const sp_scratch *s, const uint32_t (*fs)[RANS
 
 /* The deltas of k changes, for a constant word width W: each one's table
  * (the base word's delta class), their symbols, then sign and raw bits. */
-static inline __attribute__((always_inline)) int deltas(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t k, sp_scratch *s, rans_dec *d, bitr *br, const uint8_t *raw,
-                                                        size_t rawlen, const uint32_t (*fs)[RANS_MAXSYM],
-                                                        int simd, const bool *have, const uint64_t *dbase,
-                                                        const uint8_t *draw, unsigned W)
+static inline __attribute__((always_inline)) int deltas(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t k,
+                                                        sp_scratch *s, rans_dec *d, bitr *br, const uint8_t *raw,
+                                                        size_t rawlen, const uint32_t (*fs)[RANS_MAXSYM], int simd,
+                                                        const bool *have, const uint64_t *dbase, const uint8_t *draw,
+                                                        unsigned W)
 {
     sp_dtype tw = *t;
     tw.W = W;
@@ -105,8 +106,8 @@ static inline __attribute__((always_inline)) int deltas(const sp_dtype *t, uint3
     return FERRY_OK;
 }
 
-int sp_rans_decode(const sp_dtype *t, uint32_t top, unsigned codec, const uint8_t *a, size_t n, const uint8_t *src, size_t len,
-                   sp_scratch *s, size_t *kout)
+int sp_rans_decode(const sp_dtype *t, uint32_t top, unsigned codec, const uint8_t *a, size_t n, const uint8_t *src,
+                   size_t len, sp_scratch *s, size_t *kout)
 {
     const uint8_t *p = src, *end = src + len;
     uint32_t nclass = sp_nclass(t);
