@@ -97,7 +97,7 @@ static int chunk_job(void *ctx, size_t j, int w)
     uint64_t lo = (j - e->first_job) * csize, n = nwords - lo < csize ? nwords - lo : csize;
     sp_src src = {(const uint8_t *)e->b->data + lo * (e->cast ? 4 : st.W / 8), e->cast};
     uint64_t block = lo * st.W / 8 / FERRY_HASH_BLOCK;
-    int rc = sp_encode_chunk(&st, (const uint8_t *)e->a->data + lo * st.W / 8, &src, (size_t)n, &c->coder[w],
+    int rc = sp_encode_chunk(&st, (const uint8_t *)e->a->data + lo * st.W / 8, &src, (size_t)n, e->nchunks > 1, &c->coder[w],
                              &c->chunk[j], &c->chunk_changed[j], e->blocks + block);
     return rc ? ferry__context(rc, "tensor '%s'", e->b->name) : FERRY_OK;
 }

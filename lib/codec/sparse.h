@@ -279,11 +279,15 @@ void sp_coder_release(sp_coder *c);
 
 /* Encodes one chunk of n words (base a, target b) and appends it to out;
  * *changed receives the number of changed words, and bh[] the hash digests
- * of the target's blocks in the chunk (the chunk starts on a block). */
-int sp_encode_chunk(const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t n, sp_coder *c, ferry_buf *out,
-                    uint64_t *changed, uint8_t (*bh)[16]);
-/* The same with the codec (1..3) forced instead of chosen by the number of
- * changes (0: chosen), for tests and fuzzing of every codec on any chunk. */
+ * of the target's blocks in the chunk (the chunk starts on a block).  part:
+ * the tensor has more than one chunk (the codec is chosen by the number of
+ * changes, with a lower bar for codec 3 in such tensors). */
+int sp_encode_chunk(const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t n, bool part, sp_coder *c,
+                    ferry_buf *out, uint64_t *changed, uint8_t (*bh)[16]);
+/* The same with the codec (1..3) forced instead of chosen (0: chosen as
+ * for a single-chunk tensor, SP_CHOOSE_PART as for a part), for tests and
+ * fuzzing of every codec on any chunk. */
+#define SP_CHOOSE_PART 0x100
 int sp_encode_chunk_as(unsigned codec, const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t n, sp_coder *c,
                        ferry_buf *out, uint64_t *changed, uint8_t (*bh)[16]);
 

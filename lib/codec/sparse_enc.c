@@ -16,6 +16,13 @@
 #ifndef SP_RANS32_MIN_CHANGES
 #define SP_RANS32_MIN_CHANGES 131072
 #endif
+/* In a tensor of several chunks, codec 3 from this many: the last chunk
+ * is often a small remainder (a 12.8M-word matrix is 3 chunks and 0.06),
+ * whose tables cost little next to the tensor's other chunks, and the
+ * adaptive coder decodes ~10x slower. */
+#ifndef SP_RANS32_MIN_PART
+#define SP_RANS32_MIN_PART 8192
+#endif
 
 void sp_models_reset(sp_models *m) { rc_probs_init(&m->meta.un[0], sizeof *m / sizeof(rc_prob)); }
 
@@ -90,10 +97,10 @@ static int scan_and_hash(const sp_dtype *t, uint32_t top, const uint8_t *a, cons
     return FERRY_OK;
 }
 
-int sp_encode_chunk(const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t n, sp_coder *c, ferry_buf *out,
-                    uint64_t *changed, uint8_t (*bh)[16])
+int sp_encode_chunk(const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t n, bool part, sp_coder *c,
+                    ferry_buf *out, uint64_t *changed, uint8_t (*bh)[16])
 {
-    return sp_encode_chunk_as(0, t, a, b, n, c, out, changed, bh);
+    return sp_encode_chunk_as(part ? SP_CHOOSE_PART : 0, t, a, b, n, c, out, changed, bh);
 }
 
 int sp_encode_chunk_as(unsigned codec, const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t n, sp_coder *c,
@@ -106,8 +113,9 @@ int sp_encode_chunk_as(unsigned codec, const sp_dtype *t, const uint8_t *a, cons
     *changed = k;
     uint8_t head[2] = {SP_CODEC_EMPTY, (uint8_t)top};
     if (k == 0) return ferry__buf_append(out, head, 1);
-    head[0] = k >= SP_RANS32_MIN_CHANGES ? SP_CODEC_RANS32 : k >= SP_RANS_MIN_CHANGES ? SP_CODEC_RANS : SP_CODEC_ADAPTIVE;
-    if (codec) head[0] = (uint8_t)codec;
+    size_t min32 = codec == SP_CHOOSE_PART ? SP_RANS32_MIN_PART : SP_RANS32_MIN_CHANGES;
+    head[0] = k >= min32 ? SP_CODEC_RANS32 : k >= SP_RANS_MIN_CHANGES ? SP_CODEC_RANS : SP_CODEC_ADAPTIVE;
+    if (codec && codec != SP_CHOOSE_PART) head[0] = (uint8_t)codec;
     /* top fits a byte for every dtype but F64, whose 11-bit exponent
      * takes a second byte */
     if ((rc = ferry__buf_append(out, head, 2))) return rc;

@@ -6,6 +6,7 @@
 #include "check.h"
 #include "model.h"
 #include "codec/patch.h"
+#include "codec/sparse.h"
 #include "xxhash.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -305,6 +306,38 @@ static void rans_every_width(size_t n, unsigned want_version)
     ferry_free(p1);
     ferry_model_free(a);
     ferry_model_free(b);
+}
+
+/* The codec a chunk gets: by its number of changes, with codec 3 from
+ * 8192 changes in a tensor of several chunks (its small last chunk) and
+ * from 131072 otherwise; every choice decodes to the target. */
+static void test_chunk_codec_choice(void)
+{
+    enum { N = 40000 };
+    static sp_coder enc, dec;
+    uint16_t *x = malloc(2 * N), *y = malloc(2 * N);
+    for (int i = 0; i < N; i++) x[i] = y[i] = (uint16_t)(0x3C00 + rnd() % 0x800); /* BF16 around 2^-7 .. 1 */
+    size_t want = 0;
+    for (int i = 0; i < N; i++)
+        if (rnd() % 4 == 0) { y[i] ^= 1; want++; } /* ~10000 changes */
+    for (int part = 0; part < 2; part++) {
+        sp_dtype t = sp_dtype_of(FERRY_BF16);
+        ferry_buf out = {0};
+        uint64_t changed = 0;
+        uint8_t bh[4][16];
+        sp_src src = {(const uint8_t *)y, 0};
+        CHECK_OK(sp_encode_chunk(&t, (const uint8_t *)x, &src, N, part, &enc, &out, &changed, bh));
+        CHECK(changed == want && out.size > 0 && out.data[0] == (part ? SP_CODEC_RANS32 : SP_CODEC_ADAPTIVE));
+        size_t k = 0;
+        CHECK_OK(sp_decode_chunk(&t, (const uint8_t *)x, N, out.data, out.size, 2, &dec, &k));
+        CHECK(k == want);
+        for (size_t j = 0; j < k && j < want; j++) CHECK(dec.s.val[j] == y[dec.s.pos[j]] && x[dec.s.pos[j]] != y[dec.s.pos[j]]);
+        free(out.data);
+    }
+    sp_coder_release(&enc);
+    sp_coder_release(&dec);
+    free(x);
+    free(y);
 }
 
 static void test_rans_every_width(void) { rans_every_width(150000, 1); }
@@ -623,6 +656,7 @@ int main(void)
     RUN(test_multi_chunk);
     RUN(test_rans_every_width);
     RUN(test_rans32_every_width);
+    RUN(test_chunk_codec_choice);
     RUN(test_threads_and_known_hash);
     RUN(test_fp32_gate);
     RUN(test_apply_file);
