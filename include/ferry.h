@@ -297,6 +297,9 @@ typedef struct ferry_patch_info ferry_patch_info;
  * streams); *out is released with ferry_patch_info_free. */
 FERRY_API int ferry_patch_inspect(const void *patch, size_t size, ferry_patch_info **out);
 FERRY_API void ferry_patch_info_free(ferry_patch_info *info);
+/* The patch's format version: 1, or 2 when it holds chunks of the codec
+ * that decoders run in vector lanes (docs/FORMAT.md); this build reads both
+ * and writes 2 only when a chunk needs it. */
 FERRY_API unsigned ferry_patch_info_format(const ferry_patch_info *info);
 FERRY_API void ferry_patch_info_hashes(const ferry_patch_info *info, uint8_t base[16], uint8_t target[16]);
 FERRY_API size_t ferry_patch_info_count(const ferry_patch_info *info);
