@@ -1,7 +1,11 @@
-/* AVX-512 decoding of a codec-3 rANS stream: its 32 states live in two
- * vectors of 16 lanes, so one step decodes 32 symbols.  The result is
- * exactly that of rans_dget called for each symbol in turn (tests compare
- * the levels):
+/* AVX-512 kernels of the rANS chunk coders (declared in rans.h): codec-3
+ * symbol decoding and emission in 32 lanes, and the loops around them
+ * (gaps to ranks, deltas, delta symbols) 16 changes at a time.  Each gives
+ * exactly the result of its portable loop (tests and fuzz_chunk compare the
+ * levels).
+ *
+ * Decoding: a codec-3 stream's 32 states live in two vectors of 16 lanes,
+ * so one step decodes 32 symbols, as rans_dget would one by one:
  *   - symbol j of a group uses state j, as in the scalar decoder;
  *   - the lanes that renormalise take the next 16-bit words of the stream
  *     in lane order (vpexpandd), which is the order the scalar decoder

@@ -6,9 +6,10 @@
  * The scan keeps, per class, the changed flags of the class's words as a
  * bitmap in rank space: for a step, the diff mask's bits on the class's
  * lanes, extracted (pext) and appended at the class's count.  So no rank is
- * computed per change, and sp_scan_group reads the ranks off the bitmaps.
- * The old and new words of the changes leave by vpcompressd, paired in
- * 32-bit lanes.
+ * computed per change: sp_scan_group only counts, and the rANS coder reads
+ * the ranks off the bitmaps (sp_scan_unlazy makes the arrays for the
+ * adaptive coder).  The old and new words of the changes leave by
+ * vpcompressd, paired in 32-bit lanes.
  *
  * Compared with the AVX2 walk: the 64 classes of a step are packed into one
  * byte vector, so each class's lanes are one compare into a mask register;
