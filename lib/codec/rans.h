@@ -238,6 +238,9 @@ uint16_t *rans32_emit_avx512(const uint8_t *syms, size_t lo, size_t hi, const ra
  * the end of the chunk". */
 size_t rans_gaps_avx512(const uint8_t *sym, size_t cnt, uint64_t n, const uint8_t *raw, size_t rawlen, uint64_t *bp,
                         uint64_t *r, uint32_t *order, int *bad);
+/* The same with AVX2, 8 at a time. */
+size_t rans_gaps_avx2(const uint8_t *sym, size_t cnt, uint64_t n, const uint8_t *raw, size_t rawlen, uint64_t *bp,
+                      uint64_t *r, uint32_t *order, int *bad);
 /* Delta tables of k changes of a 16-bit float dtype (exp_shift, exp_mask)
  * whose base words are word[] (the AVX-512 walk's sp_scratch.word): 8 +
  * each one's delta class into tab[]; bad: a class whose bit in `have` is

@@ -1,8 +1,9 @@
-/* AVX2 decoding of a codec-3 rANS stream, for CPUs without AVX-512: the
- * 32 states in four vectors of 8 lanes, the same arithmetic as the AVX-512
- * decoder (rans_avx512.c, which explains the equivalence with rans_dget).
- * AVX2 has no expand, so the renormalising lanes take their words through
- * a permutation looked up by the lane mask. */
+/* AVX2 kernels of the rANS chunk decoder, for CPUs without AVX-512: a
+ * codec-3 stream's 32 states in four vectors of 8 lanes, and gaps to ranks
+ * 8 at a time, with the arithmetic of the AVX-512 kernels (rans_avx512.c,
+ * which explains the equivalence with the portable loops).  AVX2 has no
+ * expand, so the renormalising lanes take their words through a
+ * permutation looked up by the lane mask. */
 #include <pthread.h>
 #include "rans.h"
 #include "simd.h"
@@ -68,5 +69,73 @@ TARGET size_t rans32_syms_avx2(rans_dec *d, const uint32_t *lut32, const uint8_t
     for (int v = 0; v < 4; v++) _mm256_storeu_si256((__m256i *)(void *)(d->x + 8 * v), x[v]);
     d->p = p;
     return j;
+}
+/* ---- gaps to ranks (rans_gaps_avx512's work, 8 at a time) ---- */
+
+/* Inclusive prefix sum of 8 lanes. */
+static inline TARGET __m256i prefix8(__m256i v)
+{
+    v = _mm256_add_epi32(v, _mm256_slli_si256(v, 4));
+    v = _mm256_add_epi32(v, _mm256_slli_si256(v, 8));
+    __m256i t = _mm256_permutevar8x32_epi32(v, _mm256_set1_epi32(3)); /* the low half's total */
+    return _mm256_add_epi32(v, _mm256_blend_epi32(_mm256_setzero_si256(), t, 0xF0));
+}
+
+/* Fields of nb[l] <= 32 bits at consecutive positions from bit *bp of raw;
+ * false (nothing read) when a read could pass byte rawlen - 1. */
+static inline TARGET bool fields8(const uint8_t *raw, size_t rawlen, uint64_t *bp, __m256i nb, __m256i *out)
+{
+    __m256i incl = prefix8(nb);
+    uint32_t total = (uint32_t)_mm256_extract_epi32(incl, 7);
+    uint64_t byte0 = *bp >> 3, sh0 = *bp & 7;
+    if (byte0 + ((sh0 + total) >> 3) + 8 > rawlen) return false;
+    __m256i off = _mm256_add_epi32(_mm256_sub_epi32(incl, nb), _mm256_set1_epi32((int)sh0));
+    __m256i byteo = _mm256_srli_epi32(off, 3), sh = _mm256_and_si256(off, _mm256_set1_epi32(7));
+    const long long *base = (const long long *)(const void *)(raw + byte0);
+    __m256i lo = _mm256_i32gather_epi64(base, _mm256_castsi256_si128(byteo), 1);
+    __m256i hi = _mm256_i32gather_epi64(base, _mm256_extracti128_si256(byteo, 1), 1);
+    lo = _mm256_srlv_epi64(lo, _mm256_cvtepu32_epi64(_mm256_castsi256_si128(sh)));
+    hi = _mm256_srlv_epi64(hi, _mm256_cvtepu32_epi64(_mm256_extracti128_si256(sh, 1)));
+    const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6), one = _mm256_set1_epi32(1);
+    __m256i v = _mm256_inserti128_si256(_mm256_permutevar8x32_epi32(lo, even),
+                                        _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(hi, even)), 1);
+    *out = _mm256_and_si256(v, _mm256_sub_epi32(_mm256_sllv_epi32(one, nb), one)); /* a shift by 32 gives 0 */
+    *bp += total;
+    return true;
+}
+
+TARGET size_t rans_gaps_avx2(const uint8_t *sym, size_t cnt, uint64_t n, const uint8_t *raw, size_t rawlen, uint64_t *bp,
+                             uint64_t *r, uint32_t *order, int *bad)
+{
+    if (n > ((uint64_t)1 << 27)) return 0; /* 8 gaps below n plus a rank below n stay below 2^31 */
+    const __m256i one = _mm256_set1_epi32(1), three = _mm256_set1_epi32(3), four = _mm256_set1_epi32(4),
+                  fifteen = _mm256_set1_epi32(15), sixteen = _mm256_set1_epi32(16), nm1 = _mm256_set1_epi32((int)n - 1);
+    uint32_t carry = (uint32_t)*r;
+    size_t q = 0;
+    for (; q + 8 <= cnt; q += 8) {
+        __m256i y = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(sym + q)));
+        __m256i big = _mm256_cmpgt_epi32(y, fifteen);
+        __m256i h = _mm256_srli_epi32(_mm256_sub_epi32(y, sixteen), 1), L = _mm256_add_epi32(h, four);
+        __m256i gbig = _mm256_sub_epi32(
+            _mm256_or_si256(_mm256_sllv_epi32(one, L), _mm256_sllv_epi32(_mm256_and_si256(y, one), _mm256_sub_epi32(L, one))), one);
+        __m256i f;
+        if (!fields8(raw, rawlen, bp, _mm256_and_si256(big, _mm256_add_epi32(h, three)), &f)) break;
+        __m256i g = _mm256_add_epi32(_mm256_blendv_epi8(y, gbig, big), f);
+        /* g < n for every lane, unsigned: max(g, n - 1) == n - 1 */
+        if (_mm256_movemask_epi8(_mm256_cmpeq_epi32(_mm256_max_epu32(g, nm1), nm1)) != -1) {
+            *bad = 1;
+            return q;
+        }
+        __m256i rv = _mm256_add_epi32(prefix8(_mm256_add_epi32(g, one)), _mm256_set1_epi32((int)carry));
+        uint32_t last = (uint32_t)_mm256_extract_epi32(rv, 7);
+        if (last >= n) {
+            *bad = 1;
+            return q;
+        }
+        _mm256_storeu_si256((__m256i *)(void *)(order + q), rv);
+        carry = last;
+    }
+    if (q) *r = carry;
+    return q;
 }
 #endif

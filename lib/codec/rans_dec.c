@@ -174,9 +174,9 @@ int sp_rans_decode(const sp_dtype *t, uint32_t top, unsigned codec, const uint8_
     }
     get_syms(dg, s, fs, simd, sy, sy + k, k);
     at = 0;
-    bool vec = false;
+    int vec = 0; /* gaps in vectors: 2 AVX-512, 1 AVX2 */
 #if FERRY_HAVE_X86_SIMD
-    vec = ferry__cpu_avx512();
+    vec = ferry__cpu_avx512() ? 2 : ferry__cpu_avx2() ? 1 : 0;
 #endif
     for (uint32_t c = 0; c <= SP_NCLASS; c++) {
         s->start[c] = (uint32_t)at;
@@ -186,7 +186,7 @@ int sp_rans_decode(const sp_dtype *t, uint32_t top, unsigned codec, const uint8_
         if (vec) {
             uint64_t bp = bitr_tell(&br, raw);
             int bad = 0;
-            q = rans_gaps_avx512(sy + k + at, kc[c], n, raw, rawlen, &bp, &r, s->order + at, &bad);
+            q = (vec == 2 ? rans_gaps_avx512 : rans_gaps_avx2)(sy + k + at, kc[c], n, raw, rawlen, &bp, &r, s->order + at, &bad);
             if (bad) return sp_corrupt("gap past the end of the chunk");
             if (q) bitr_seek(&br, raw, bp);
             at += q;
