@@ -139,9 +139,14 @@ int sp_rans_decode(const sp_dtype *t, uint32_t top, unsigned codec, const uint8_
         }
     for (unsigned i = 0; i < NTAB; i++)
         if (have[i]) rans_table_dtab(&tabs[i], s->lut + (size_t)i * RANS_M, fs[i]);
-    int simd = 0; /* codec 3's symbols in vectors: 2 AVX-512, 1 AVX2 */
+    /* vector kernels: 2 AVX-512, 1 AVX2, 0 none; decided once per chunk.
+     * Gaps use them with either codec, symbols only with codec 3's lanes. */
+    int level = 0;
 #if FERRY_HAVE_X86_SIMD
-    if (codec == SP_CODEC_RANS32) simd = ferry__cpu_avx512() ? 2 : ferry__cpu_avx2() ? 1 : 0;
+    level = ferry__cpu_avx512() ? 2 : ferry__cpu_avx2() ? 1 : 0;
+#endif
+    int simd = codec == SP_CODEC_RANS32 ? level : 0;
+#if FERRY_HAVE_X86_SIMD
     if (simd && !s->lut32 && !(s->lut32 = ferry__malloc((size_t)NTAB * RANS_M * 4))) return FERRY_ERR_NOMEM;
     for (unsigned i = 0; simd && i < NTAB; i++)
         if (have[i]) rans32_fused_table(&tabs[i], s->lut32 + (size_t)i * RANS_M);
@@ -174,25 +179,20 @@ int sp_rans_decode(const sp_dtype *t, uint32_t top, unsigned codec, const uint8_
     }
     get_syms(dg, s, fs, simd, sy, sy + k, k);
     at = 0;
-    int vec = 0; /* gaps in vectors: 2 AVX-512, 1 AVX2 */
-#if FERRY_HAVE_X86_SIMD
-    vec = ferry__cpu_avx512() ? 2 : ferry__cpu_avx2() ? 1 : 0;
-#endif
     for (uint32_t c = 0; c <= SP_NCLASS; c++) {
         s->start[c] = (uint32_t)at;
         if (c == nclass || c == SP_NCLASS) continue;
         uint64_t r = UINT64_MAX, q = 0; /* r + g + 1 wraps to the first gap */
 #if FERRY_HAVE_X86_SIMD
-        if (vec) {
+        if (level) {
             uint64_t bp = bitr_tell(&br, raw);
             int bad = 0;
-            q = (vec == 2 ? rans_gaps_avx512 : rans_gaps_avx2)(sy + k + at, kc[c], n, raw, rawlen, &bp, &r, s->order + at, &bad);
+            q = (level == 2 ? rans_gaps_avx512 : rans_gaps_avx2)(sy + k + at, kc[c], n, raw, rawlen, &bp, &r, s->order + at,
+                                                                 &bad);
             if (bad) return sp_corrupt("gap past the end of the chunk");
             if (q) bitr_seek(&br, raw, bp);
             at += q;
         }
-#else
-        (void)vec;
 #endif
         for (; q < kc[c]; q++) {
             unsigned sym = sy[k + at];

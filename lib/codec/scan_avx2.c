@@ -91,16 +91,6 @@ TARGET int sp_scan16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, con
  * 64 words, the bc bits at the class's running count, deposited (pdep) onto
  * the class's lanes, are the block's changed words of that class.  No
  * branch depends on where the changes fall. */
-static inline TARGET uint64_t bits_at(const uint8_t *bm, uint64_t off, uint64_t lim, unsigned nbits)
-{
-    uint64_t byte = off >> 3 < lim ? off >> 3 : lim; /* past the class's bitmap: its zero padding */
-    uint64_t lo, hi;
-    memcpy(&lo, bm + byte, 8);
-    memcpy(&hi, bm + byte + 8, 8);
-    unsigned sh = (unsigned)(off & 7);
-    return _bzhi_u64((lo >> sh) | ((hi << 1) << (63 - sh)), nbits);
-}
-
 TARGET int sp_walk16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k)
 {
     uint32_t nclass = sp_nclass(t);
@@ -120,7 +110,7 @@ TARGET int sp_walk16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, siz
             uint64_t m = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(lo, cc)) |
                          (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(hi, cc)) << 32;
             unsigned bc = (unsigned)__builtin_popcountll(m);
-            hits |= _pdep_u64(bits_at(bm[c], cnt[c], lim[c], bc), m);
+            hits |= _pdep_u64(sp_bits_at(bm[c], cnt[c], lim[c], bc), m);
             cnt[c] += bc;
         }
         /* each wanted rank is one bit, so at most k positions come out */
@@ -131,7 +121,7 @@ TARGET int sp_walk16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, siz
     }
     for (; i < n; i++) {
         uint32_t c = sp_class(t, top, sp_load(a, i, 16));
-        if (bits_at(bm[c], cnt[c], lim[c], 1)) s->pos[got++] = (uint32_t)i;
+        if (sp_bits_at(bm[c], cnt[c], lim[c], 1)) s->pos[got++] = (uint32_t)i;
         cnt[c]++;
     }
     return got == k ? FERRY_OK : sp_corrupt("a change lies past its class's last word");

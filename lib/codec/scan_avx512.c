@@ -38,18 +38,6 @@ static inline TARGET __m512i classes64(const sp_dtype *t, __m512i top, const uin
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(c0)), _mm512_cvtepi16_epi8(c1), 1);
 }
 
-/* nbits (<= 64) bits of a class's rank bitmap from bit `off`; past the
- * bitmap's end (lim bytes) its zero padding. */
-static inline TARGET uint64_t bits_at(const uint8_t *bm, uint64_t off, uint64_t lim, unsigned nbits)
-{
-    uint64_t byte = off >> 3 < lim ? off >> 3 : lim;
-    uint64_t lo, hi;
-    memcpy(&lo, bm + byte, 8);
-    memcpy(&hi, bm + byte + 8, 8);
-    unsigned sh = (unsigned)(off & 7);
-    return _bzhi_u64((lo >> sh) | ((hi << 1) << (63 - sh)), nbits);
-}
-
 /* Appends v (whose bits above the count being appended are 0) at bit off
  * of the bitmap w.  The word after off's word is overwritten, not or-ed:
  * nothing was appended there yet. */
@@ -157,14 +145,14 @@ TARGET int sp_walk16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, s
     __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     uint32_t *pos = s->pos, *word = s->word;
     size_t got = 0, i = 0;
-    for (; i + 64 <= n && got <= k; i += 64) {
+    for (; i + 64 <= n; i += 64) {
         __m512i cls = classes64(t, vtop, a + 2 * i);
         uint64_t hits = 0;
 #pragma GCC unroll 8
         for (uint32_t c = 0; c < SP_NCLASS; c++) {
             uint64_t m = _mm512_cmpeq_epi8_mask(cls, _mm512_set1_epi8((char)c));
             unsigned bc = (unsigned)__builtin_popcountll(m);
-            hits |= _pdep_u64(bits_at(bm[c], cnt[c], lim[c], bc), m);
+            hits |= _pdep_u64(sp_bits_at(bm[c], cnt[c], lim[c], bc), m);
             cnt[c] += bc;
         }
         /* each wanted rank is one bit, so at most k positions come out.
@@ -185,11 +173,9 @@ TARGET int sp_walk16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, s
         got += (size_t)__builtin_popcountll(hits);
         lane = _mm512_add_epi32(lane, sixty4);
     }
-    if (got > k) return sp_corrupt("a change lies past its class's last word");
     for (; i < n; i++) {
         uint32_t c = sp_class(t, top, sp_load(a, i, 16));
-        if (bits_at(bm[c], cnt[c], lim[c], 1)) {
-            if (got == k) return sp_corrupt("a change lies past its class's last word");
+        if (sp_bits_at(bm[c], cnt[c], lim[c], 1)) {
             word[got] = (uint32_t)sp_load(a, i, 16);
             pos[got++] = (uint32_t)i;
         }

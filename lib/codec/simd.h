@@ -7,10 +7,23 @@
 #include "sparse.h"
 
 #if FERRY_HAVE_X86_SIMD /* bf16.h: also ferry__cpu_avx2, the dispatch test */
+#include <immintrin.h>
 #define FERRY_HAVE_AVX2 1
 int sp_scan16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
                    sp_scratch *s, sp_scan_state *st);
 int sp_walk16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k);
+/* The walks' read of a class's wanted ranks: nbits (<= 64) bits of its
+ * rank bitmap from bit off; past the bitmap's end (lim bytes) its zero
+ * padding (sp_walk_bitmaps leaves 16 bytes). */
+static inline __attribute__((target("bmi2"))) uint64_t sp_bits_at(const uint8_t *bm, uint64_t off, uint64_t lim,
+                                                                  unsigned nbits)
+{
+    uint64_t byte = off >> 3 < lim ? off >> 3 : lim, lo, hi;
+    memcpy(&lo, bm + byte, 8);
+    memcpy(&hi, bm + byte + 8, 8);
+    unsigned sh = (unsigned)(off & 7);
+    return _bzhi_u64((lo >> sh) | ((hi << 1) << (63 - sh)), nbits);
+}
 #define FERRY_HAVE_AVX512 1 /* ferry__cpu_avx512 */
 int sp_walk16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k);
 int sp_scan16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
