@@ -232,8 +232,9 @@ typedef struct ferry_apply_options {
                        carried unchanged are taken as they are.  The result
                        of the patch is still verified in full. */
     uint64_t undo_limit; /* ferry_apply_inplace only: bytes of undo log it may
-                       keep (4 + word size per changed word) so that it decodes
-                       each chunk once, writing while it verifies and putting
+                       keep (2 + word size per changed word, 4 for BF16)
+                       so that it decodes each chunk once, writing while it
+                       verifies and putting
                        the base back on failure; chunks beyond the limit are
                        verified first and decoded again to be written.  0 =
                        64 MiB + the smaller of 16 x the patch size and a

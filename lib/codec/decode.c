@@ -41,7 +41,7 @@ typedef struct dec {
 
 /* Default undo budget of ferry_apply_inplace: 64 MiB + 16 x the patch, and
  * never more than a quarter of the model on top (dense changes would need
- * 6 bytes per changed BF16 word: more than the model itself). */
+ * 4 bytes per changed BF16 word: twice the model itself). */
 static uint64_t undo_limit_default(uint64_t patch, uint64_t model)
 {
     uint64_t by_patch = patch > UINT64_MAX / 32 ? UINT64_MAX / 2 : 16 * patch;
@@ -49,12 +49,18 @@ static uint64_t undo_limit_default(uint64_t patch, uint64_t model)
 }
 
 /* In place, a chunk written during verification keeps what it overwrote,
- * so that a failure anywhere can put the base back exactly. */
+ * so that a failure anywhere can put the base back exactly.  Positions are
+ * kept as their low 16 bits, with the index of the first change of each
+ * window of 2^16 words: 2 + W/8 bytes per change (4 for BF16), not 4 + W/8. */
+#define UNDO_WIN_LOG2 16
 typedef struct undo {
-    uint32_t *pos;           /* NULL: the chunk was not written (deferred) */
+    uint32_t *first;         /* nwin + 1 entries; NULL: the chunk was not written (deferred) */
+    uint16_t *lo;
     uint8_t *old;
-    size_t k;
+    size_t k, nwin;
 } undo;
+
+static size_t undo_windows(uint64_t n) { return (size_t)((n + ((uint64_t)1 << UNDO_WIN_LOG2) - 1) >> UNDO_WIN_LOG2); }
 
 static int mismatch(int code, const char *what, const uint8_t got[16], const uint8_t want[16])
 {
@@ -531,16 +537,29 @@ static int write_with_undo(dec *d, const chunk_ref *c, int w, size_t k)
 {
     unsigned W = sp_dtype_of(d->t.e[c->entry].dtype).W;
     undo *u = &d->undo[c - d->ch];
-    uint64_t bytes = ((uint64_t)k * (4 + W / 8) + 7) & ~(uint64_t)7;
+    size_t nwin = undo_windows(c->n);
+    uint64_t bytes = ((nwin + 1) * 4 + (uint64_t)k * (2 + W / 8) + 7) & ~(uint64_t)7;
     if (!d->arena) return 1;
     uint64_t at = __atomic_fetch_add(&d->arena_used, bytes, __ATOMIC_RELAXED);
     if (at > d->arena_size || bytes > d->arena_size - at) return 1; /* no room: deferred to pass 2 */
     const sp_scratch *s = &d->coder[w].s;
-    u->pos = (uint32_t *)(void *)(d->arena + at);
-    u->old = (uint8_t *)(u->pos + k);
+    u->first = (uint32_t *)(void *)(d->arena + at);
+    u->old = (uint8_t *)(u->first + nwin + 1);
+    u->lo = (uint16_t *)(void *)(u->old + k * W / 8); /* 2-byte aligned: old starts 4-aligned */
     u->k = k;
-    memcpy(u->pos, s->pos, k * sizeof *u->pos);
+    u->nwin = nwin;
+    size_t h = 0;
+    for (size_t j = 0; j < k; j++) { /* positions increase: windows are visited in order */
+        while (h <= s->pos[j] >> UNDO_WIN_LOG2) u->first[h++] = (uint32_t)j;
+        u->lo[j] = (uint16_t)s->pos[j];
+    }
+    while (h <= nwin) u->first[h++] = (uint32_t)k;
     ferry__sink sk = {(uint8_t *)base_of(d, c->entry)->data, NULL, whole_piece, no_done};
+    if (W == 16 && s->have_words) { /* the walk handed out the base words: no second read of them */
+        uint16_t *o = (uint16_t *)(void *)u->old;
+        for (size_t j = 0; j < k; j++) o[j] = (uint16_t)s->word[j];
+        return sparse_out(d, c, w, k, &sk, NULL);
+    }
     return sparse_out(d, c, w, k, &sk, u->old);
 }
 
@@ -567,8 +586,11 @@ static void undo_arena(dec *d, uint64_t limit)
     for (size_t j = 0; j < d->t.n && need < limit; j++) {
         const patch_entry *e = &d->t.e[j];
         if (e->kind != PK_SPARSE) continue;
-        uint64_t per = 4 + sp_dtype_of(e->dtype).W / 8, pad = 8 * patch_chunks(e);
-        if (e->changed > limit / per || pad > limit) need = limit;
+        uint64_t per = 2 + sp_dtype_of(e->dtype).W / 8, chunks = patch_chunks(e);
+        uint64_t words = e->nwords < ((uint64_t)1 << e->chunk_log2) ? e->nwords : (uint64_t)1 << e->chunk_log2;
+        uint64_t per_chunk = 8 + 4 * ((uint64_t)undo_windows(words) + 1); /* padding, window starts */
+        uint64_t pad = chunks > limit / per_chunk ? limit : chunks * per_chunk;
+        if (e->changed > limit / per || pad >= limit) need = limit;
         else need += e->changed * per + pad; /* each term < 2 x limit: no overflow */
     }
     uint64_t size = need < limit ? need : limit;
@@ -581,11 +603,13 @@ static void roll_back(dec *d)
 {
     for (size_t j = 0; j < d->nch; j++) {
         undo *u = &d->undo[j];
-        if (!u->pos) continue;
+        if (!u->first) continue;
         const chunk_ref *c = &d->ch[j];
         unsigned W = sp_dtype_of(d->t.e[c->entry].dtype).W;
         uint8_t *base = (uint8_t *)base_of(d, c->entry)->data + c->lo * W / 8;
-        for (size_t i = 0; i < u->k; i++) sp_store(base, u->pos[i], W, sp_load(u->old, i, W));
+        for (size_t h = 0; h < u->nwin; h++)
+            for (size_t i = u->first[h]; i < u->first[h + 1]; i++)
+                sp_store(base, (h << UNDO_WIN_LOG2) | u->lo[i], W, sp_load(u->old, i, W));
     }
 }
 
@@ -615,7 +639,7 @@ static int write_job(void *ctx, size_t j, int w)
 {
     dec *d = ctx;
     const chunk_ref *c = &d->ch[j];
-    if (d->undo[j].pos) return FERRY_OK;
+    if (d->undo[j].first) return FERRY_OK;
     unsigned W = sp_dtype_of(d->t.e[c->entry].dtype).W;
     size_t k;
     int rc = decode_chunk(d, c, w, &k);

@@ -110,7 +110,7 @@ TARGET int sp_walk16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, siz
             uint64_t m = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(lo, cc)) |
                          (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(hi, cc)) << 32;
             unsigned bc = (unsigned)__builtin_popcountll(m);
-            hits |= _pdep_u64(sp_bits_at(bm[c], cnt[c], lim[c], bc), m);
+            hits |= _pdep_u64(sp_bits_for_pdep(bm[c], cnt[c], lim[c], bc), m);
             cnt[c] += bc;
         }
         /* each wanted rank is one bit, so at most k positions come out */

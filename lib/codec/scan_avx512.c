@@ -152,7 +152,7 @@ TARGET int sp_walk16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, s
         for (uint32_t c = 0; c < SP_NCLASS; c++) {
             uint64_t m = _mm512_cmpeq_epi8_mask(cls, _mm512_set1_epi8((char)c));
             unsigned bc = (unsigned)__builtin_popcountll(m);
-            hits |= _pdep_u64(sp_bits_at(bm[c], cnt[c], lim[c], bc), m);
+            hits |= _pdep_u64(sp_bits_for_pdep(bm[c], cnt[c], lim[c], bc), m);
             cnt[c] += bc;
         }
         /* each wanted rank is one bit, so at most k positions come out.

@@ -24,6 +24,22 @@ static inline __attribute__((target("bmi2"))) uint64_t sp_bits_at(const uint8_t 
     unsigned sh = (unsigned)(off & 7);
     return _bzhi_u64((lo >> sh) | ((hi << 1) << (63 - sh)), nbits);
 }
+/* The same for a pdep by a mask of nbits set bits, which reads only the
+ * low nbits: the bits above are left as they are.  One load, a second only
+ * when the nbits straddle it (a class holding more than 56 of 64 words). */
+static inline __attribute__((target("bmi2"))) uint64_t sp_bits_for_pdep(const uint8_t *bm, uint64_t off, uint64_t lim,
+                                                                        unsigned nbits)
+{
+    uint64_t byte = off >> 3 < lim ? off >> 3 : lim, lo, hi;
+    unsigned sh = (unsigned)(off & 7);
+    memcpy(&lo, bm + byte, 8);
+    lo >>= sh;
+    if (__builtin_expect(sh + nbits > 64, 0)) {
+        memcpy(&hi, bm + byte + 8, 8);
+        lo |= (hi << 1) << (63 - sh);
+    }
+    return lo;
+}
 #define FERRY_HAVE_AVX512 1 /* ferry__cpu_avx512 */
 int sp_walk16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k);
 int sp_scan16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
