@@ -46,6 +46,13 @@ LIB_SRC  := $(CORE_SRC) $(NET_SRC)
 LIBS     := $(CORE_LIBS) -lcurl -lcrypto
 endif
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+# libxxhash's run-time dispatched XXH3 (SSE2/AVX2/AVX-512), where the
+# installed library exports it: the same hash values, 2x faster here
+XXH_DISPATCH := $(shell printf '\043include <xxh_x86dispatch.h>\nint main(void) { return (int)XXH3_64bits_dispatch("", 0); }\n' | \
+                  $(CC) -x c - -o /dev/null -lxxhash >/dev/null 2>&1 && echo 1)
+ifeq ($(XXH_DISPATCH),1)
+CPPFLAGS += -DFERRY_XXH_DISPATCH=1
+endif
 
 CLI_SRC  := $(wildcard programs/ferry/*.c)
 ifeq ($(NO_NET),1)

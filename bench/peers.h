@@ -36,6 +36,9 @@
 #include <jansson.h>
 #include <unistd.h>
 #include <xxhash.h>
+#if FERRY_XXH_DISPATCH /* the same run-time dispatched XXH3 as the library (Makefile) */
+#include <xxh_x86dispatch.h>
+#endif
 #include <zstd.h>
 
 #include "bench_util.h"

@@ -49,8 +49,7 @@ long ferry__model_lookup(const ferry_model *m, const char *name);
 
 
 /* Hash pieces (definitions in docs/FORMAT.md, "Hashes"). */
-#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
-#include <xxhash.h>
+#include "xxh.h"
 /* Tensor hashes are made of the digests of FERRY_HASH_BLOCK-byte blocks
  * (docs/FORMAT.md, "Hashes"). */
 #define FERRY_HASH_BLOCK ((uint64_t)1 << 22)

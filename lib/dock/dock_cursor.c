@@ -30,8 +30,7 @@
 
 #include <inttypes.h>
 #include <stdlib.h>
-#define XXH_STATIC_LINKING_ONLY
-#include <xxhash.h>
+#include "xxh.h"
 
 #define CUR_FIXED 104u
 #define CUR_SUM 16u

@@ -16,8 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-#define XXH_STATIC_LINKING_ONLY
-#include <xxhash.h>
+#include "xxh.h"
 
 enum { IT_ADMIT = 1, IT_DROP, IT_DUP, IT_REJECT };
 

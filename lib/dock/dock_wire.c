@@ -21,8 +21,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
-#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
-#include <xxhash.h>
+#include "xxh.h"
 
 #define OFF_VERSION 8
 #define OFF_SEQ 16

@@ -1,8 +1,7 @@
 /* Payload encoder (format in ferry_loco.h, "PAYLOAD FORMAT"). */
 #include <math.h>
 #include <stdlib.h>
-#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
-#include <xxhash.h>
+#include "xxh.h"
 #include <zstd.h>
 
 #include "loco.h"

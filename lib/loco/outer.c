@@ -1,5 +1,5 @@
 /* The outer optimizer and the weight hash ranks compare. */
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "loco.h"
 

@@ -24,7 +24,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
+#include "xxh.h"
 
 #define PATH_CAP 4096
 #define CHUNK (8u << 20)
