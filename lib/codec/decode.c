@@ -548,16 +548,19 @@ static int write_with_undo(dec *d, const chunk_ref *c, int w, size_t k)
     u->lo = (uint16_t *)(void *)(u->old + k * W / 8); /* 2-byte aligned: old starts 4-aligned */
     u->k = k;
     u->nwin = nwin;
-    size_t h = 0;
-    for (size_t j = 0; j < k; j++) { /* positions increase: windows are visited in order */
-        while (h <= s->pos[j] >> UNDO_WIN_LOG2) u->first[h++] = (uint32_t)j;
-        u->lo[j] = (uint16_t)s->pos[j];
+    for (size_t h = 0; h <= nwin; h++) { /* positions increase: a binary search per window */
+        size_t lo = 0, hi = k;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (s->pos[mid] >> UNDO_WIN_LOG2 < h) lo = mid + 1;
+            else hi = mid;
+        }
+        u->first[h] = (uint32_t)lo;
     }
-    while (h <= nwin) u->first[h++] = (uint32_t)k;
+    sp_narrow16(u->lo, s->pos, k);
     ferry__sink sk = {(uint8_t *)base_of(d, c->entry)->data, NULL, whole_piece, no_done};
     if (W == 16 && s->have_words) { /* the walk handed out the base words: no second read of them */
-        uint16_t *o = (uint16_t *)(void *)u->old;
-        for (size_t j = 0; j < k; j++) o[j] = (uint16_t)s->word[j];
+        sp_narrow16((uint16_t *)(void *)u->old, s->word, k);
         return sparse_out(d, c, w, k, &sk, NULL);
     }
     return sparse_out(d, c, w, k, &sk, u->old);

@@ -202,3 +202,12 @@ int sp_walk(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scra
     default: return walk_w(t, top, a, n, 64, s, k);
     }
 }
+
+void sp_narrow16(uint16_t *dst, const uint32_t *src, size_t n)
+{
+    size_t i = 0;
+#if FERRY_HAVE_AVX512
+    if (ferry__cpu_avx512()) i = sp_narrow16_avx512(dst, src, n);
+#endif
+    for (; i < n; i++) dst[i] = (uint16_t)src[i];
+}

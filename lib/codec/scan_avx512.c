@@ -185,4 +185,11 @@ TARGET int sp_walk16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, s
     s->have_words = 1;
     return FERRY_OK;
 }
+
+TARGET size_t sp_narrow16_avx512(uint16_t *dst, const uint32_t *src, size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(void *)(dst + i), _mm512_cvtepi32_epi16(_mm512_loadu_si512(src + i)));
+    return i;
+}
 #endif

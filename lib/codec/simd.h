@@ -41,6 +41,7 @@ static inline __attribute__((target("bmi2"))) uint64_t sp_bits_for_pdep(const ui
     return lo;
 }
 #define FERRY_HAVE_AVX512 1 /* ferry__cpu_avx512 */
+size_t sp_narrow16_avx512(uint16_t *dst, const uint32_t *src, size_t n); /* the whole vectors: returns how many */
 int sp_walk16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k);
 int sp_scan16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
                      sp_scratch *s, sp_scan_state *st);

@@ -174,6 +174,9 @@ void sp_scan_unlazy(sp_scratch *s, size_t k);
  * base words; fills s->pos in position order.  Fails if a rank lies beyond
  * its class's population. */
 int sp_walk(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k);
+/* dst[i] = the low 16 bits of src[i], for i < n (positions and base words
+ * into the in-place undo log). */
+void sp_narrow16(uint16_t *dst, const uint32_t *src, size_t n);
 /* The wanted ranks of each class as a bitmap in rank space (bit r of bm[c]),
  * lim[c] bytes long and followed by 16 zero bytes, in s->rbm. */
 int sp_walk_bitmaps(sp_scratch *s, const uint8_t *bm[SP_NCLASS], uint64_t lim[SP_NCLASS]);
