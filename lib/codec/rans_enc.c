@@ -25,14 +25,15 @@ typedef struct fastbits {
 
 static inline void fb_put(fastbits *w, uint64_t v, unsigned nbits) /* nbits <= 32 */
 {
+    /* branch-free: the low 32 bits are stored every time and kept when
+     * full (field lengths vary with the data: a branch would mispredict) */
     w->acc |= (v & ((1ull << nbits) - 1)) << w->n;
     w->n += nbits;
-    if (w->n >= 32) {
-        ferry__put32(w->p, (uint32_t)w->acc);
-        w->p += 4;
-        w->acc >>= 32;
-        w->n -= 32;
-    }
+    ferry__put32(w->p, (uint32_t)w->acc);
+    unsigned full = w->n >> 5; /* n < 64 */
+    w->p += 4 * full;
+    w->acc >>= 32 * full;
+    w->n -= 32 * full;
 }
 
 static inline void fb_put64(fastbits *w, uint64_t v, unsigned nbits)
