@@ -252,7 +252,7 @@ size_t rans_dtabs16_avx512(unsigned exp_shift, uint32_t exp_mask, uint32_t top, 
  * sign and raw bits as field | bit count << 24 into fields[]; returns how
  * many it did. */
 size_t rans_delta_syms16_avx512(const uint32_t *pairs, size_t k, uint32_t top, unsigned exp_shift, uint32_t exp_mask,
-                                uint8_t *syms, uint32_t *fields);
+                                uint8_t *syms, uint64_t *quads, uint8_t *qbits);
 /* The new words of those k changes into val[]; bad: "delta out of range". */
 size_t rans_deltas16_avx512(const uint32_t *word, const uint8_t *sym, size_t k,
                             const uint8_t *raw, size_t rawlen, uint64_t *bp, uint64_t *val, int *bad);

@@ -239,11 +239,11 @@ TARGET uint16_t *rans32_emit_avx512(const uint8_t *syms, size_t lo, size_t hi, c
 }
 /* Delta symbols of k changes of a 16-bit float dtype, from old | new << 16
  * pairs (the AVX-512 scan's): sp_delta, sp_dclass and delta_sym 16 at a
- * time.  (table, symbol) pairs go to syms, and the sign and raw bits, as
- * one field, to fields[] as field | its bit count << 24.  Returns how many
+ * time.  (table, symbol) pairs go to syms; the sign and raw bits of changes
+ * 4q..4q+3, in order, to quads[q] (qbits[q] bits).  Returns how many
  * it did (whole groups of 16). */
 TARGET size_t rans_delta_syms16_avx512(const uint32_t *pairs, size_t k, uint32_t top, unsigned exp_shift, uint32_t exp_mask,
-                                       uint8_t *syms, uint32_t *fields)
+                                       uint8_t *syms, uint64_t *quads, uint8_t *qbits)
 {
     const __m512i w16 = _mm512_set1_epi32(0xFFFF), half = _mm512_set1_epi32(0x8000), low15 = _mm512_set1_epi32(0x7FFF),
                   one = _mm512_set1_epi32(1), three = _mm512_set1_epi32(3), zero = _mm512_setzero_si512(),
@@ -269,12 +269,23 @@ TARGET size_t rans_delta_syms16_avx512(const uint32_t *pairs, size_t k, uint32_t
         __m512i sym = _mm512_mask_blend_epi32(small, big, _mm512_sub_epi32(mag, one));
         __m512i nr = _mm512_maskz_mov_epi32((__mmask16)~small, Lm1);
         __m512i raw = _mm512_and_si512(mag, _mm512_sub_epi32(_mm512_sllv_epi32(one, nr), one));
+        /* the fields (sign, then nr raw bits; at most 15 bits) of 4
+         * consecutive changes as one value of at most 60 bits: pairs in
+         * 64-bit lanes, then pairs of pairs */
         __m512i field = _mm512_or_si512(_mm512_maskz_mov_epi32(neg, one), _mm512_slli_epi32(raw, 1));
-        field = _mm512_or_si512(field, _mm512_slli_epi32(_mm512_add_epi32(nr, one), 24));
+        __m512i flen = _mm512_add_epi32(nr, one);
+        __m512i lo32 = _mm512_set1_epi64(0xFFFFFFFF);
+        __m512i len2 = _mm512_and_si512(flen, lo32);
+        __m512i pair = _mm512_or_si512(_mm512_and_si512(field, lo32), _mm512_sllv_epi64(_mm512_srli_epi64(field, 32), len2));
+        __m512i plen = _mm512_add_epi64(len2, _mm512_srli_epi64(flen, 32));
+        __m512i quad = _mm512_or_si512(pair, _mm512_sllv_epi64(_mm512_unpackhi_epi64(pair, pair), plen));
+        __m512i qlen = _mm512_add_epi64(plen, _mm512_unpackhi_epi64(plen, plen));
+        _mm256_storeu_si256((__m256i *)(void *)(quads + j / 4), _mm512_castsi512_si256(_mm512_maskz_compress_epi64(0x55, quad)));
+        uint32_t ql = (uint32_t)_mm_cvtsi128_si32(_mm512_cvtepi64_epi8(_mm512_maskz_compress_epi64(0x55, qlen)));
+        memcpy(qbits + j / 4, &ql, 4);
         __m512i e = _mm512_and_si512(_mm512_srl_epi32(x, shift), emask);
         __m512i tab = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(_mm512_sub_epi32(vtop, e), zero), fifteen), eight);
         _mm256_storeu_si256((__m256i *)(void *)(syms + 2 * j), _mm512_cvtepi32_epi16(_mm512_or_si512(tab, _mm512_slli_epi32(sym, 8))));
-        _mm512_storeu_si512(fields + j, field);
     }
     return j;
 }
