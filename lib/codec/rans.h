@@ -242,19 +242,24 @@ size_t rans_gaps_avx512(const uint8_t *sym, size_t cnt, uint64_t n, const uint8_
 size_t rans_gaps_avx2(const uint8_t *sym, size_t cnt, uint64_t n, const uint8_t *raw, size_t rawlen, uint64_t *bp,
                       uint64_t *r, uint32_t *order, int *bad);
 /* Delta tables of k changes of a 16-bit float dtype (exp_shift, exp_mask)
- * whose base words are word[] (the AVX-512 walk's sp_scratch.word): 8 +
+ * whose base words are word[] (the walk's sp_scratch.word): 8 +
  * each one's delta class into tab[]; bad: a class whose bit in `have` is
  * clear ("delta context without a table"). */
 size_t rans_dtabs16_avx512(unsigned exp_shift, uint32_t exp_mask, uint32_t top, const uint32_t *word, size_t k,
                            uint32_t have, uint8_t *tab, int *bad);
 /* Encoder: the delta symbols of k changes of a 16-bit float dtype from the
  * AVX-512 scan's old | new << 16 pairs; (table, symbol) pairs into syms[],
- * sign and raw bits as field | bit count << 24 into fields[]; returns how
- * many it did. */
+ * the sign and raw bits of changes 4q..4q+3 as one field of qbits[q] bits
+ * into quads[q]; returns how many it did. */
 size_t rans_delta_syms16_avx512(const uint32_t *pairs, size_t k, uint32_t top, unsigned exp_shift, uint32_t exp_mask,
                                 uint8_t *syms, uint64_t *quads, uint8_t *qbits);
 /* The new words of those k changes into val[]; bad: "delta out of range". */
 size_t rans_deltas16_avx512(const uint32_t *word, const uint8_t *sym, size_t k,
                             const uint8_t *raw, size_t rawlen, uint64_t *bp, uint64_t *val, int *bad);
+/* The same two with AVX2, 8 at a time. */
+size_t rans_dtabs16_avx2(unsigned exp_shift, uint32_t exp_mask, uint32_t top, const uint32_t *word, size_t k,
+                         uint32_t have, uint8_t *tab, int *bad);
+size_t rans_deltas16_avx2(const uint32_t *word, const uint8_t *sym, size_t k, const uint8_t *raw, size_t rawlen,
+                          uint64_t *bp, uint64_t *val, int *bad);
 #endif
 #endif

@@ -3,7 +3,8 @@
  * 8 at a time, with the arithmetic of the AVX-512 kernels (rans_avx512.c,
  * which explains the equivalence with the portable loops).  AVX2 has no
  * expand, so the renormalising lanes take their words through a
- * permutation looked up by the lane mask. */
+ * permutation looked up by the lane mask.  Also the delta tables and the
+ * deltas of 16-bit floats, 8 at a time. */
 #include <pthread.h>
 #include "rans.h"
 #include "simd.h"
@@ -137,5 +138,73 @@ TARGET size_t rans_gaps_avx2(const uint8_t *sym, size_t cnt, uint64_t n, const u
     }
     if (q) *r = carry;
     return q;
+}
+
+/* ---- delta tables and deltas (rans_dtabs16_avx512 and rans_deltas16_avx512, 8 at a time) ---- */
+
+TARGET size_t rans_dtabs16_avx2(unsigned exp_shift, uint32_t exp_mask, uint32_t top, const uint32_t *word, size_t k,
+                                uint32_t have, uint8_t *tab, int *bad)
+{
+    const __m256i vtop = _mm256_set1_epi32((int)top), emask = _mm256_set1_epi32((int)exp_mask), zero = _mm256_setzero_si256(),
+                  fifteen = _mm256_set1_epi32(SP_NDCLASS - 1), eight = _mm256_set1_epi32(SP_NCLASS),
+                  vhave = _mm256_set1_epi32((int)have), one = _mm256_set1_epi32(1);
+    const __m128i shift = _mm_cvtsi32_si128((int)exp_shift);
+    size_t j = 0;
+    for (; j + 8 <= k; j += 8) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(word + j));
+        __m256i e = _mm256_and_si256(_mm256_srl_epi32(x, shift), emask);
+        __m256i t = _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(_mm256_sub_epi32(vtop, e), zero), fifteen), eight);
+        __m256i ok = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_srlv_epi32(vhave, t), one), one);
+        if (_mm256_movemask_epi8(ok) != -1) {
+            *bad = 1;
+            return j;
+        }
+        __m256i b = _mm256_shuffle_epi8(t, _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8,
+                                                            12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
+        uint32_t lo = (uint32_t)_mm256_extract_epi32(b, 0), hi = (uint32_t)_mm256_extract_epi32(b, 4);
+        memcpy(tab + j, &lo, 4);
+        memcpy(tab + j + 4, &hi, 4);
+    }
+    return j;
+}
+
+TARGET size_t rans_deltas16_avx2(const uint32_t *word, const uint8_t *sym, size_t k, const uint8_t *raw, size_t rawlen,
+                                 uint64_t *bp, uint64_t *val, int *bad)
+{
+    const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2), three = _mm256_set1_epi32(3),
+                  w16 = _mm256_set1_epi32(0xFFFF), half = _mm256_set1_epi32(0x8000), low15 = _mm256_set1_epi32(0x7FFF),
+                  maxsym = _mm256_set1_epi32(30), two_ = _mm256_set1_epi32(2);
+    size_t j = 0;
+    for (; j + 8 <= k; j += 8) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(word + j));
+        __m256i y = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(sym + j)));
+        /* small values throughout: signed compares are the unsigned ones */
+        if (_mm256_movemask_epi8(_mm256_cmpgt_epi32(y, maxsym))) {
+            *bad = 1;
+            return j;
+        }
+        __m256i big = _mm256_cmpgt_epi32(y, two_); /* y >= 3 */
+        __m256i h = _mm256_srli_epi32(_mm256_sub_epi32(y, three), 1), L = _mm256_add_epi32(h, two);
+        __m256i f;
+        if (!fields8(raw, rawlen, bp, _mm256_add_epi32(_mm256_and_si256(big, _mm256_add_epi32(h, one)), one), &f)) break;
+        __m256i dbig = _mm256_or_si256(_mm256_sllv_epi32(one, L),
+                                       _mm256_sllv_epi32(_mm256_and_si256(_mm256_sub_epi32(y, three), one), _mm256_sub_epi32(L, one)));
+        __m256i mag = _mm256_or_si256(_mm256_blendv_epi8(_mm256_add_epi32(y, one), dbig, big), _mm256_srli_epi32(f, 1));
+        __m256i neg = _mm256_cmpeq_epi32(_mm256_and_si256(f, one), one);
+        /* sp_undelta's range: magnitude at most 2^15, and 2^15 only downwards */
+        __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(mag, half), _mm256_andnot_si256(neg, _mm256_cmpeq_epi32(mag, half)));
+        if (_mm256_movemask_epi8(out)) {
+            *bad = 1;
+            return j;
+        }
+        __m256i sgn = _mm256_srai_epi32(_mm256_slli_epi32(x, 16), 31);
+        __m256i key = _mm256_xor_si256(x, _mm256_or_si256(_mm256_and_si256(sgn, low15), half));
+        __m256i k2 = _mm256_and_si256(_mm256_blendv_epi8(_mm256_add_epi32(key, mag), _mm256_sub_epi32(key, mag), neg), w16);
+        __m256i s2 = _mm256_srai_epi32(_mm256_slli_epi32(k2, 16), 31);
+        __m256i v = _mm256_xor_si256(k2, _mm256_or_si256(_mm256_andnot_si256(s2, low15), half));
+        _mm256_storeu_si256((__m256i *)(void *)(val + j), _mm256_cvtepu32_epi64(_mm256_castsi256_si128(v)));
+        _mm256_storeu_si256((__m256i *)(void *)(val + j + 4), _mm256_cvtepu32_epi64(_mm256_extracti128_si256(v, 1)));
+    }
+    return j;
 }
 #endif

@@ -65,21 +65,23 @@ static void get_syms(rans_dec *d, const sp_scratch *s, const uint32_t (*fs)[RANS
  * (the base word's delta class), their symbols, then sign and raw bits. */
 static inline __attribute__((always_inline)) int deltas(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t k,
                                                         sp_scratch *s, rans_dec *d, bitr *br, const uint8_t *raw,
-                                                        size_t rawlen, const uint32_t (*fs)[RANS_MAXSYM], int simd,
+                                                        size_t rawlen, const uint32_t (*fs)[RANS_MAXSYM], int simd, int level,
                                                         const bool *have, const uint64_t *dbase, const uint8_t *draw,
                                                         unsigned W)
 {
     sp_dtype tw = *t;
     tw.W = W;
+    (void)level; /* the kernels' level: x86 only */
     uint8_t *tab = s->syms, *sym = s->syms + k;
     size_t j0 = 0, j1 = 0;
 #if FERRY_HAVE_X86_SIMD
     int bad = 0;
-    bool vec = W == 16 && t->is_float && s->have_words;
+    bool vec = W == 16 && t->is_float && s->have_words && level;
     if (vec) {
         uint32_t hv = 0;
         for (unsigned i = 0; i < NTAB; i++) hv |= (uint32_t)have[i] << i;
-        j0 = rans_dtabs16_avx512(t->exp_shift, t->exp_mask, top, s->word, k, hv, tab, &bad);
+        j0 = level == 2 ? rans_dtabs16_avx512(t->exp_shift, t->exp_mask, top, s->word, k, hv, tab, &bad)
+                        : rans_dtabs16_avx2(t->exp_shift, t->exp_mask, top, s->word, k, hv, tab, &bad);
         if (bad) return sp_corrupt("delta context without a table");
     }
 #endif
@@ -91,7 +93,8 @@ static inline __attribute__((always_inline)) int deltas(const sp_dtype *t, uint3
 #if FERRY_HAVE_X86_SIMD
     if (vec) {
         uint64_t bp = bitr_tell(br, raw);
-        j1 = rans_deltas16_avx512(s->word, sym, k, raw, rawlen, &bp, s->val, &bad);
+        j1 = level == 2 ? rans_deltas16_avx512(s->word, sym, k, raw, rawlen, &bp, s->val, &bad)
+                        : rans_deltas16_avx2(s->word, sym, k, raw, rawlen, &bp, s->val, &bad);
         if (bad) return sp_corrupt("delta out of range");
         if (j1) bitr_seek(br, raw, bp);
     }
@@ -216,10 +219,10 @@ int sp_rans_decode(const sp_dtype *t, uint32_t top, unsigned codec, const uint8_
         draw[y] = (uint8_t)(y < 3 ? 0 : L - 1);
     }
     switch (t->W) {
-    case 8: rc = deltas(t, top, a, k, s, dd, &br, raw, rawlen, fs, simd, have, dbase, draw, 8); break;
-    case 16: rc = deltas(t, top, a, k, s, dd, &br, raw, rawlen, fs, simd, have, dbase, draw, 16); break;
-    case 32: rc = deltas(t, top, a, k, s, dd, &br, raw, rawlen, fs, simd, have, dbase, draw, 32); break;
-    default: rc = deltas(t, top, a, k, s, dd, &br, raw, rawlen, fs, simd, have, dbase, draw, 64); break;
+    case 8: rc = deltas(t, top, a, k, s, dd, &br, raw, rawlen, fs, simd, level, have, dbase, draw, 8); break;
+    case 16: rc = deltas(t, top, a, k, s, dd, &br, raw, rawlen, fs, simd, level, have, dbase, draw, 16); break;
+    case 32: rc = deltas(t, top, a, k, s, dd, &br, raw, rawlen, fs, simd, level, have, dbase, draw, 32); break;
+    default: rc = deltas(t, top, a, k, s, dd, &br, raw, rawlen, fs, simd, level, have, dbase, draw, 64); break;
     }
     if (rc) return rc;
     if (dd->overrun || br.overrun) return sp_corrupt("stream ends early");

@@ -113,17 +113,25 @@ TARGET int sp_walk16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, siz
             hits |= _pdep_u64(sp_bits_for_pdep(bm[c], cnt[c], lim[c], bc), m);
             cnt[c] += bc;
         }
-        /* each wanted rank is one bit, so at most k positions come out */
+        /* each wanted rank is one bit, so at most k positions come out,
+         * with their base words (for the delta decoder and the undo log) */
         while (hits) {
-            s->pos[got++] = (uint32_t)(i + (size_t)__builtin_ctzll(hits));
+            size_t at = i + (size_t)__builtin_ctzll(hits);
+            s->pos[got] = (uint32_t)at;
+            s->word[got++] = (uint32_t)sp_load(a, at, 16);
             hits &= hits - 1;
         }
     }
     for (; i < n; i++) {
         uint32_t c = sp_class(t, top, sp_load(a, i, 16));
-        if (sp_bits_at(bm[c], cnt[c], lim[c], 1)) s->pos[got++] = (uint32_t)i;
+        if (sp_bits_at(bm[c], cnt[c], lim[c], 1)) {
+            s->pos[got] = (uint32_t)i;
+            s->word[got++] = (uint32_t)sp_load(a, i, 16);
+        }
         cnt[c]++;
     }
-    return got == k ? FERRY_OK : sp_corrupt("a change lies past its class's last word");
+    if (got != k) return sp_corrupt("a change lies past its class's last word");
+    s->have_words = 1;
+    return FERRY_OK;
 }
 #endif
