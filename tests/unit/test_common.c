@@ -21,7 +21,7 @@ static void test_bf16_vectors(void)
 
 /* The vectorised bulk cast equals the scalar definition bit for bit:
  * special values at every lane, rounding ties, random patterns, odd
- * lengths; with and without FERRY_NO_SIMD. */
+ * lengths; at every level (AVX-512, AVX2 with FERRY_NO_SIMD=avx512, none). */
 static void test_bf16_bulk_cast(void)
 {
     enum { N = 4099 };
@@ -35,8 +35,9 @@ static void test_bf16_bulk_cast(void)
         r ^= r << 13, r ^= r >> 7, r ^= r << 17;
         in[i] = i % 3 == 0 ? special[(i / 3) % (sizeof special / sizeof special[0])] : (uint32_t)r;
     }
-    for (int simd = 0; simd < 2; simd++) {
-        setenv("FERRY_NO_SIMD", simd ? "0" : "1", 1);
+    static const char *levels[] = {"1", "avx512", "0"};
+    for (int l = 0; l < 3; l++) {
+        setenv("FERRY_NO_SIMD", levels[l], 1);
         for (size_t n = 0; n <= N; n += n < 40 ? 1 : 997) {
             memset(out, 0xAB, sizeof out);
             ferry_f32_to_bf16_n(out, (const float *)(const void *)in, n);
