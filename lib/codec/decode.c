@@ -3,6 +3,7 @@
  * written.  Chunks and tensors are decoded and hashed in parallel. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <zstd.h>
 #include "model.h"
 #include "parallel.h"
@@ -37,6 +38,7 @@ typedef struct dec {
     struct undo *undo;       /* in place: per chunk */
     uint8_t *arena;          /* in place: the undo log */
     uint64_t arena_used, arena_size; /* bytes handed out (atomic adds), held */
+    int arena_mapped;        /* mmap'd (munmap), else malloc'd */
 } dec;
 
 /* Default undo budget of ferry_apply_inplace: 64 MiB + 16 x the patch, and
@@ -237,7 +239,8 @@ static int begin(dec *d, const ferry_model *base, const void *patch, size_t size
 static void end(dec *d)
 {
     free(d->undo);
-    free(d->arena);
+    if (d->arena_mapped) munmap(d->arena, (size_t)d->arena_size);
+    else free(d->arena);
     for (int w = 0; d->coder && w < d->threads; w++) sp_coder_release(&d->coder[w]);
     for (int w = 0; d->tmp && w < d->threads; w++) free(d->tmp[w]);
     free(d->tmp);
@@ -597,6 +600,20 @@ static void undo_arena(dec *d, uint64_t limit)
         else need += e->changed * per + pad; /* each term < 2 x limit: no overflow */
     }
     uint64_t size = need < limit ? need : limit;
+    d->arena_mapped = 0;
+#ifdef MAP_POPULATE
+    /* a large log is mapped with its pages populated in one call: as page
+     * faults, scattered over the workers, they cost more, and contend */
+    if (size >= ((uint64_t)1 << 24) && size <= SIZE_MAX) {
+        void *m = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+        if (m != MAP_FAILED) {
+            d->arena = m;
+            d->arena_mapped = 1;
+            d->arena_size = size;
+            return;
+        }
+    }
+#endif
     if (size > SIZE_MAX || !(d->arena = ferry__malloc((size_t)size))) size = 0;
     d->arena_size = size;
 }
