@@ -604,7 +604,7 @@ static void undo_arena(dec *d, uint64_t limit)
 #ifdef MAP_POPULATE
     /* a large log is mapped with its pages populated in one call: as page
      * faults, scattered over the workers, they cost more, and contend */
-    if (size >= ((uint64_t)1 << 24) && size <= SIZE_MAX) {
+    if (size >= ((uint64_t)1 << 22) && size <= SIZE_MAX) {
         void *m = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
         if (m != MAP_FAILED) {
             d->arena = m;

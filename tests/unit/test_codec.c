@@ -607,7 +607,7 @@ static void test_inplace_undo(void)
     ferry_model *a, *b;
     CHECK_OK(ferry_model_create(&a));
     CHECK_OK(ferry_model_create(&b));
-    add_pair(a, b, "a.big", FERRY_BF16, (1u << 23) + 777, 0.05); /* three chunks */
+    add_pair(a, b, "a.big", FERRY_BF16, (1u << 23) + 777, 0.15); /* three chunks; a 5 MB undo log: mmap'd */
     add_pair(a, b, "a.sparse", FERRY_BF16, (1u << 22) + 5, 0.00002); /* undo windows (2^16 words) with no change */
     add_pair(a, b, "b.f32", FERRY_F32, 3000, 0.2);
     add_pair(a, b, "c.last", FERRY_BF16, 20000, 0.1);
