@@ -26,36 +26,22 @@ static inline void ferry__xxh_clean(void)
 {
     if (__builtin_cpu_supports("avx")) ferry__xxh_zeroupper();
 }
-static inline XXH64_hash_t ferry__xxh3_64(const void *p, size_t n)
-{
-    XXH64_hash_t h = XXH3_64bits_dispatch(p, n);
-    ferry__xxh_clean();
-    return h;
-}
-static inline XXH64_hash_t ferry__xxh3_64_seed(const void *p, size_t n, XXH64_hash_t seed)
-{
-    XXH64_hash_t h = XXH3_64bits_withSeed_dispatch(p, n, seed);
-    ferry__xxh_clean();
-    return h;
-}
-static inline XXH_errorcode ferry__xxh3_64_update(XXH3_state_t *st, const void *p, size_t n)
-{
-    XXH_errorcode rc = XXH3_64bits_update_dispatch(st, p, n);
-    ferry__xxh_clean();
-    return rc;
-}
-static inline XXH128_hash_t ferry__xxh3_128(const void *p, size_t n)
-{
-    XXH128_hash_t h = XXH3_128bits_dispatch(p, n);
-    ferry__xxh_clean();
-    return h;
-}
-static inline XXH_errorcode ferry__xxh3_128_update(XXH3_state_t *st, const void *p, size_t n)
-{
-    XXH_errorcode rc = XXH3_128bits_update_dispatch(st, p, n);
-    ferry__xxh_clean();
-    return rc;
-}
+/* ferry__xxh3_*: the dispatched function, then the clean-up */
+#define FERRY__XXH_WRAP(type, name, params, fn, args)                                                                   \
+    static inline type name params                                                                                     \
+    {                                                                                                                  \
+        type r = fn args;                                                                                              \
+        ferry__xxh_clean();                                                                                            \
+        return r;                                                                                                      \
+    }
+FERRY__XXH_WRAP(XXH64_hash_t, ferry__xxh3_64, (const void *p, size_t n), XXH3_64bits_dispatch, (p, n))
+FERRY__XXH_WRAP(XXH64_hash_t, ferry__xxh3_64_seed, (const void *p, size_t n, XXH64_hash_t seed), XXH3_64bits_withSeed_dispatch,
+                (p, n, seed))
+FERRY__XXH_WRAP(XXH_errorcode, ferry__xxh3_64_update, (XXH3_state_t * st, const void *p, size_t n), XXH3_64bits_update_dispatch,
+                (st, p, n))
+FERRY__XXH_WRAP(XXH128_hash_t, ferry__xxh3_128, (const void *p, size_t n), XXH3_128bits_dispatch, (p, n))
+FERRY__XXH_WRAP(XXH_errorcode, ferry__xxh3_128_update, (XXH3_state_t * st, const void *p, size_t n), XXH3_128bits_update_dispatch,
+                (st, p, n))
 #undef XXH3_64bits
 #define XXH3_64bits ferry__xxh3_64
 #undef XXH3_64bits_withSeed
