@@ -12,7 +12,10 @@
  * previous version (ferry_diff_options.base_hash / ferry_apply_options.
  * base_hash), so the base is not re-hashed; the result is still verified in
  * full.  RSS is the peak (VmHWM) that the ferry CLI (../ferry beside this
- * program) reports running the same diff and apply. */
+ * program) reports running the same diff and apply.  Two more references
+ * bound the apply columns from below whatever the codec does: fresh memory
+ * (malloc + first write of the model's size: apply-mem's output) and the
+ * disk (write + fsync of it: apply-file's). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +112,50 @@ static double compare_gbs(const ferry_model *a, const ferry_model *b, int thread
     for (int k = 0; k < threads; k++) *diff += jobs[k].count;
     free(rs);
     return (double)ferry_model_nbytes(b) / 1e9 / best;
+}
+
+/* ---- what the output side costs on this machine, without ferry ---- */
+/* Fresh memory: malloc + the first write of every byte (page faults and
+ * zeroing), one thread: what apply into new buffers pays before decoding
+ * anything.  Best of reps. */
+static double fresh_memory_gbs(size_t bytes, int reps)
+{
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now();
+        volatile uint8_t *p = malloc(bytes);
+        if (!p) return 0;
+        memset((void *)p, r + 1, bytes);
+        uint8_t keep = p[bytes / 2]; /* the write is observable */
+        double dt = now() - t0;
+        free((void *)p);
+        if (keep != r + 1) return 0;
+        if (dt < best) best = dt;
+    }
+    return (double)bytes / 1e9 / best;
+}
+
+/* Disk: write `bytes` to path and fsync, as ferry_apply_file does at the
+ * end; once. */
+static double disk_gbs(const char *path, size_t bytes)
+{
+    enum { BUF = 1 << 24 };
+    uint8_t *buf = calloc(1, BUF);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (!buf || fd < 0) { free(buf); if (fd >= 0) close(fd); return 0; }
+    double t0 = now();
+    size_t done = 0;
+    while (done < bytes) {
+        size_t n = bytes - done < BUF ? bytes - done : BUF;
+        if (write(fd, buf, n) != (ssize_t)n) break;
+        done += n;
+    }
+    int ok = done == bytes && fsync(fd) == 0;
+    double dt = now() - t0;
+    close(fd);
+    unlink(path);
+    free(buf);
+    return ok ? (double)bytes / 1e9 / dt : 0;
 }
 
 /* ---- peak RSS of one operation: the ferry CLI in a fresh process ---- */
@@ -257,6 +304,10 @@ int main(int argc, char **argv)
                "in-place %.2fx\n", scale[0], scale[1], scale[2], scale[3], scale[4], scale[5]);
     }
 
+    double fresh = fresh_memory_gbs((size_t)ferry_model_nbytes(b), reps), disk = disk_gbs(out_path, (size_t)ferry_model_nbytes(b));
+    printf("output side, without ferry (1 thread): fresh memory %.2f GB/s (malloc + first write, best of %d), "
+           "disk %.2f GB/s (write + fsync, once)\n", fresh, reps, disk);
+
     char ferry_bin[4096], dirbuf[4096];
     snprintf(dirbuf, sizeof dirbuf, "%s", argv[0]);
     snprintf(ferry_bin, sizeof ferry_bin, "%s/../ferry", dirname(dirbuf));
@@ -273,6 +324,7 @@ int main(int argc, char **argv)
         fprintf(js, "], \"scaling_2_over_1\": {\"compare\": %.4f, \"encode_bf16\": %.4f, \"encode_fp32\": %.4f, "
                     "\"apply_mem\": %.4f, \"apply_file\": %.4f, \"apply_inplace\": %.4f}",
                 scale[0], scale[1], scale[2], scale[3], scale[4], scale[5]);
+        fprintf(js, ", \"fresh_memory_gbs\": %.4f, \"disk_fsync_gbs\": %.4f", fresh, disk);
         fprintf(js, ", \"rss_encode_kib\": %ld, \"rss_apply_kib\": %ld, \"rss_apply_budget_bytes\": %.0f}\n", rss_enc, rss_app, budget);
         fclose(js);
     }

@@ -547,8 +547,8 @@ static int write_with_undo(dec *d, const chunk_ref *c, int w, size_t k)
     if (at > d->arena_size || bytes > d->arena_size - at) return 1; /* no room: deferred to pass 2 */
     const sp_scratch *s = &d->coder[w].s;
     u->first = (uint32_t *)(void *)(d->arena + at);
-    u->old = (uint8_t *)(u->first + nwin + 1);
-    u->lo = (uint16_t *)(void *)(u->old + k * W / 8); /* 2-byte aligned: old starts 4-aligned */
+    u->lo = (uint16_t *)(void *)(u->first + nwin + 1);
+    u->old = (uint8_t *)(u->lo + k); /* 2-byte aligned: the BF16 path stores uint16_t */
     u->k = k;
     u->nwin = nwin;
     for (size_t h = 0; h <= nwin; h++) { /* positions increase: a binary search per window */
