@@ -13,9 +13,9 @@
  * base_hash), so the base is not re-hashed; the result is still verified in
  * full.  RSS is the peak (VmHWM) that the ferry CLI (../ferry beside this
  * program) reports running the same diff and apply.  Two more references
- * bound the apply columns from below whatever the codec does: fresh memory
- * (malloc + first write of the model's size: apply-mem's output) and the
- * disk (write + fsync of it: apply-file's). */
+ * cap the apply columns whatever the codec does: fresh memory (malloc +
+ * first write of the model's size: apply-mem's output) and the disk
+ * (write + fsync of it: apply-file's); an apply is no faster than these. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
