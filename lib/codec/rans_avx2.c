@@ -27,6 +27,16 @@ static void expand_init(void)
         }
 }
 
+/* The low byte of each of 8 lanes, in lane order, to dst[0..8). */
+static inline TARGET void store_low_bytes8(uint8_t *dst, __m256i v)
+{
+    __m256i b = _mm256_shuffle_epi8(v, _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8,
+                                                        12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
+    uint32_t lo = (uint32_t)_mm256_extract_epi32(b, 0), hi = (uint32_t)_mm256_extract_epi32(b, 4);
+    memcpy(dst, &lo, 4);
+    memcpy(dst + 4, &hi, 4);
+}
+
 static inline TARGET __m256i step(__m256i x, __m256i tabv, const uint32_t *lut32, const uint8_t **pp, uint8_t *sym)
 {
     const __m256i slotm = _mm256_set1_epi32(RANS_M - 1), low12 = _mm256_set1_epi32(0xFFF), one = _mm256_set1_epi32(1),
@@ -44,12 +54,7 @@ static inline TARGET __m256i step(__m256i x, __m256i tabv, const uint32_t *lut32
     w = _mm256_permutevar8x32_epi32(w, _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)perm)));
     x = _mm256_blendv_epi8(x, _mm256_or_si256(_mm256_slli_epi32(x, 16), w), need);
     *pp += 2 * (unsigned)__builtin_popcount(m);
-    /* the symbols: the low byte of each lane */
-    __m256i b = _mm256_shuffle_epi8(e, _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8,
-                                                        12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
-    uint32_t lo = (uint32_t)_mm256_extract_epi32(b, 0), hi = (uint32_t)_mm256_extract_epi32(b, 4);
-    memcpy(sym, &lo, 4);
-    memcpy(sym + 4, &hi, 4);
+    store_low_bytes8(sym, e); /* the symbols */
     return x;
 }
 
@@ -159,11 +164,7 @@ TARGET size_t rans_dtabs16_avx2(unsigned exp_shift, uint32_t exp_mask, uint32_t 
             *bad = 1;
             return j;
         }
-        __m256i b = _mm256_shuffle_epi8(t, _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8,
-                                                            12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
-        uint32_t lo = (uint32_t)_mm256_extract_epi32(b, 0), hi = (uint32_t)_mm256_extract_epi32(b, 4);
-        memcpy(tab + j, &lo, 4);
-        memcpy(tab + j + 4, &hi, 4);
+        store_low_bytes8(tab + j, t);
     }
     return j;
 }
@@ -173,7 +174,7 @@ TARGET size_t rans_deltas16_avx2(const uint32_t *word, const uint8_t *sym, size_
 {
     const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2), three = _mm256_set1_epi32(3),
                   w16 = _mm256_set1_epi32(0xFFFF), half = _mm256_set1_epi32(0x8000), low15 = _mm256_set1_epi32(0x7FFF),
-                  maxsym = _mm256_set1_epi32(30), two_ = _mm256_set1_epi32(2);
+                  maxsym = _mm256_set1_epi32(30);
     size_t j = 0;
     for (; j + 8 <= k; j += 8) {
         __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(word + j));
@@ -183,7 +184,7 @@ TARGET size_t rans_deltas16_avx2(const uint32_t *word, const uint8_t *sym, size_
             *bad = 1;
             return j;
         }
-        __m256i big = _mm256_cmpgt_epi32(y, two_); /* y >= 3 */
+        __m256i big = _mm256_cmpgt_epi32(y, two); /* y >= 3 */
         __m256i h = _mm256_srli_epi32(_mm256_sub_epi32(y, three), 1), L = _mm256_add_epi32(h, two);
         __m256i f;
         if (!fields8(raw, rawlen, bp, _mm256_add_epi32(_mm256_and_si256(big, _mm256_add_epi32(h, one)), one), &f)) break;

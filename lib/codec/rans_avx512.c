@@ -131,18 +131,34 @@ TARGET size_t rans_gaps_avx512(const uint8_t *sym, size_t cnt, uint64_t n, const
     return q;
 }
 
+/* ---- deltas of 16-bit floats ---- */
+
+/* A base word's delta table: SP_NCLASS + its delta class (sp_dclass). */
+static inline TARGET __m512i dtab16(__m512i x, __m128i shift, __m512i emask, __m512i vtop)
+{
+    __m512i e = _mm512_and_si512(_mm512_srl_epi32(x, shift), emask);
+    return _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(_mm512_sub_epi32(vtop, e), _mm512_setzero_si512()),
+                                             _mm512_set1_epi32(SP_NDCLASS - 1)),
+                            _mm512_set1_epi32(SP_NCLASS));
+}
+
+/* The order key of 16-bit float words (ferry__fkey): a negative word flips
+ * every bit, a positive one the sign. */
+static inline TARGET __m512i fkey16(__m512i x)
+{
+    __m512i sgn = _mm512_srai_epi32(_mm512_slli_epi32(x, 16), 31);
+    return _mm512_xor_si512(x, _mm512_or_si512(_mm512_and_si512(sgn, _mm512_set1_epi32(0x7FFF)), _mm512_set1_epi32(0x8000)));
+}
+
 TARGET size_t rans_dtabs16_avx512(unsigned exp_shift, uint32_t exp_mask, uint32_t top, const uint32_t *word, size_t k,
                                   uint32_t have, uint8_t *tab, int *bad)
 {
-    const __m512i vtop = _mm512_set1_epi32((int)top), emask = _mm512_set1_epi32((int)exp_mask), zero = _mm512_setzero_si512(),
-                  fifteen = _mm512_set1_epi32(SP_NDCLASS - 1), eight = _mm512_set1_epi32(SP_NCLASS),
+    const __m512i vtop = _mm512_set1_epi32((int)top), emask = _mm512_set1_epi32((int)exp_mask),
                   vhave = _mm512_set1_epi32((int)have), one = _mm512_set1_epi32(1);
     const __m128i shift = _mm_cvtsi32_si128((int)exp_shift);
     size_t j = 0;
     for (; j + 16 <= k; j += 16) {
-        __m512i x = _mm512_loadu_si512(word + j);
-        __m512i e = _mm512_and_si512(_mm512_srl_epi32(x, shift), emask);
-        __m512i t = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(_mm512_sub_epi32(vtop, e), zero), fifteen), eight);
+        __m512i t = dtab16(_mm512_loadu_si512(word + j), shift, emask, vtop);
         if (_mm512_test_epi32_mask(_mm512_srlv_epi32(vhave, t), one) != 0xFFFF) {
             *bad = 1;
             return j;
@@ -182,9 +198,7 @@ TARGET size_t rans_deltas16_avx512(const uint32_t *word, const uint8_t *sym, siz
             *bad = 1;
             return j;
         }
-        /* order keys: a negative word flips every bit, a positive one the sign */
-        __m512i sgn = _mm512_srai_epi32(_mm512_slli_epi32(x, 16), 31);
-        __m512i key = _mm512_xor_si512(x, _mm512_or_si512(_mm512_and_si512(sgn, low15), half));
+        __m512i key = fkey16(x);
         __m512i k2 = _mm512_and_si512(_mm512_mask_sub_epi32(_mm512_add_epi32(key, mag), neg, key, mag), w16);
         __m512i s2 = _mm512_srai_epi32(_mm512_slli_epi32(k2, 16), 31);
         __m512i v = _mm512_xor_si512(k2, _mm512_or_si512(_mm512_andnot_si512(s2, low15), half));
@@ -245,19 +259,14 @@ TARGET uint16_t *rans32_emit_avx512(const uint8_t *syms, size_t lo, size_t hi, c
 TARGET size_t rans_delta_syms16_avx512(const uint32_t *pairs, size_t k, uint32_t top, unsigned exp_shift, uint32_t exp_mask,
                                        uint8_t *syms, uint64_t *quads, uint8_t *qbits)
 {
-    const __m512i w16 = _mm512_set1_epi32(0xFFFF), half = _mm512_set1_epi32(0x8000), low15 = _mm512_set1_epi32(0x7FFF),
-                  one = _mm512_set1_epi32(1), three = _mm512_set1_epi32(3), zero = _mm512_setzero_si512(),
-                  fifteen = _mm512_set1_epi32(SP_NDCLASS - 1), eight = _mm512_set1_epi32(SP_NCLASS),
-                  vtop = _mm512_set1_epi32((int)top), emask = _mm512_set1_epi32((int)exp_mask),
-                  bias = _mm512_set1_epi32(127), wrap = _mm512_set1_epi32(0x10000);
+    const __m512i w16 = _mm512_set1_epi32(0xFFFF), half = _mm512_set1_epi32(0x8000), one = _mm512_set1_epi32(1),
+                  three = _mm512_set1_epi32(3), vtop = _mm512_set1_epi32((int)top), emask = _mm512_set1_epi32((int)exp_mask),
+                  bias = _mm512_set1_epi32(127), wrap = _mm512_set1_epi32(0x10000), lo32 = _mm512_set1_epi64(0xFFFFFFFF);
     const __m128i shift = _mm_cvtsi32_si128((int)exp_shift);
     size_t j = 0;
     for (; j + 16 <= k; j += 16) {
         __m512i xy = _mm512_loadu_si512(pairs + j), x = _mm512_and_si512(xy, w16), y = _mm512_srli_epi32(xy, 16);
-        /* order keys (a negative word flips every bit, a positive one the sign) and their difference */
-        __m512i kx = _mm512_xor_si512(x, _mm512_or_si512(_mm512_and_si512(_mm512_srai_epi32(_mm512_slli_epi32(x, 16), 31), low15), half));
-        __m512i ky = _mm512_xor_si512(y, _mm512_or_si512(_mm512_and_si512(_mm512_srai_epi32(_mm512_slli_epi32(y, 16), 31), low15), half));
-        __m512i d = _mm512_and_si512(_mm512_sub_epi32(ky, kx), w16);
+        __m512i d = _mm512_and_si512(_mm512_sub_epi32(fkey16(y), fkey16(x)), w16); /* the order keys' difference */
         __mmask16 neg = _mm512_cmpge_epu32_mask(d, half);
         __m512i mag = _mm512_mask_sub_epi32(d, neg, wrap, d);
         /* L = floor(log2 mag), exact through the float's exponent (mag <= 2^15) */
@@ -274,7 +283,6 @@ TARGET size_t rans_delta_syms16_avx512(const uint32_t *pairs, size_t k, uint32_t
          * 64-bit lanes, then pairs of pairs */
         __m512i field = _mm512_or_si512(_mm512_maskz_mov_epi32(neg, one), _mm512_slli_epi32(raw, 1));
         __m512i flen = _mm512_add_epi32(nr, one);
-        __m512i lo32 = _mm512_set1_epi64(0xFFFFFFFF);
         __m512i len2 = _mm512_and_si512(flen, lo32);
         __m512i pair = _mm512_or_si512(_mm512_and_si512(field, lo32), _mm512_sllv_epi64(_mm512_srli_epi64(field, 32), len2));
         __m512i plen = _mm512_add_epi64(len2, _mm512_srli_epi64(flen, 32));
@@ -283,8 +291,7 @@ TARGET size_t rans_delta_syms16_avx512(const uint32_t *pairs, size_t k, uint32_t
         _mm256_storeu_si256((__m256i *)(void *)(quads + j / 4), _mm512_castsi512_si256(_mm512_maskz_compress_epi64(0x55, quad)));
         uint32_t ql = (uint32_t)_mm_cvtsi128_si32(_mm512_cvtepi64_epi8(_mm512_maskz_compress_epi64(0x55, qlen)));
         memcpy(qbits + j / 4, &ql, 4);
-        __m512i e = _mm512_and_si512(_mm512_srl_epi32(x, shift), emask);
-        __m512i tab = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(_mm512_sub_epi32(vtop, e), zero), fifteen), eight);
+        __m512i tab = dtab16(x, shift, emask, vtop);
         _mm256_storeu_si256((__m256i *)(void *)(syms + 2 * j), _mm512_cvtepi32_epi16(_mm512_or_si512(tab, _mm512_slli_epi32(sym, 8))));
     }
     return j;
