@@ -35,10 +35,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <unistd.h>
-#include <xxhash.h>
-#if FERRY_XXH_DISPATCH /* the same run-time dispatched XXH3 as the library (Makefile) */
-#include <xxh_x86dispatch.h>
-#endif
+#include "xxh.h" /* the library's XXH3 shim (dispatched where libxxhash has it, vector state cleaned after) */
 #include <zstd.h>
 
 #include "bench_util.h"
