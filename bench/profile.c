@@ -1,0 +1,113 @@
+/* bench/profile: one ferry operation on one checkpoint pair, repeated, each
+ * run timed on its own; for `perf record` and for A/B runs of two builds.
+ * bench/throughput measures every operation in one run; this one isolates
+ * one, with nothing else in the process between repetitions.
+ *
+ *   profile MODE OLD NEW [--masters M] [--threads N] [--reps N] [--out F]
+ *
+ * MODE: diff (NEW as BF16), diff-fp32 (--masters M, cast on the fly),
+ * apply (into new memory), apply-file (to --out, fsync'd), in-place (into
+ * an owned copy of OLD, put back between runs outside the timing).  As in
+ * bench/throughput, the base hash is passed as known.  Each run prints its
+ * seconds and GB/s of NEW's tensor bytes; the last line is the best. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_util.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: profile MODE OLD NEW [--masters M] [--threads N] [--reps N] [--out F]\n"
+               "  MODE        diff | diff-fp32 | apply | apply-file | in-place\n"
+               "  OLD NEW     BF16 checkpoints (.safetensors); NEW is the target\n"
+               "  --masters M FP32 masters whose BF16 cast is NEW (diff-fp32)\n"
+               "  --threads N worker threads (default 1)\n"
+               "  --reps N    runs (default 5)\n"
+               "  --out F     apply-file's output (default /tmp/ferry-profile.safetensors)\n");
+}
+
+static void die(const char *what, int rc)
+{
+    fprintf(stderr, "profile: %s: %s (%s)\n", what, ferry_last_error(), ferry_strerror(rc));
+    exit(1);
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = NULL, *oldp = NULL, *newp = NULL, *masters = NULL, *out = "/tmp/ferry-profile.safetensors";
+    int threads = 1, reps = 5;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { usage(stdout); return 0; }
+        if (!strcmp(argv[i], "--masters") && i + 1 < argc) masters = argv[++i];
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+        else if (!mode) mode = argv[i];
+        else if (!oldp) oldp = argv[i];
+        else if (!newp) newp = argv[i];
+        else { usage(stderr); return 2; }
+    }
+    int m_diff = mode && !strcmp(mode, "diff"), m_fp32 = mode && !strcmp(mode, "diff-fp32"),
+        m_apply = mode && !strcmp(mode, "apply"), m_file = mode && !strcmp(mode, "apply-file"),
+        m_inplace = mode && !strcmp(mode, "in-place");
+    if (!newp || reps < 1 || threads < 1 || threads > 64 || !(m_diff || m_fp32 || m_apply || m_file || m_inplace) ||
+        (m_fp32 && !masters)) {
+        usage(stderr);
+        return 2;
+    }
+    ferry_model *a, *b, *m = NULL, *c = NULL;
+    int rc;
+    if ((rc = ferry_model_open(oldp, &a))) die(oldp, rc);
+    if ((rc = ferry_model_open(newp, &b))) die(newp, rc);
+    if (m_fp32 && (rc = ferry_model_open(masters, &m))) die(masters, rc);
+    uint8_t ha[16];
+    if ((rc = ferry_model_hash(a, ha))) die("hash", rc); /* also pages OLD in */
+    void *patch = NULL;
+    size_t psize = 0;
+    if (!m_diff && !m_fp32 && (rc = ferry_diff(a, b, &(ferry_diff_options){.threads = threads, .base_hash = ha}, &patch, &psize)))
+        die("diff", rc);
+    if (m_inplace) { /* an owned copy of OLD, made outside the timing */
+        if ((rc = ferry_model_create(&c))) die("copy", rc);
+        for (size_t i = 0; i < ferry_model_count(a); i++) {
+            const ferry_tensor *t = ferry_model_tensor(a, i);
+            if ((rc = ferry_model_add(c, t->name, t->dtype, t->ndim, t->shape, t->data, t->nbytes, FERRY_ADD_COPY))) die("copy", rc);
+        }
+        for (size_t i = 0; i < ferry_model_metadata_count(a); i++) {
+            const char *k, *v;
+            ferry_model_metadata(a, i, &k, &v);
+            if ((rc = ferry_model_set_metadata(c, k, v))) die("copy", rc);
+        }
+    }
+    double gb = (double)ferry_model_nbytes(b) / 1e9, best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        if (m_inplace && r) /* back to OLD */
+            for (size_t i = 0; i < ferry_model_count(a); i++)
+                memcpy(ferry_model_data_mut(c, i), ferry_model_tensor(a, i)->data, ferry_model_tensor(a, i)->nbytes);
+        ferry_diff_options d = {.threads = threads, .base_hash = ha, .cast_bf16 = m_fp32};
+        ferry_apply_options o = {.threads = threads, .base_hash = ha};
+        void *p = NULL;
+        size_t n = 0;
+        ferry_model *res = NULL;
+        double t0 = bench_now();
+        if (m_diff || m_fp32) rc = ferry_diff(a, m_fp32 ? m : b, &d, &p, &n);
+        else if (m_apply) rc = ferry_apply_ex(a, patch, psize, &o, &res);
+        else if (m_file) rc = ferry_apply_file(a, patch, psize, &o, out);
+        else rc = ferry_apply_inplace_ex(c, patch, psize, &o);
+        double dt = bench_now() - t0;
+        if (rc) die(mode, rc);
+        ferry_free(p);
+        ferry_model_free(res);
+        if (dt < best) best = dt;
+        printf("%s run %d: %.3f s, %.2f GB/s\n", mode, r + 1, dt, gb / dt);
+    }
+    printf("%s best of %d, %d thread(s): %.3f s, %.2f GB/s of BF16 model (%.3f GB)\n", mode, reps, threads, best, gb / best, gb);
+    if (m_file) unlink(out);
+    ferry_free(patch);
+    ferry_model_free(a);
+    ferry_model_free(b);
+    ferry_model_free(m);
+    ferry_model_free(c);
+    return 0;
+}
