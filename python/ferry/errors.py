@@ -57,3 +57,19 @@ def check(status):
     here is the one of the call that just failed."""
     if status != 0:
         raise FerryError(status, last_error())
+
+
+def cstr(text, what):
+    """text as the NUL-terminated UTF-8 the C API takes.  A NUL inside it
+    would silently cut it there (two names "a\\0x", "a\\0y" would both
+    become "a"), so it is refused with FERRY_ERR_ARG naming what it is."""
+    b = text if isinstance(text, bytes) else str(text).encode("utf-8")
+    if b"\0" in b:
+        raise FerryError(ERR_ARG, "%s %r contains a NUL byte" % (what, text))
+    return b
+
+
+def cpath(path, what="path"):
+    """A file system path (str, bytes, PathLike) for the C API; NUL refused."""
+    import os
+    return cstr(os.fsencode(path), what)

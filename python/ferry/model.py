@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 from . import _lib
-from .errors import FerryError, check
+from .errors import FerryError, check, cpath, cstr
 
 L = _lib.lib
 
@@ -220,7 +220,7 @@ class Model:
     @classmethod
     def open(cls, path):
         h = ctypes.c_void_p()
-        check(L.ferry_model_open(os.fsencode(path), ctypes.byref(h)))
+        check(L.ferry_model_open(cpath(path), ctypes.byref(h)))
         return cls(h.value)
 
     @classmethod
@@ -240,11 +240,11 @@ class Model:
                 code, shape, ptr, nbytes, keep = _describe(name, obj, writable)
                 m._keep.append(keep)
                 dims = (ctypes.c_uint64 * max(len(shape), 1))(*shape)
-                check(L.ferry_model_add(m._h, name.encode("utf-8"), code, len(shape), dims,
+                check(L.ferry_model_add(m._h, cstr(name, "tensor name"), code, len(shape), dims,
                                         ptr or None, nbytes, 1))  # FERRY_ADD_BORROW
             for k, v in (metadata or {}).items():
-                check(L.ferry_model_set_metadata(m._h, str(k).encode("utf-8"),
-                                                 str(v).encode("utf-8")))
+                check(L.ferry_model_set_metadata(m._h, cstr(str(k), "metadata key"),
+                                                 cstr(str(v), "metadata value of %r" % k)))
         except BaseException:
             m.close()
             raise
@@ -285,7 +285,7 @@ class Model:
         return [self._tensor(i).name.decode("utf-8") for i in range(len(self))]
 
     def __contains__(self, name):
-        return bool(L.ferry_model_find(self.handle, name.encode("utf-8")))
+        return bool(L.ferry_model_find(self.handle, cstr(name, "tensor name")))
 
     def describe(self):
         """[(name, safetensors dtype, shape, nbytes)] in name order."""
@@ -317,7 +317,7 @@ class Model:
 
     def save(self, path):
         """Writes one .safetensors file atomically (aside, fsync, rename)."""
-        check(L.ferry_model_save(self.handle, os.fsencode(path)))
+        check(L.ferry_model_save(self.handle, cpath(path)))
 
     def tensors(self, framework="auto"):
         """name -> array viewing this model's memory (no copy).  The arrays

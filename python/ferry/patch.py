@@ -4,11 +4,12 @@ Every model argument may be a mapping name -> array (a state_dict; borrowed
 zero-copy), a path to a .safetensors file or sharded checkpoint, or a
 ferry.Model.  A patch is any bytes-like object.
 """
+import collections.abc
 import ctypes
 import os
 
-from . import _lib
-from .errors import check
+from . import _alias, _lib
+from .errors import check, cpath
 from .model import Model, _Using
 
 L = _lib.lib
@@ -83,7 +84,7 @@ def apply_file(base, patch, path, threads=1):
     p, n, _keep = _patch_arg(patch)
     o, _hk = _apply_options(threads, None)
     with _Using(base) as b:
-        check(L.ferry_apply_file(b.handle, p, n, ctypes.byref(o), os.fsencode(path)))
+        check(L.ferry_apply_file(b.handle, p, n, ctypes.byref(o), cpath(path)))
 
 
 def apply_inplace(tensors, patch, threads=1, base_hash=None, verify_first=False):
@@ -94,13 +95,31 @@ def apply_inplace(tensors, patch, threads=1, base_hash=None, verify_first=False)
     written before the whole result verified (it decodes twice; for arrays
     that others read meanwhile).  base_hash: the caller vouches the arrays
     hash to this (the target of its last apply), which saves hashing them
-    again."""
+    again.  Tied names (one storage under several names, as a tied
+    embedding's state_dict has) are patched in private copies of the
+    tensors the patch changes, must come out identical, and are written
+    once; views that overlap otherwise are refused (FerryError 2)."""
     p, n, _keep = _patch_arg(patch)
     o, _hk = _apply_options(threads, base_hash)
     if verify_first:
         o.undo_limit = 1
-    with _Using(tensors, writable=True) as m:
+    tied = _alias.groups(tensors) if isinstance(tensors, collections.abc.Mapping) else []
+    if not tied:
+        with _Using(tensors, writable=True) as m:
+            check(L.ferry_apply_inplace_ex(m.handle, p, n, ctypes.byref(o)))
+        return
+    # Tied names (one storage under several names): the library patches a
+    # private copy of every tensor the patch changes, the group's copies
+    # must agree, and only then is the caller's memory written: whether a
+    # patch keeps a tie is only known once it is applied, and a refusal
+    # must leave every tensor as it was.
+    same = {t["name"] for t in inspect(patch)["tensors"] if t["kind"] == "same"}
+    work = {k: (v if k in same and not any(k in g for g in tied) else _alias.host_copy(v))
+            for k, v in tensors.items()}
+    with _Using(work, writable=True) as m:
         check(L.ferry_apply_inplace_ex(m.handle, p, n, ctypes.byref(o)))
+    _alias.check_groups(tied, work)
+    _alias.write_back(tensors, work, tied)
 
 
 def inspect(patch):

@@ -16,7 +16,8 @@ import ctypes
 import os
 
 from . import _lib
-from .errors import FerryError, check
+from . import _alias
+from .errors import FerryError, check, cpath, cstr
 from .model import Model, Raw, _Using, _torch
 
 L = _lib.lib
@@ -94,8 +95,8 @@ SYNC_LATEST, SYNC_MIN, SYNC_EXACT = 0, 1, 2
 ERR_SYNC_TIMEOUT = 88
 
 
-def _enc(s):
-    return None if s is None else os.fsencode(s)
+def _enc(s, what="path"):
+    return None if s is None else cpath(s, what)
 
 
 def _info_dict(st):
@@ -130,11 +131,11 @@ class Store:
             if k not in dict(o._fields_) or k in ("progress", "progress_user"):
                 raise TypeError("ferry.Store: unknown option %r" % k)
             if isinstance(v, str):
-                v = v.encode("utf-8")
+                v = cstr(v, "store option %s" % k)
                 self._keep.append(v)
             setattr(o, k, v)
         h = ctypes.c_void_p()
-        check(L.ferry_store_open(os.fsencode(str(url)), ctypes.byref(o), ctypes.byref(h)))
+        check(L.ferry_store_open(cpath(str(url), "store url"), ctypes.byref(o), ctypes.byref(h)))
         self._h = h
 
     @property
@@ -181,13 +182,13 @@ class Publisher:
     def __init__(self, store, run, anchor_every=0, cast_bf16=True, threads=1, level=0,
                  verify=False, publisher_id=None, cache_path=None, tmp_dir=None):
         self._store = _store(store, create=True)
-        self._strs = [_enc(publisher_id), _enc(cache_path), _enc(tmp_dir)]
+        self._strs = [_enc(publisher_id, "publisher_id"), _enc(cache_path), _enc(tmp_dir)]
         o = _PublisherOptions(publisher_id=self._strs[0], anchor_every=int(anchor_every),
                               cast_bf16=1 if cast_bf16 else 0, level=int(level),
                               threads=int(threads), verify=1 if verify else 0,
                               cache_path=self._strs[1], tmp_dir=self._strs[2])
         h = ctypes.c_void_p()
-        check(L.ferry_publisher_open(self._store.handle, run.encode("utf-8"),
+        check(L.ferry_publisher_open(self._store.handle, cstr(run, "run name"),
                                      ctypes.byref(o), ctypes.byref(h)))
         self._h = h
         self.run = run
@@ -253,7 +254,11 @@ class Subscriber:
     or with the tensors exactly as they were.
     Tensors on a GPU are followed through a host mirror: patched there,
     then copied to the device (host memory of their size; one
-    host-to-device copy per new version).
+    host-to-device copy per new version).  So are tied names (one storage
+    under several names): a mirror each, which must come out identical
+    (else FerryError 2, tensors as they were), then the storage is written
+    once; the first sync from no version mirrors every tensor.  Views that
+    overlap without being the same view are refused (FerryError 2).
 
     File mode (path=...): sync() keeps a local .safetensors file at the
     version, replaced atomically; load() reads it.
@@ -274,8 +279,11 @@ class Subscriber:
         self._h = ctypes.c_void_p()
         self._model = None       # memory mode: the borrowed Model
         self._sig = None         # memory mode: (names, addresses) it borrows
-        self._mirror = None      # memory mode: {name: (device tensor, host mirror)}
+        self._mirror = None      # memory mode: {name: (caller tensor, host mirror)}
+        self._tied = []          # memory mode: groups of names sharing a storage
+        self._all_mirrored = False
         self._version = 0
+        self._claimed = 0
         self.last_info = None
         if path is not None:
             self._open(path=_enc(path))
@@ -285,11 +293,14 @@ class Subscriber:
                                model_version=model_version, tmp_dir=self._tmp, **self._opts)
         self._path_b = path
         h = ctypes.c_void_p()
-        check(L.ferry_subscriber_open(self._store.handle, self.run.encode("utf-8"),
+        check(L.ferry_subscriber_open(self._store.handle, cstr(self.run, "run name"),
                                       ctypes.byref(o), ctypes.byref(h)))
         self._close_handle()
         self._h = h
         self._version = L.ferry_subscriber_version(h)
+        # A claimed version is checked (by hash) at the first sync; until
+        # then the library reports 0 but the tensors are said to hold it.
+        self._claimed = model_version
 
     def _close_handle(self):
         if self._h:
@@ -338,50 +349,68 @@ class Subscriber:
         if not isinstance(named_tensors, collections.abc.Mapping):
             named_tensors = dict(named_tensors)
         self._bind(named_tensors, version)
-        before = self._version
-        try:
-            got = self._sync(min_version, exact_version)
-        finally:
-            if self._mirror and self._version != before:
-                self._push_mirror()
+        before = self._version or self._claimed
+        got = self._sync(min_version, exact_version)
+        if self._mirror and self._version != before:
+            host = {n: h for n, (_, h) in self._mirror.items()}
+            try:
+                _alias.check_groups(self._tied, host)
+            except FerryError as e:
+                raise self._undo(before, e)
+            _alias.write_back({n: d for n, (d, _) in self._mirror.items()}, host, self._tied)
+            if self._all_mirrored:
+                self._sig = None   # verified once: from now on borrow what can be
         return got
 
     def _bind(self, tensors, version):
         """(Re)opens the C subscriber on a model borrowing these tensors,
-        unless it already borrows exactly them (same names and addresses)."""
-        torch = _torch()
-        mirror, host = {}, {}
-        for name, t in tensors.items():
-            if _needs_mirror(t):
-                mirror[name] = t
-                host[name] = None
-            else:
-                host[name] = t
+        unless it already borrows exactly them (same names and addresses).
+
+        Patched through host mirrors instead of in place: tensors on a
+        device, and names that share one storage (tied parameters, see
+        _alias): each gets its own mirror, the sync must leave a group's
+        mirrors identical, then the storage is written once.  When tied
+        names are followed from no version (nothing to roll back to),
+        every tensor is mirrored for that first sync, so that an untied
+        version is refused before any caller byte changes."""
+        tied = _alias.groups(tensors)   # before anything: refuses overlaps
         sig = tuple((n, _address(t)) for n, t in tensors.items())
         if self._h and sig == self._sig:
             return
-        if mirror:
-            old = self._mirror or {}
-            pin = torch.cuda.is_available()
-            for name, dev in mirror.items():
-                prev = old.get(name)
-                if prev is not None and prev[0] is dev:
-                    host[name] = prev[1]
-                    continue
-                h = torch.empty(dev.shape, dtype=dev.dtype, pin_memory=pin)
-                h.copy_(dev)
-                host[name] = h
-            self._mirror = {n: (mirror[n], host[n]) for n in mirror}
-        else:
-            self._mirror = None
         claim = self._version if version is None else int(version)
+        in_group = {n for g in tied for n in g}
+        everything = bool(tied) and claim == 0
+        host, mirror = {}, {}
+        old = self._mirror or {}
+        for name, t in tensors.items():
+            if not (everything or name in in_group or _needs_mirror(t)):
+                host[name] = t
+                continue
+            prev = old.get(name)
+            host[name] = prev[1] if prev is not None and prev[0] is t else _alias.host_copy(t)
+            mirror[name] = (t, host[name])
+        self._mirror = mirror or None
+        self._tied, self._all_mirrored = tied, everything
         model = Model.from_tensors(host, writable=True)
         self._open(model=model, model_version=claim)
         self._model, self._sig = model, sig
 
-    def _push_mirror(self):
-        for dev, host in self._mirror.values():
-            dev.copy_(host, non_blocking=False)
+    def _undo(self, before, err):
+        """After check_groups refused a synced version: back to `before`.
+        The mirrors were not pushed; the borrowed tensors (only when
+        before > 0) are synced back to it by the library.  Returns the
+        error to raise."""
+        if before and not self._all_mirrored:
+            try:
+                self._sync(None, before)
+                return err
+            except FerryError as again:
+                err = FerryError(err.code, "%s; rolling back to version %d failed too (%s): "
+                                 "tensors outside the tied groups may hold the new version"
+                                 % (err.message, before, again.message))
+        self._close_handle()
+        self._mirror, self._sig, self._version = None, None, before
+        return err
 
     def wait(self, after_version=None, timeout_s=None):
         """Blocks until HEAD names a version above after_version (default:
