@@ -2,8 +2,10 @@
 
 The library is searched, in order: the path in $FERRY_LIB; build/libferry.so
 of the source tree this package sits in (python/ferry/../../build); the
-system's library path (libferry.so.0, libferry.so, as ``make install`` puts
-them).  Every prototype is declared here, so a call with a wrong argument
+libdir pkg-config gives for libferry (``make install PREFIX=P`` writes
+P/lib/pkgconfig/libferry.pc: set PKG_CONFIG_PATH for a prefix outside
+pkg-config's default search); the system's library path (libferry.so.0,
+libferry.so).  Every prototype is declared here, so a call with a wrong argument
 type fails in ctypes instead of in C.
 """
 import ctypes
@@ -58,6 +60,21 @@ class PatchTensorInfo(ctypes.Structure):
     ]
 
 
+def _pkg_config():
+    """[libdir/libferry.so.0, libdir/libferry.so] of an installed libferry.pc,
+    or [] (no pkg-config, no libferry.pc)."""
+    import subprocess
+    try:
+        r = subprocess.run(["pkg-config", "--variable=libdir", "libferry"],
+                           capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    d = r.stdout.strip()
+    if r.returncode != 0 or not d:
+        return []
+    return [os.path.join(d, n) for n in ("libferry.so.0", "libferry.so")]
+
+
 def _candidates():
     env = os.environ.get("FERRY_LIB")
     if env:
@@ -66,7 +83,7 @@ def _candidates():
         return [env], True
     here = os.path.dirname(os.path.abspath(__file__))
     tree = os.path.normpath(os.path.join(here, "..", "..", "build", "libferry.so"))
-    names = [tree]
+    names = [tree] + _pkg_config()
     found = ctypes.util.find_library("ferry")
     names += [n for n in (found, "libferry.so.0", "libferry.so") if n]
     return names, False
