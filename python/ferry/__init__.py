@@ -17,12 +17,16 @@ README.md ("Python") and the docstrings of each function.
 
 Modules: _lib (loading, prototypes), errors (FerryError), model (Model,
 load/save, dtype mapping), patch (diff/apply), sync (Store, Publisher,
-Subscriber; present when libferry has the sync layer).
+Subscriber; present when libferry has the sync layer), layout (engine
+layout of a tensor-parallel model), shard (sharded publish from
+torch.distributed trainer ranks, sliced pull applied to an engine's TP
+parameters; present when libferry has ferry_shard.h).
 """
 from . import _lib
 from .errors import FerryError, strerror, last_error
 from .model import (Model, Raw, DTYPE_NAMES, load, save, model_hash, f32_to_bf16)
 from .patch import diff, apply, apply_file, apply_inplace, inspect
+from . import layout
 
 __version__ = _lib.lib.ferry_version().decode()
 library_path = _lib.path
@@ -34,3 +38,5 @@ __all__ = ["FerryError", "strerror", "last_error", "Model", "Raw", "DTYPE_NAMES"
 if _lib.has("ferry_publisher_open") or _lib.has("ferry_publisher_create"):
     from .sync import Publisher, Subscriber  # noqa: F401
     __all__ += ["Publisher", "Subscriber"]
+if _lib.has("ferry_shard_pull"):
+    from . import shard  # noqa: F401  (ShardPublisher, ShardSubscriber)

@@ -25,6 +25,15 @@ if hasattr(ferry, "Publisher"):
                 ("ferry_subscriber_options", sync._SubscriberOptions, "ferry_sync.h"),
                 ("ferry_sync_info", sync._SyncInfo, "ferry_sync.h"),
                 ("ferry_subscriber_stats", sync._SubscriberStats, "ferry_sync.h")]
+if hasattr(ferry, "shard"):
+    from ferry import shard
+    STRUCTS += [("ferry_shard_options", shard._Options, "ferry_shard.h"),
+                ("ferry_shard_part", shard._Part, "ferry_shard.h"),
+                ("ferry_shard_publish_info", shard._PublishInfo, "ferry_shard.h"),
+                ("ferry_shard_region", shard._Region, "ferry_shard.h"),
+                ("ferry_shard_sub_options", shard._SubOptions, "ferry_shard.h"),
+                ("ferry_shard_pull_info", shard._PullInfo, "ferry_shard.h"),
+                ("ferry_shard_sub_stats", shard._SubStats, "ferry_shard.h")]
 
 
 def test_struct_layouts_match_headers():

@@ -1,0 +1,283 @@
+"""Tensor-parallel engines follow a sharded run (issue 13 item 3).
+
+R = 2 trainer processes, joined by torch.distributed (gloo, 127.0.0.1),
+publish VERSIONS versions of a small Llama-style model's FP32 masters,
+each rank its FSDP-style dim-0 shard (ferry.shard.ShardPublisher: the
+token, part records and commit status move by broadcast_object_list /
+gather_object).  At the same time two island groups, M = 2 and M = 3
+processes, each its own gloo group, hold the model in engine layout
+(fused qkv and gate_up column-parallel, o/down row-parallel, vocabulary-
+parallel embedding and head, replicated norms: ferry.layout.Layout.llama)
+and follow version by version (ShardSubscriber.apply, in place).  After
+every version each island rank checks (1) its engine weights equal the
+reference BF16 model's slices bit for bit and (2) the TP forward's logits
+equal the unsharded BF16 model's bit for bit (tests/python/_tp.py says how
+the forward is made exact), and that they moved since the last version.
+
+In-process (no subprocess): a bad layout (a split that does not divide,
+an engine parameter of the wrong shape, a layout that disagrees with the
+checkpoint) is refused with a message naming the parameter, before
+anything is written; tied parameters (one engine storage under two names)
+are written once and stay consistent."""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from _harness import Skip, run
+
+import torch
+
+import ferry
+from ferry.layout import Layout
+
+import _tp
+
+VERSIONS = 4
+TMP = tempfile.mkdtemp(prefix="ferry-pytp-")
+OPTS = dict(anchor_every=3, min_tile_words=1024)     # small tiles: islands fetch a part
+
+
+def need_shard():
+    if not hasattr(ferry, "shard"):
+        raise Skip("this libferry has no ferry_shard.h")
+
+
+def _bits(t):
+    return t.to(torch.bfloat16).view(torch.int16)
+
+
+def reference(v, tied=False):
+    """The unsharded BF16 model of version v and its logits."""
+    full = _tp.bf16(_tp.masters(v, tied=tied))
+    return full, _tp.forward(Layout.llama(_tp.shapes(), 1, 0).shard(full), _tp.IDS, _tp.Solo())
+
+
+# ----------------------------------------------------------------------
+# The processes
+# ----------------------------------------------------------------------
+
+def _join(rank, world, port):
+    import torch.distributed as d
+    d.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
+                         world_size=world, timeout=__import__("datetime").timedelta(seconds=120))
+    return d
+
+
+def trainer(rank, world, port, store):
+    d = _join(rank, world, port)
+    pub = ferry.shard.ShardPublisher(store, "tp", **OPTS)
+    assert (pub.rank, pub.world) == (rank, world)
+    for v in range(1, VERSIONS + 1):
+        parts = ferry.shard.dim0_parts(_tp.masters(v), rank, world)
+        assert pub.publish(parts) == v and pub.version == v
+        info = pub.last_info
+        assert info["kind"] == "anchor" or v > 1, info
+        print("trainer %d: version %d %s delta %d anchor %d bytes" % (
+            rank, v, info["kind"], info["delta_bytes"], info["anchor_bytes"]))
+    d.barrier()
+
+
+def island(rank, world, port, store):
+    _join(rank, world, port)
+    lay = Layout.llama(_tp.shapes(), world, rank)
+    params = {n: torch.zeros(p.shape, dtype=torch.bfloat16) for n, p in lay.params.items()}
+    ptrs = {n: t.data_ptr() for n, t in params.items()}
+    sub = ferry.shard.ShardSubscriber(store, "tp", lay)
+    comm, before = _tp.Dist(), None
+    for v in range(1, VERSIONS + 1):
+        assert sub.wait(after_version=v - 1, timeout_s=120) >= v
+        assert sub.apply(params, exact_version=v) == v and sub.version == v
+        full, want = reference(v)
+        exp = lay.shard(full)
+        bad = [n for n in params if not torch.equal(_bits(params[n]), _bits(exp[n]))]
+        assert not bad, (v, bad[:3])
+        got = _tp.forward(params, _tp.IDS, comm)
+        assert torch.equal(_bits(got), _bits(want)), (v, float((got - want).abs().max()))
+        assert before is None or not torch.equal(_bits(got), _bits(before)), v
+        before = got
+        a, info = sub.last_apply, sub.last_info
+        # A cold start copies whole regions; a delta index_copy_s the changes.
+        if v == 1:
+            assert a["copied"] == len(lay.regions) and a["indexed"] == 0, a
+        if v == 2:
+            assert a["indexed"] > 0 and a["copied"] == 0, a
+        # Only the tiles covering this rank's regions travel.
+        assert 0 < info["object_bytes"] < info["version_bytes"] or world == 1, info
+        print("island %d/%d: version %d ok, %s, fetched %d of %d bytes" % (
+            rank, world, v, a, info["object_bytes"], info["version_bytes"]))
+    assert {n: t.data_ptr() for n, t in params.items()} == ptrs     # in place
+
+
+def _port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def _spawn(role, world, store):
+    port = _port()
+    return [(role, r, world, subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), role, str(r), str(world), str(port), store],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)) for r in range(world)]
+
+
+# ----------------------------------------------------------------------
+# The tests
+# ----------------------------------------------------------------------
+
+def test_tp_islands_follow_sharded_trainers():
+    need_shard()
+    store = "file://" + os.path.join(TMP, "store")
+    os.makedirs(store[7:])
+    procs = _spawn("trainer", 2, store) + _spawn("island", 2, store) + _spawn("island", 3, store)
+    deadline = time.time() + 180
+    failed = []
+    for role, r, world, p in procs:
+        try:
+            out, _ = p.communicate(timeout=max(1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+            out += "\n(killed: timeout)"
+        print("--- %s %d/%d (exit %s)\n%s" % (role, r, world, p.returncode, out.strip()))
+        if p.returncode != 0:
+            failed.append("%s %d/%d" % (role, r, world))
+    assert not failed, failed
+
+
+def test_layout_regions():
+    """Where each checkpoint slice lands, rank 1 of 3."""
+    lay = Layout.llama(_tp.shapes(), 3, 1)
+    qkv = lay.params["model.layers.0.self_attn.qkv_proj.weight"]
+    assert qkv.kind == "fused" and qkv.shape == (96, 96)
+    assert [(r.source.split(".")[-2], r.row_begin, r.row_end, r.col_begin, r.col_end, r.offset)
+            for r in qkv.regions] == [("q_proj", 32, 64, 0, 96, 0), ("k_proj", 32, 64, 0, 96, 3072),
+                                      ("v_proj", 32, 64, 0, 96, 6144)]
+    o = lay.params["model.layers.0.self_attn.o_proj.weight"]
+    assert o.kind == "row" and o.shape == (96, 32)
+    assert [(r.row_begin, r.row_end, r.col_begin, r.col_end) for r in o.regions] == [(0, 96, 32, 64)]
+    gu = lay.params["model.layers.1.mlp.gate_up_proj.weight"]
+    assert gu.shape == (128, 96) and [r.source for r in gu.regions] == [
+        "model.layers.1.mlp.gate_proj.weight", "model.layers.1.mlp.up_proj.weight"]
+    assert lay.params["lm_head.weight"].shape == (128, 96)
+    assert lay.params["model.embed_tokens.weight"].kind == "vocab"
+    assert lay.params["model.norm.weight"].kind == "replicated"
+    assert len(lay.params) == 3 + 2 * 6 and len(lay.regions) == 3 + 2 * 9
+    # shard() cuts exactly those slices.
+    full = _tp.bf16(_tp.masters(1))
+    p = lay.shard(full)
+    w = full["model.layers.0.self_attn.o_proj.weight"]
+    assert torch.equal(_bits(p["model.layers.0.self_attn.o_proj.weight"]), _bits(w[:, 32:64]))
+    q = full["model.layers.0.self_attn.k_proj.weight"]
+    assert torch.equal(_bits(p["model.layers.0.self_attn.qkv_proj.weight"][32:64]), _bits(q[32:64]))
+    # Errors name the parameter.
+    _raises(lambda: Layout(_tp.shapes(), 2, 0).add("x", "fused", ["lm_head.weight",
+                                                                  "model.layers.0.mlp.down_proj.weight"]),
+            47, "'x'", "fused parts differ")
+    _raises(lambda: Layout(_tp.shapes(), 2, 0).add("y", "row", "model.norm.weight"), 2, "'y'", "2-D")
+    _raises(lambda: Layout(_tp.shapes(), 2, 0).add("z", "column", "nope"), 2, "'z'", "'nope'")
+    _raises(lambda: Layout(_tp.shapes(), 2, 2), 2, "rank 2 of tp_size 2")
+    _raises(lambda: lay.check_engine({}), 2, "has no parameter")
+
+
+def _publish_solo(store, run, versions, tied=False):
+    """R = 1 without torch.distributed: the four steps by hand."""
+    pub = ferry.shard.ShardPublisher(store, run, rank=0, world=1, **OPTS)
+    for v in versions:
+        tok = pub.begin()
+        rec = pub.put(tok, ferry.shard.dim0_parts(_tp.masters(v, tied=tied), 0, 1))
+        info = pub.commit(tok, [rec])
+        pub.finish(True)
+        assert info["version"] == v, info
+    pub.close()
+
+
+def _raises(f, code, *words):
+    try:
+        f()
+    except ferry.FerryError as e:
+        assert e.code == code and all(w in e.message for w in words), e
+        return e
+    raise AssertionError("no FerryError")
+
+
+def test_bad_layout_refused_nothing_changed():
+    need_shard()
+    store = "file://" + os.path.join(TMP, "bad")
+    _publish_solo(store, "b", [1, 2])
+    # A split that does not divide: named at once.
+    _raises(lambda: Layout.llama(_tp.shapes(), 5, 0), 2, "not divisible by tp_size 5")
+    lay = Layout.llama(_tp.shapes(), 2, 1)
+    full, _ = reference(2)
+    good = lay.shard(full)
+    # An engine parameter of the wrong shape: refused before any fetch.
+    params = {n: t.clone() for n, t in good.items()}
+    params["model.layers.1.mlp.down_proj.weight"] = torch.zeros(96, 192, dtype=torch.bfloat16)
+    sub = ferry.shard.ShardSubscriber(store, "b", lay)
+    snap = {n: _bits(t).clone() for n, t in params.items()}
+    _raises(lambda: sub.apply(params), 47, "model.layers.1.mlp.down_proj.weight", "[96, 96]")
+    assert sub.stats["pulls"] == 0 and sub.version == 0
+    assert all(torch.equal(_bits(params[n]), snap[n]) for n in params)
+    # A layout that disagrees with the checkpoint (it believes ffn is 256):
+    # the pull or the region check refuses, nothing is written.
+    wrong = dict(_tp.shapes(dict(_tp.CFG, ffn=256)))
+    lay2 = Layout.llama(wrong, 2, 1)
+    params2 = {n: torch.full(p.shape, 7.0, dtype=torch.bfloat16) for n, p in lay2.params.items()}
+    snap = {n: _bits(t).clone() for n, t in params2.items()}
+    sub2 = ferry.shard.ShardSubscriber(store, "b", lay2)
+    try:
+        sub2.apply(params2)
+        raise AssertionError("a layout of other shapes was applied")
+    except ferry.FerryError as e:
+        assert e.code in (143, 47) and "mlp" in e.message, e
+    assert sub2.version == 0 and all(torch.equal(_bits(params2[n]), snap[n]) for n in params2)
+    # The right engine follows the same run.
+    right = {n: torch.zeros(p.shape, dtype=torch.bfloat16) for n, p in lay.params.items()}
+    assert ferry.shard.ShardSubscriber(store, "b", lay).apply(right) == 2
+    assert all(torch.equal(_bits(right[n]), _bits(good[n])) for n in good)
+
+
+def test_tied_engine_parameters():
+    """embed_tokens and lm_head as one engine storage (a tied model): both
+    regions fetched and checked identical, the storage written once, and a
+    version that unties them refused with the storage as it was."""
+    need_shard()
+    store = "file://" + os.path.join(TMP, "tied")
+    _publish_solo(store, "t", [1, 2], tied=True)
+    lay = Layout.llama(_tp.shapes(), 2, 0)
+    params = {n: torch.zeros(p.shape, dtype=torch.bfloat16) for n, p in lay.params.items()}
+    params["lm_head.weight"] = params["model.embed_tokens.weight"]
+    sub = ferry.shard.ShardSubscriber(store, "t", lay)
+    assert sub.apply(params, exact_version=1) == 1
+    for v in (2,):
+        assert sub.apply(params) == v
+        exp = lay.shard(_tp.bf16(_tp.masters(v, tied=True)))
+        assert all(torch.equal(_bits(params[n]), _bits(exp[n])) for n in exp)
+    assert params["lm_head.weight"].data_ptr() == params["model.embed_tokens.weight"].data_ptr()
+    # Version 3 publishes an lm_head that differs from the embedding.
+    pub = ferry.shard.ShardPublisher(store, "t", rank=0, world=1, **OPTS)
+    w = _tp.masters(3)
+    w["lm_head.weight"] = w["model.embed_tokens.weight"] + 1.0
+    tok = pub.begin()
+    pub.commit(tok, [pub.put(tok, ferry.shard.dim0_parts(w, 0, 1))])
+    pub.finish(True)
+    snap = {n: _bits(t).clone() for n, t in params.items()}
+    _raises(lambda: sub.apply(params), 2, "lm_head.weight", "model.embed_tokens.weight")
+    assert sub.version == 2 and all(torch.equal(_bits(params[n]), snap[n]) for n in params)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1:
+        role, rank, world, port, store = sys.argv[1:6]
+        {"trainer": trainer, "island": island}[role](int(rank), int(world), int(port), store)
+        sys.exit(0)
+    try:
+        run("tp", [v for k, v in list(globals().items()) if k.startswith("test_")])
+    finally:
+        shutil.rmtree(TMP, ignore_errors=True)
