@@ -135,6 +135,44 @@ def dim0_parts(state_dict, rank, world):
     return out
 
 
+_LAUNCHERS = (("RANK", "WORLD_SIZE"),                              # torchrun, by hand
+              ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),  # Open MPI's mpirun
+              ("PMI_RANK", "PMI_SIZE"),                          # MPICH, Intel MPI
+              ("SLURM_PROCID", "SLURM_NTASKS"))                  # srun
+
+
+def launcher_rank():
+    """(rank, world) as the launcher of this process gave them (torchrun
+    or a hand-made RANK/WORLD_SIZE, mpirun, srun), or None."""
+    import os
+    for r, w in _LAUNCHERS:
+        if r in os.environ and w in os.environ:
+            return int(os.environ[r]), int(os.environ[w])
+    return None
+
+
+def init_process_group(backend="gloo", addr=None, port=None, timeout_s=300):
+    """Joins this process to the trainer ranks' torch.distributed group
+    with the rank and world its launcher gave (launcher_rank: so
+    `mpirun -np R python train.py` works as torchrun does) and the
+    rendezvous addr:port (default $MASTER_ADDR:$MASTER_PORT, else
+    127.0.0.1:29500).  The collectives are then torch.distributed's; MPI
+    only started the processes."""
+    import datetime
+    import os
+    got = launcher_rank()
+    if got is None:
+        raise FerryError(ERR_ARG, "ferry.shard: no rank in the environment (RANK/WORLD_SIZE, "
+                         "OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, SLURM_PROCID/NTASKS)")
+    addr = addr or os.environ.get("MASTER_ADDR", "127.0.0.1")
+    port = int(port or os.environ.get("MASTER_PORT", 29500))
+    torch = _torch(required=True)
+    torch.distributed.init_process_group(backend, init_method="tcp://%s:%d" % (addr, port),
+                                         rank=got[0], world_size=got[1],
+                                         timeout=datetime.timedelta(seconds=timeout_s))
+    return got
+
+
 def _dist():
     torch = _torch(required=True)
     d = torch.distributed

@@ -186,6 +186,41 @@ def test_layout_regions():
     _raises(lambda: lay.check_engine({}), 2, "has no parameter")
 
 
+def trainer_mpi(port, store):
+    """A trainer rank started by mpirun: rank and world from Open MPI's
+    environment, the collectives torch.distributed's (gloo)."""
+    rank, world = ferry.shard.init_process_group("gloo", "127.0.0.1", port, timeout_s=120)
+    pub = ferry.shard.ShardPublisher(store, "mpi", **OPTS)
+    for v in (1, 2):
+        assert pub.publish(ferry.shard.dim0_parts(_tp.masters(v), rank, world)) == v
+    print("trainer-mpi %d/%d: published 1, 2" % (rank, world))
+
+
+def test_trainers_under_mpirun():
+    need_shard()
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        raise Skip("no mpirun")
+    store = "file://" + os.path.join(TMP, "mpi")
+    os.makedirs(store[7:])
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_btl="self,vader", OMPI_MCA_btl_tcp_if_include="lo",
+               OMPI_MCA_oob_tcp_if_include="lo", OMPI_MCA_rmaps_base_oversubscribe="1")
+    r = subprocess.run(["timeout", "150", mpirun, "-np", "2", "--oversubscribe", sys.executable,
+                        os.path.abspath(__file__), "trainer-mpi", str(_port()), store],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "trainer-mpi 1/2" in r.stdout, r.stdout
+    # A one-rank island (the whole model) reads both versions bit for bit.
+    lay = Layout.llama(_tp.shapes(), 1, 0)
+    params = {n: torch.zeros(p.shape, dtype=torch.bfloat16) for n, p in lay.params.items()}
+    sub = ferry.shard.ShardSubscriber(store, "mpi", lay)
+    for v in (1, 2):
+        assert sub.apply(params, exact_version=v) == v
+        exp = lay.shard(_tp.bf16(_tp.masters(v)))
+        assert all(torch.equal(_bits(params[n]), _bits(exp[n])) for n in exp), v
+
+
 def _publish_solo(store, run, versions, tied=False):
     """R = 1 without torch.distributed: the four steps by hand."""
     pub = ferry.shard.ShardPublisher(store, run, rank=0, world=1, **OPTS)
@@ -273,6 +308,9 @@ def test_tied_engine_parameters():
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "trainer-mpi":
+        trainer_mpi(int(sys.argv[2]), sys.argv[3])
+        sys.exit(0)
     if len(sys.argv) > 1:
         role, rank, world, port, store = sys.argv[1:6]
         {"trainer": trainer, "island": island}[role](int(rank), int(world), int(port), store)
