@@ -171,3 +171,33 @@ def has(name):
         return True
     except AttributeError:
         return False
+
+
+class Handle:
+    """An owned libferry handle (self._h): .handle (ValueError once
+    closed), close() with the class's C free function (_FREE, its name),
+    with-blocks, and a free at garbage collection."""
+    _FREE = None
+
+    @property
+    def handle(self):
+        if not getattr(self, "_h", None):
+            raise ValueError("%s is closed" % type(self).__name__)
+        return self._h
+
+    def close(self):
+        if getattr(self, "_h", None):
+            getattr(lib, self._FREE)(self._h)
+            self._h = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone
+            pass

@@ -6,7 +6,6 @@ ferry.Model.  A patch is any bytes-like object.
 """
 import collections.abc
 import ctypes
-import os
 
 from . import _alias, _lib
 from .errors import check, cpath

@@ -26,7 +26,7 @@ import numpy as np
 from . import _alias, _lib
 from .errors import ERR_ARG, FerryError, check, cstr
 from .model import _torch, _torch_tables, _view_bytes, _describe
-from .sync import (SYNC_EXACT, SYNC_LATEST, SYNC_MIN, Store, _info_dict, _store)
+from .sync import _info_dict, _store, wait_head
 
 L = _lib.lib
 _P, _I, _U32, _U64, _S, _SZ = (ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_uint64,
@@ -74,7 +74,6 @@ class _SubStats(ctypes.Structure):
                 ("held_bytes", _U64)]
 
 
-_c = ctypes.c_char_p
 _CP = ctypes.POINTER(ctypes.c_char_p)
 _lib._proto("ferry_shard_publisher_open", _I, _P, _S, ctypes.POINTER(_Options), _PP)
 _lib._proto("ferry_shard_publisher_free", None, _P)
@@ -100,7 +99,6 @@ _lib._proto("ferry_shard_subscriber_get_stats", None, _P, ctypes.POINTER(_SubSta
 
 FLAG_ANCHOR = 1
 _WORD = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}   # same-size views
-ERR_SYNC_TIMEOUT = 88
 
 
 def _take_text(ptr, size):
@@ -183,13 +181,15 @@ def _dist():
     return d
 
 
-class ShardPublisher:
+class ShardPublisher(_lib.Handle):
     """One trainer rank's publisher of RUN (ferry_shard_publisher_open).
 
     group: the torch.distributed group of the R trainer ranks (default the
     world); rank and world default to this process's in it.  Options as
     ferry_shard_options (anchor_every, cast_bf16: F32 parts published as
     their BF16 cast, min_tile_words ...)."""
+
+    _FREE = "ferry_shard_publisher_free"
 
     def __init__(self, store, run, rank=None, world=None, group=None, anchor_every=0,
                  cast_bf16=True, level=0, threads=1, min_tile_words=0, publisher_id=None):
@@ -277,29 +277,6 @@ class ShardPublisher:
     def version(self):
         return L.ferry_shard_publisher_version(self.handle)
 
-    @property
-    def handle(self):
-        if not self._h:
-            raise ValueError("ferry.shard.ShardPublisher is closed")
-        return self._h
-
-    def close(self):
-        if getattr(self, "_h", None):
-            L.ferry_shard_publisher_free(self._h)
-            self._h = ctypes.c_void_p()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
 
 def _attempt(f, *a):
     """("ok", result) or ("err", code, message): what crosses ranks."""
@@ -347,7 +324,7 @@ def _contig(t):
 # Island side
 # ----------------------------------------------------------------------
 
-class ShardSubscriber:
+class ShardSubscriber(_lib.Handle):
     """One island rank: pulls the regions of `layout` (ferry.layout.Layout)
     from RUN and applies them to the engine's parameters in place.
 
@@ -358,6 +335,8 @@ class ShardSubscriber:
     whole regions on a cold start or an anchor).  Tied parameters (one
     storage under several engine names) are written once, after their
     regions are checked identical."""
+
+    _FREE = "ferry_shard_subscriber_free"
 
     def __init__(self, store, run, layout, threads=1, coalesce_gap=0, poll_interval_s=None):
         self.layout, self.run = layout, run
@@ -471,43 +450,14 @@ class ShardSubscriber:
     def wait(self, after_version=None, timeout_s=None):
         """Blocks until HEAD names a version above after_version (default:
         the version the engine holds); HEAD's version, or None on timeout."""
-        after = self.version if after_version is None else int(after_version)
-        ms = 86400000 if timeout_s is None else max(0, int(timeout_s * 1000))
-        head = ctypes.c_uint64()
-        rc = L.ferry_shard_wait(self.handle, after, ms, ctypes.byref(head))
-        if rc == ERR_SYNC_TIMEOUT:
-            return None
-        check(rc)
-        return head.value
+        return wait_head(L.ferry_shard_wait, self.handle,
+                         self.version if after_version is None else after_version, timeout_s)
 
     @property
     def stats(self):
         st = _SubStats()
         L.ferry_shard_subscriber_get_stats(self.handle, ctypes.byref(st))
         return _info_dict(st)
-
-    @property
-    def handle(self):
-        if not self._h:
-            raise ValueError("ferry.shard.ShardSubscriber is closed")
-        return self._h
-
-    def close(self):
-        if getattr(self, "_h", None):
-            L.ferry_shard_subscriber_free(self._h)
-            self._h = ctypes.c_void_p()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 def _check_tied(tied, plan):

@@ -168,7 +168,7 @@ def _store(store, create):
 # Publisher
 # ----------------------------------------------------------------------
 
-class Publisher:
+class Publisher(_lib.Handle):
     """Publishes successive versions of a model to RUN in a store.
 
     anchor_every: a full model every K versions (0 = the library's 10).
@@ -178,6 +178,8 @@ class Publisher:
     publishes its FP32 masters directly.  Other options as
     ferry_publisher_options.  A second publisher on the same run makes
     publish() raise FerryError 80 (FERRY_ERR_SYNC_CONFLICT)."""
+
+    _FREE = "ferry_publisher_free"
 
     def __init__(self, store, run, anchor_every=0, cast_bf16=True, threads=1, level=0,
                  verify=False, publisher_id=None, cache_path=None, tmp_dir=None):
@@ -217,35 +219,12 @@ class Publisher:
         """The last version published or resumed from (0 = none)."""
         return L.ferry_publisher_version(self.handle)
 
-    @property
-    def handle(self):
-        if not self._h:
-            raise ValueError("ferry.Publisher is closed")
-        return self._h
-
-    def close(self):
-        if getattr(self, "_h", None):
-            L.ferry_publisher_free(self._h)
-            self._h = ctypes.c_void_p()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
 
 # ----------------------------------------------------------------------
 # Subscriber
 # ----------------------------------------------------------------------
 
-class Subscriber:
+class Subscriber(_lib.Handle):
     """Follows RUN in a store.
 
     Memory mode: sync_into(weights) patches the caller's own tensors (an
@@ -418,14 +397,8 @@ class Subscriber:
         (timeout_s None waits up to a day; 0 polls once)."""
         if not self._h:
             self._open()
-        after = self._version if after_version is None else int(after_version)
-        ms = 86400000 if timeout_s is None else max(0, int(timeout_s * 1000))
-        head = ctypes.c_uint64()
-        rc = L.ferry_subscriber_wait(self._h, after, ms, ctypes.byref(head))
-        if rc == ERR_SYNC_TIMEOUT:
-            return None
-        check(rc)
-        return head.value
+        return wait_head(L.ferry_subscriber_wait, self._h,
+                         self._version if after_version is None else after_version, timeout_s)
 
     def wake(self):
         """Makes a wait() in another thread return at once."""
@@ -478,17 +451,17 @@ class Subscriber:
             self._model.close()
             self._model = None
 
-    def __enter__(self):
-        return self
 
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+def wait_head(fn, handle, after, timeout_s):
+    """fn (ferry_subscriber_wait, ferry_shard_wait) until HEAD passes
+    `after`: HEAD's version, or None on timeout (None waits up to a day)."""
+    ms = 86400000 if timeout_s is None else max(0, int(timeout_s * 1000))
+    head = ctypes.c_uint64()
+    rc = fn(handle, int(after), ms, ctypes.byref(head))
+    if rc == ERR_SYNC_TIMEOUT:
+        return None
+    check(rc)
+    return head.value
 
 
 def _needs_mirror(t):
