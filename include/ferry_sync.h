@@ -36,6 +36,7 @@
 #define FERRY_SYNC_H
 
 #include "ferry.h"
+#include "ferry_sign.h"
 #include "ferry_store.h"
 
 #ifdef __cplusplus
@@ -108,6 +109,12 @@ typedef struct ferry_publisher_options {
                                  it), so a restart need not download it */
     const char *tmp_dir;      /* where anchors are staged before upload;
                                  NULL = $TMPDIR, else /tmp */
+    const ferry_keys *keys;   /* optional (borrowed; must outlive the handle).
+                                 With a signing key: HEAD and every manifest
+                                 are signed and list the SHA-256 of each
+                                 object.  With trusted keys (the signer's is
+                                 one): the HEAD and manifest resumed from
+                                 must verify (include/ferry_sign.h) */
 } ferry_publisher_options;
 
 /* Opens a publisher on RUN.  Reads HEAD: on a new run the first publish
@@ -192,6 +199,15 @@ typedef struct ferry_subscriber_options {
     int no_compactions;        /* ignore compacted deltas when choosing paths */
     const char *tmp_dir;       /* staging of downloaded anchors; NULL = PATH's
                                   directory (file mode), else $TMPDIR or /tmp */
+    const ferry_keys *keys;    /* optional (borrowed; must outlive the handle).
+                                  With trusted keys: HEAD, every manifest and
+                                  the compaction index must be signed by one
+                                  (else FERRY_ERR_SIG_*, checked before they are
+                                  parsed), and every object fetched must match
+                                  its signed SHA-256 (FERRY_ERR_SIG_DIGEST,
+                                  a rejected object).  An unsigned or wrongly
+                                  signed compaction index only costs the
+                                  shortcuts.  Without: signatures are ignored */
 } ferry_subscriber_options;
 
 /* Opens a subscriber; sends no request.  File mode reads PATH and its
@@ -323,6 +339,10 @@ typedef struct ferry_compact_options {
                             anchor below `to` */
     int level, threads;
     const char *tmp_dir;
+    const ferry_keys *keys; /* as the publisher's: verify what is read, sign
+                               the index and list the compacted delta's
+                               SHA-256 (readers with trusted keys ignore an
+                               unsigned index) */
 } ferry_compact_options;
 
 /* Builds the models of `from` and `to` (through the subscriber path, each
@@ -360,6 +380,9 @@ typedef struct ferry_gc_options {
        (or would, in a dry run), 0 = keep; why is a short reason */
     void (*on_object)(void *user, const char *key, uint64_t bytes, int action, const char *why);
     void *user;
+    const ferry_keys *keys;   /* optional: HEAD and manifests must verify before
+                                 anything is deleted; an index rewritten without
+                                 dropped compactions is signed */
 } ferry_gc_options;
 
 typedef struct ferry_gc_report {

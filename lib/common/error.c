@@ -78,6 +78,8 @@ const char *ferry_strerror(int code)
     case 110: return "dock: malformed cursor";
     case 111: return "dock: trainer version went backwards";
     case 112: return "dock: cursor contended by another consumer";
+    case 113: return "dock: batch unsigned, wrongly signed or by a key not enrolled";
+    case 114: return "dock: replayed batch (island and sequence already taken)";
     /* loco (include/ferry_loco.h) */
     case 120: return "loco: bad magic (not a loco payload)";
     case 121: return "loco: unsupported payload version or kind";
@@ -94,6 +96,13 @@ const char *ferry_strerror(int code)
     case 132: return "loco: ranks hold different weights";
     case 133: return "loco: another rank failed";
     case 134: return "loco: call not valid in this mode";
+    /* signatures (include/ferry_sign.h) */
+    case 140: return "signature: unsigned, and signatures are required";
+    case 141: return "signature: trailer cut short or garbled";
+    case 142: return "signature: signed by a key that is not trusted";
+    case 143: return "signature: does not verify (forged or altered)";
+    case 144: return "signature: object does not match its signed digest";
+    case 145: return "signature: key file unreadable, malformed or unsafe";
     default: return "unknown error";
     }
 }

@@ -41,7 +41,7 @@ static int retained(gc *g, const fs_head *h, uint64_t keep)
     int rc = FERRY_OK;
     while (r.version && r.version >= stop) {
         fs_manifest m;
-        rc = fs_manifest_read(g->st, g->run, r.version, r.id, NULL, &m);
+        rc = fs_manifest_read(g->st, g->run, g->o->keys, r.version, r.id, NULL, &m);
         if (rc == FERRY_ERR_STORE_NOT_FOUND && r.version != h->version) {
             /* an earlier GC kept less: what is there is all there is */
             ferry__clear_error();
@@ -93,7 +93,7 @@ static int prune_index(gc *g, fs_index *kept, fs_index *dropped)
     for (int attempt = 0; attempt < 10; attempt++) {
         fs_index ix;
         char etag[FERRY_STORE_ETAG_MAX];
-        int rc = fs_index_read(g->st, g->run, NULL, &ix, etag);
+        int rc = fs_index_read(g->st, g->run, g->o->keys, NULL, &ix, etag);
         if (rc) return rc;
         size_t k = 0, d = 0;
         fs_compaction *kc = ferry__calloc(ix.n + 1, sizeof *kc), *dc = ferry__calloc(ix.n + 1, sizeof *dc);
@@ -113,6 +113,7 @@ static int prune_index(gc *g, fs_index *kept, fs_index *dropped)
         if (!d || g->o->dry_run) return FERRY_OK;
         char *text = fs_index_json(g->run, kept);
         if (!text) return FERRY_ERR_NOMEM;
+        if ((rc = fs_record_seal(g->o->keys, &text))) return rc;
         rc = ferry_store_cas(g->st, key, etag[0] ? etag : NULL, text, strlen(text), NULL);
         free(text);
         if (rc != FERRY_ERR_STORE_CONFLICT) return rc;
@@ -166,7 +167,7 @@ int ferry_gc(ferry_store *store, const char *run, const ferry_gc_options *opts, 
     memset(&rep, 0, sizeof rep);
     gc g = {store, run, opts, &rep, 0, 0, NULL, opts->grace_s == 0 ? 3600 : opts->grace_s < 0 ? 0 : opts->grace_s, fs_now()};
     fs_head h;
-    if ((rc = fs_head_read(store, run, NULL, &h, NULL))) {
+    if ((rc = fs_head_read(store, run, opts->keys, NULL, &h, NULL))) {
         if (rc == FERRY_ERR_STORE_NOT_FOUND) return ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: no version published yet", run);
         return rc;
     }

@@ -201,6 +201,12 @@ bool fs_object_error(int rc)
     case FERRY_ERR_BASE_MISMATCH:
     case FERRY_ERR_TARGET_MISMATCH:
         return true;
+    case FERRY_ERR_SIG_MISSING:  /* a manifest or object on a path that a */
+    case FERRY_ERR_SIG_MALFORMED:/* reader with keys cannot trust: another */
+    case FERRY_ERR_SIG_UNTRUSTED:/* path may avoid it */
+    case FERRY_ERR_SIG_INVALID:
+    case FERRY_ERR_SIG_DIGEST:
+        return true;
     default:
         /* every safetensors and patch format error */
         return (rc >= FERRY_ERR_ST_TRUNCATED && rc <= FERRY_ERR_ST_INDEX) ||

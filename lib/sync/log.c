@@ -26,7 +26,7 @@ int ferry_run_log_read(ferry_store *store, const char *run, uint64_t max_version
     int rc = ferry_sync_run_check(run);
     if (rc) return rc;
     fs_head h;
-    if ((rc = fs_head_read(store, run, NULL, &h, NULL))) {
+    if ((rc = fs_head_read(store, run, NULL, NULL, &h, NULL))) {
         if (rc == FERRY_ERR_STORE_NOT_FOUND) return ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: no version published yet", run);
         return rc;
     }
@@ -39,7 +39,7 @@ int ferry_run_log_read(ferry_store *store, const char *run, uint64_t max_version
     memcpy(r.id, h.id, FS_ID_CAP);
     while (r.version && (!max_versions || log->count < max_versions)) {
         fs_manifest m;
-        rc = fs_manifest_read(store, run, r.version, r.id, NULL, &m);
+        rc = fs_manifest_read(store, run, NULL, r.version, r.id, NULL, &m);
         if (rc == FERRY_ERR_STORE_NOT_FOUND && r.version != h.version) { /* retention: older versions are gone */
             ferry__clear_error();
             rc = FERRY_OK;
@@ -64,7 +64,7 @@ int ferry_run_log_read(ferry_store *store, const char *run, uint64_t max_version
         log->versions[log->count - 1 - i] = t;
     }
     fs_index ix;
-    if ((rc = fs_index_read(store, run, NULL, &ix, NULL))) goto fail;
+    if ((rc = fs_index_read(store, run, NULL, NULL, &ix, NULL))) goto fail;
     if (ix.n && !(log->compactions = ferry__calloc(ix.n, sizeof *log->compactions))) {
         fs_index_release(&ix);
         rc = FERRY_ERR_NOMEM;

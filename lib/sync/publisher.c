@@ -21,6 +21,7 @@ struct ferry_publisher {
     uint32_t anchor_every;
     int cast, level, threads, verify;
     char *cache_path, *tmp_dir;
+    const ferry_keys *keys;      /* borrowed: signs, and verifies what is read */
     ferry_model *prev;           /* last published model, or NULL */
     fs_manifest last;            /* its manifest (version 0 = none) */
     char head_etag[FERRY_STORE_ETAG_MAX];
@@ -41,7 +42,7 @@ static void state_of(const fs_manifest *m, fs_state *st)
  * cache path, else private). */
 static int resume_model(ferry_publisher *p, const fs_head *h)
 {
-    ferry_subscriber_options so = {.path = p->cache_path, .threads = p->threads, .tmp_dir = p->tmp_dir};
+    ferry_subscriber_options so = {.path = p->cache_path, .threads = p->threads, .tmp_dir = p->tmp_dir, .keys = p->keys};
     ferry_subscriber *sub = NULL;
     int rc = ferry_subscriber_open(p->st, p->run, &so, &sub);
     if (!rc) rc = ferry_subscriber_sync(sub, FERRY_SYNC_EXACT, h->version, NULL);
@@ -81,19 +82,20 @@ int ferry_publisher_open(ferry_store *store, const char *run, const ferry_publis
     p->level = o.level;
     p->threads = o.threads;
     p->verify = o.verify;
+    p->keys = o.keys;
     if ((o.cache_path && !(p->cache_path = ferry__strdup(o.cache_path))) || (o.tmp_dir && !(p->tmp_dir = ferry__strdup(o.tmp_dir)))) {
         ferry_publisher_free(p);
         return FERRY_ERR_NOMEM;
     }
     fs_head h;
-    rc = fs_head_read(store, run, NULL, &h, p->head_etag);
+    rc = fs_head_read(store, run, p->keys, NULL, &h, p->head_etag);
     if (rc == FERRY_ERR_STORE_NOT_FOUND) {
         ferry__clear_error();
         p->head_etag[0] = 0;
         *out = p;
         return FERRY_OK;
     }
-    if (!rc) rc = fs_manifest_read(store, run, h.version, h.id, NULL, &p->last);
+    if (!rc) rc = fs_manifest_read(store, run, p->keys, h.version, h.id, NULL, &p->last);
     if (!rc && memcmp(p->last.model_hash, h.model_hash, 16))
         rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "run %s: HEAD and the manifest of version %llu disagree on its model hash", run,
                          (unsigned long long)h.version);
@@ -135,7 +137,7 @@ static int check_head(ferry_publisher *p)
 {
     fs_head h;
     char etag[FERRY_STORE_ETAG_MAX];
-    int rc = fs_head_read(p->st, p->run, NULL, &h, etag);
+    int rc = fs_head_read(p->st, p->run, p->keys, NULL, &h, etag);
     if (rc == FERRY_ERR_STORE_NOT_FOUND) {
         if (!p->last.version) {
             ferry__clear_error();
@@ -167,13 +169,14 @@ static int move_head(ferry_publisher *p, const fs_manifest *m, char new_etag[FER
     snprintf(nh.publisher, sizeof nh.publisher, "%s", p->pubid);
     char *text = fs_head_json(p->run, &nh, mkey);
     if (!text) return FERRY_ERR_NOMEM;
-    int rc = FERRY_OK;
+    int rc = fs_record_seal(p->keys, &text);
+    if (rc) return rc;
     for (int attempt = 0; attempt < 5; attempt++) {
         rc = ferry_store_cas(p->st, key, p->last.version ? p->head_etag : NULL, text, strlen(text), new_etag);
         if (rc != FERRY_ERR_STORE_CONFLICT) break;
         fs_head h;
         char etag[FERRY_STORE_ETAG_MAX];
-        int r2 = fs_head_read(p->st, p->run, NULL, &h, etag);
+        int r2 = fs_head_read(p->st, p->run, p->keys, NULL, &h, etag);
         if (r2 == FERRY_ERR_STORE_NOT_FOUND && !p->last.version) continue;
         if (r2) {
             rc = r2;
@@ -199,8 +202,10 @@ static int move_head(ferry_publisher *p, const fs_manifest *m, char new_etag[FER
     return rc;
 }
 
-/* Saves the anchor aside and uploads it; *bytes is its size. */
-static int put_full(ferry_publisher *p, const ferry_model *m, const char *id, uint64_t version, uint64_t *bytes)
+/* Saves the anchor aside and uploads it; *bytes is its size and, when
+ * signing, *sha its SHA-256 (of the staged file, the bytes uploaded). */
+static int put_full(ferry_publisher *p, const ferry_model *m, const char *id, uint64_t version, uint64_t *bytes, uint8_t sha[32],
+                    bool *has_sha)
 {
     char tmp[4200], key[FS_KEY_CAP];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s/ferry-publish.%ld.%s.safetensors", fs_tmp_dir(p->tmp_dir), (long)getpid(), id) >= sizeof tmp)
@@ -210,7 +215,8 @@ static int put_full(ferry_publisher *p, const ferry_model *m, const char *id, ui
     if (rc) return rc;
     struct stat sb = {0};
     if (stat(tmp, &sb)) rc = ferry__fail(FERRY_ERR_IO, "%s: cannot stat the staged anchor", tmp);
-    else rc = ferry_store_put_file(p->st, key, tmp, NULL);
+    else if (ferry_keys_can_sign(p->keys) && !(rc = fs_sha256_file(tmp, sha, NULL))) *has_sha = true;
+    if (!rc) rc = ferry_store_put_file(p->st, key, tmp, NULL);
     unlink(tmp);
     *bytes = (uint64_t)sb.st_size;
     return rc;
@@ -264,11 +270,15 @@ int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flag
             goto out;
         }
         memcpy(m.model_hash, h, 16);
-        if ((rc = put_full(p, next, m.id, m.version, &m.full_bytes))) goto out;
+        if ((rc = put_full(p, next, m.id, m.version, &m.full_bytes, m.full_sha, &m.has_full_sha))) goto out;
     }
     if (patch) {
         char key[FS_KEY_CAP];
         fs_key_version(key, p->run, m.version, m.id, FS_OBJ_DELTA);
+        if (ferry_keys_can_sign(p->keys)) {
+            if ((rc = fs_sha256(patch, psize, m.delta_sha))) goto out;
+            m.has_delta_sha = true;
+        }
         if ((rc = ferry_store_put(p->st, key, patch, psize, NULL))) goto out;
         m.delta_bytes = psize;
     }
@@ -298,6 +308,7 @@ int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flag
             rc = FERRY_ERR_NOMEM;
             goto out;
         }
+        if ((rc = fs_record_seal(p->keys, &text))) goto out;
         rc = ferry_store_put(p->st, key, text, strlen(text), NULL);
         free(text);
         if (rc) goto out;

@@ -37,6 +37,23 @@ static json_t *janchor(const fs_anchor_ref *a)
                      "delta_bytes_cum", jint(a->cum));
 }
 
+static json_t *jsha(const uint8_t d[32])
+{
+    char x[65];
+    fs_sha_hex(x, d);
+    return json_string(x);
+}
+
+/* Adds "sha256" to an object entry when the digest is known. */
+static json_t *with_sha(json_t *o, bool has, const uint8_t d[32])
+{
+    if (o && has && json_object_set_new(o, "sha256", jsha(d))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
 static char *dump(json_t *root)
 {
     if (!root) {
@@ -74,12 +91,13 @@ char *fs_manifest_json(const char *run, const fs_manifest *m)
     json_t *full = json_null(), *delta = json_null();
     if (m->kind == FERRY_SYNC_ANCHOR) {
         fs_key_version(key, run, m->version, m->id, FS_OBJ_FULL);
-        full = json_pack("{s:s,s:o}", "key", key, "bytes", jint(m->full_bytes));
+        full = with_sha(json_pack("{s:s,s:o}", "key", key, "bytes", jint(m->full_bytes)), m->has_full_sha, m->full_sha);
     }
     if (m->version > 1) {
         fs_key_version(key, run, m->version, m->id, FS_OBJ_DELTA);
-        delta = json_pack("{s:s,s:o,s:o,s:s,s:o}", "key", key, "bytes", jint(m->delta_bytes), "base_version",
-                          jint(m->prev.version), "base_id", m->prev.id, "base_hash", jhash(m->base_hash));
+        delta = with_sha(json_pack("{s:s,s:o,s:o,s:s,s:o}", "key", key, "bytes", jint(m->delta_bytes), "base_version",
+                                   jint(m->prev.version), "base_id", m->prev.id, "base_hash", jhash(m->base_hash)),
+                         m->has_delta_sha, m->delta_sha);
     }
     json_t *root = json_pack("{s:s,s:s,s:o,s:s,s:s,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:s,s:s,s:o}",
                              "format", "ferry-manifest-1", "run", run, "version", jint(m->version), "id", m->id,
@@ -105,6 +123,7 @@ char *fs_index_json(const char *run, const fs_index *ix)
                               jhash(c->target_hash), "from_delta_bytes_cum", jint(c->from_cum),
                               "to_delta_bytes_cum", jint(c->to_cum), "from_full_bytes", jint(c->from_full_bytes),
                               "created_unix", jint((uint64_t)c->created), "chain_bytes", jint(c->to_cum - c->from_cum));
+        e = with_sha(e, c->has_sha, c->sha);
         if (!e || json_array_append_new(arr, e)) {
             json_decref(arr);
             arr = NULL;
@@ -220,6 +239,18 @@ static void g_anchor(pctx *c, json_t *o, const char *name, fs_anchor_ref *a)
     a->cum = g_u64(c, v, "delta_bytes_cum");
 }
 
+/* An optional "sha256" of an object entry: 64 hex digits when present. */
+static bool g_sha(pctx *c, json_t *o, uint8_t out[32])
+{
+    json_t *v = json_object_get(o, "sha256");
+    if (!v || c->rc) return false;
+    if (!json_is_string(v) || !fs_sha_unhex(json_string_value(v), out)) {
+        bad(c, "field 'sha256' is not 64 lowercase hex digits");
+        return false;
+    }
+    return true;
+}
+
 static json_t *load(pctx *c, const void *text, size_t n, const char *format)
 {
     json_error_t err;
@@ -304,6 +335,7 @@ int fs_manifest_parse(const char *run, const char *key, const void *text, size_t
         if (m->kind == FERRY_SYNC_ANCHOR) {
             if (!json_is_object(full)) bad(&c, "an anchor without a 'full' object");
             m->full_bytes = g_u64(&c, full, "bytes");
+            m->has_full_sha = g_sha(&c, full, m->full_sha);
             fs_key_version(want, run, m->version, m->id, FS_OBJ_FULL);
             check_key(&c, full, want);
         } else if (!json_is_null(full)) bad(&c, "a delta version with a 'full' object");
@@ -312,6 +344,7 @@ int fs_manifest_parse(const char *run, const char *key, const void *text, size_t
         if (m->version > 1) {
             if (!json_is_object(delta)) bad(&c, "a version above 1 without a 'delta' object");
             m->delta_bytes = g_u64(&c, delta, "bytes");
+            m->has_delta_sha = g_sha(&c, delta, m->delta_sha);
             g_hash(&c, delta, "base_hash", m->base_hash);
             fs_ref base;
             base.version = g_u64(&c, delta, "base_version");
@@ -374,6 +407,7 @@ int fs_index_parse(const char *run, const char *key, const void *text, size_t n,
         p->to_cum = g_u64(&c, e, "to_delta_bytes_cum");
         p->from_full_bytes = g_u64(&c, e, "from_full_bytes");
         p->created = (int64_t)g_u64(&c, e, "created_unix");
+        p->has_sha = g_sha(&c, e, p->sha);
         if (!c.rc) {
             char want[FS_KEY_CAP];
             fs_key_compact(want, run, p->from, p->to, p->id);
@@ -405,85 +439,128 @@ static void count(fs_count *cnt, uint64_t bytes, bool manifest)
     else cnt->objects++;
 }
 
-/* Small records are bounded by FS_JSON_MAX whatever the store's own limit. */
-static int get_small(ferry_store *st, const char *key, fs_count *cnt, void **data, size_t *size,
-                     char etag[FERRY_STORE_ETAG_MAX])
+int fs_record_seal(const ferry_keys *keys, char **text)
+{
+    if (!ferry_keys_can_sign(keys)) return FERRY_OK;
+    char *sealed = NULL;
+    int rc = fs_sig_seal(keys, FS_DOM_RECORD, *text, strlen(*text), &sealed);
+    free(*text);
+    *text = sealed;
+    return rc;
+}
+
+/* Small records are bounded by FS_JSON_MAX whatever the store's own limit;
+ * the signature is checked (or only cut off) before anything is parsed:
+ * *body_len is the body's length. */
+static int get_small(ferry_store *st, const char *key, const ferry_keys *keys, fs_count *cnt, void **data, size_t *size,
+                     size_t *body_len, char etag[FERRY_STORE_ETAG_MAX])
 {
     ferry_store_stat ss;
     int rc = ferry_store_get(st, key, data, size, &ss);
     if (rc) return rc;
     count(cnt, *size, true);
-    if (*size > FS_JSON_MAX) {
+    bool is_signed;
+    if (*size > FS_JSON_MAX)
+        rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: %zu bytes is too large for a protocol record", key, *size);
+    else
+        rc = fs_sig_open(keys, FS_DOM_RECORD, key, *data, *size, body_len, &is_signed);
+    if (rc) {
         ferry_free(*data);
         *data = NULL;
-        return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: %zu bytes is too large for a protocol record", key, *size);
+        return rc;
     }
     if (etag) memcpy(etag, ss.etag, FERRY_STORE_ETAG_MAX);
     return FERRY_OK;
 }
 
-int fs_head_read(ferry_store *st, const char *run, fs_count *cnt, fs_head *h, char etag[FERRY_STORE_ETAG_MAX])
+int fs_head_read(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_head *h,
+                 char etag[FERRY_STORE_ETAG_MAX])
 {
     char key[FS_KEY_CAP];
     fs_key_head(key, run);
     int rc = FERRY_OK;
     for (int attempt = 0; attempt < 3; attempt++) {
         void *d;
-        size_t n;
+        size_t n, body;
         if (attempt) fs_sleep_ms(50);
-        if ((rc = get_small(st, key, cnt, &d, &n, etag))) return rc;
-        rc = fs_head_parse(run, key, d, n, h);
-        ferry_free(d);
-        if (rc != FERRY_ERR_SYNC_MANIFEST) return rc;
+        rc = get_small(st, key, keys, cnt, &d, &n, &body, etag);
+        if (!rc) {
+            rc = fs_head_parse(run, key, d, body, h);
+            ferry_free(d);
+        }
+        /* a HEAD caught mid-write looks malformed or cut: read it again */
+        if (rc != FERRY_ERR_SYNC_MANIFEST && rc != FERRY_ERR_SIG_MALFORMED && rc != FERRY_ERR_SIG_INVALID) return rc;
     }
     return rc;
 }
 
-int fs_manifest_read(ferry_store *st, const char *run, uint64_t version, const char *id, fs_count *cnt, fs_manifest *out)
+int fs_want_sha(const ferry_keys *keys, const char *key, bool has, const uint8_t sha[32], const uint8_t **out)
+{
+    *out = NULL;
+    if (!fs_keys_enforce(keys)) return FERRY_OK;
+    if (!has) return ferry__fail(FERRY_ERR_SIG_DIGEST, "%s: its signed record gives no SHA-256 for it", key);
+    *out = sha;
+    return FERRY_OK;
+}
+
+int fs_manifest_read(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id,
+                     fs_count *cnt, fs_manifest *out)
 {
     char key[FS_KEY_CAP];
     fs_key_version(key, run, version, id, FS_OBJ_MANIFEST);
     void *d;
-    size_t n;
-    int rc = get_small(st, key, cnt, &d, &n, NULL);
+    size_t n, body;
+    int rc = get_small(st, key, keys, cnt, &d, &n, &body, NULL);
     if (rc) return rc;
-    rc = fs_manifest_parse(run, key, d, n, out);
+    rc = fs_manifest_parse(run, key, d, body, out);
     ferry_free(d);
     if (!rc && (out->version != version || strcmp(out->id, id)))
         rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: holds the manifest of version %llu id %s", key,
                          (unsigned long long)out->version, out->id);
+    if (!rc && fs_keys_enforce(keys) &&
+        ((out->kind == FERRY_SYNC_ANCHOR && !out->has_full_sha) || (out->version > 1 && !out->has_delta_sha)))
+        rc = ferry__fail(FERRY_ERR_SIG_DIGEST, "%s: a signed manifest without the SHA-256 of each object it lists", key);
     return rc;
 }
 
-int fs_index_read(ferry_store *st, const char *run, fs_count *cnt, fs_index *out, char etag[FERRY_STORE_ETAG_MAX])
+int fs_index_read(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_index *out,
+                  char etag[FERRY_STORE_ETAG_MAX])
 {
     char key[FS_KEY_CAP];
     fs_key_index(key, run);
     memset(out, 0, sizeof *out);
     void *d;
-    size_t n;
-    int rc = get_small(st, key, cnt, &d, &n, etag);
+    size_t n, body;
+    int rc = get_small(st, key, keys, cnt, &d, &n, &body, etag);
     if (rc == FERRY_ERR_STORE_NOT_FOUND) {
         if (etag) etag[0] = 0;
         ferry__clear_error();
         return FERRY_OK;
     }
     if (rc) return rc;
-    rc = fs_index_parse(run, key, d, n, out);
+    rc = fs_index_parse(run, key, d, body, out);
     ferry_free(d);
+    for (size_t i = 0; !rc && fs_keys_enforce(keys) && i < out->n; i++)
+        if (!out->c[i].has_sha) rc = ferry__fail(FERRY_ERR_SIG_DIGEST, "%s: entry %zu gives no SHA-256", key, i);
+    if (rc) fs_index_release(out);
     return rc;
 }
 
-int fs_object_get(ferry_store *st, const char *key, uint64_t want_size, fs_count *cnt, void **data, size_t *size)
+int fs_object_get(ferry_store *st, const char *key, uint64_t want_size, const uint8_t *sha, fs_count *cnt, void **data,
+                  size_t *size)
 {
     int rc = ferry_store_get(st, key, data, size, NULL);
     if (rc) return rc;
     count(cnt, *size, false);
-    if (*size != want_size) {
+    uint8_t d[32];
+    if (*size != want_size)
+        rc = ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: %zu bytes, its manifest says %llu (truncated or replaced)", key, *size,
+                         (unsigned long long)want_size);
+    else if (sha && !(rc = fs_sha256(*data, *size, d)) && memcmp(d, sha, 32))
+        rc = ferry__fail(FERRY_ERR_SIG_DIGEST, "%s: SHA-256 is not the one its signed manifest gives (replaced)", key);
+    if (rc) {
         ferry_free(*data);
         *data = NULL;
-        return ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: %zu bytes, its manifest says %llu (truncated or replaced)", key, *size,
-                           (unsigned long long)want_size);
     }
-    return FERRY_OK;
+    return rc;
 }

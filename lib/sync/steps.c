@@ -8,7 +8,10 @@
  *    target hash the manifest gives the version (an object of another
  *    version is refused by name); ferry_apply then verifies the patch's
  *    checksum and the result's hash;
- *  - an anchor is hashed after download and compared with its manifest.
+ *  - an anchor is hashed after download and compared with its manifest;
+ *  - with trusted keys, every object's SHA-256 must be its signed
+ *    manifest's (or the signed index's) before it is parsed: the model hash
+ *    (XXH3) guards against accidents, the digest against a forger.
  * The model the subscriber exposes changes only to a verified version: in
  * place by ferry_apply_inplace_ex (which returns with the verified target or
  * with the base exactly as it was), or
@@ -26,7 +29,7 @@ int sub_manifest(ferry_subscriber *s, uint64_t version, const char *id, fs_manif
             *out = s->cache[i];
             return FERRY_OK;
         }
-    int rc = fs_manifest_read(s->st, s->run, version, id, &s->cnt, out);
+    int rc = fs_manifest_read(s->st, s->run, s->keys, version, id, &s->cnt, out);
     if (rc) return rc;
     s->cache[s->cache_next] = *out;
     s->cache_next = (s->cache_next + 1) % SUB_CACHE;
@@ -74,12 +77,14 @@ static void advance(ferry_subscriber *s, sub_work *w, const fs_state *to)
 static void hexs(char out[33], const uint8_t h[16]) { fs_hex(out, h); }
 
 /* One delta (of a version, or compacted): fetch, check, apply. */
-static int step_delta(ferry_subscriber *s, sub_work *w, const char *key, uint64_t size, const uint8_t target[16],
-                      const fs_state *to)
+static int step_delta(ferry_subscriber *s, sub_work *w, const char *key, uint64_t size, bool has_sha, const uint8_t sha[32],
+                      const uint8_t target[16], const fs_state *to)
 {
     void *patch = NULL;
     size_t n = 0;
-    int rc = fs_object_get(s->st, key, size, &s->cnt, &patch, &n);
+    const uint8_t *want;
+    int rc = fs_want_sha(s->keys, key, has_sha, sha, &want);
+    if (!rc) rc = fs_object_get(s->st, key, size, want, &s->cnt, &patch, &n);
     if (rc) return rc;
     ferry_patch_info *pi = NULL;
     if ((rc = ferry_patch_inspect(patch, n, &pi))) {
@@ -136,16 +141,23 @@ static int step_full(ferry_subscriber *s, sub_work *w, const fs_manifest *m)
 {
     char key[FS_KEY_CAP], tmp[4200];
     fs_key_version(key, s->run, m->version, m->id, FS_OBJ_FULL);
-    int rc = stage_path(s, tmp, sizeof tmp, m);
+    const uint8_t *want;
+    int rc = fs_want_sha(s->keys, key, m->has_full_sha, m->full_sha, &want);
+    if (!rc) rc = stage_path(s, tmp, sizeof tmp, m);
     if (rc) return rc;
     ferry_store_stat ss;
     if ((rc = ferry_store_get_file(s->st, key, tmp, &ss))) return rc;
     s->cnt.bytes += ss.size;
     s->cnt.objects++;
     ferry_model *a = NULL;
+    uint8_t d[32];
     if (ss.size != m->full_bytes) {
         rc = ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: %llu bytes, its manifest says %llu (truncated or replaced)", key,
                          (unsigned long long)ss.size, (unsigned long long)m->full_bytes);
+    } else if (want && !(rc = fs_sha256_file(tmp, d, NULL)) && memcmp(d, want, 32)) {
+        rc = ferry__fail(FERRY_ERR_SIG_DIGEST, "%s: SHA-256 is not the one its signed manifest gives (replaced)", key);
+    } else if (rc) {
+        /* the digest could not be computed */
     } else if ((rc = ferry_model_open(tmp, &a))) {
         rc = ferry__context(rc, "%s", key);
     } else {
@@ -219,7 +231,7 @@ static int step_chain(ferry_subscriber *s, sub_work *w, const fs_step *st, char 
         fs_state to = {m->version, "", {0}, m->cum};
         memcpy(to.id, m->id, FS_ID_CAP);
         memcpy(to.hash, m->model_hash, 16);
-        if ((rc = step_delta(s, w, key, m->delta_bytes, m->model_hash, &to))) {
+        if ((rc = step_delta(s, w, key, m->delta_bytes, m->has_delta_sha, m->delta_sha, m->model_hash, &to))) {
             snprintf(badkey, FS_KEY_CAP, "%s", key);
             goto out;
         }
@@ -264,7 +276,7 @@ int sub_exec(ferry_subscriber *s, sub_work *w, const fs_plan *p, const fs_manife
             fs_state to = {c->to, "", {0}, c->to_cum};
             memcpy(to.id, c->to_id, FS_ID_CAP);
             memcpy(to.hash, c->target_hash, 16);
-            if ((rc = step_delta(s, w, badkey, c->bytes, c->target_hash, &to))) return rc;
+            if ((rc = step_delta(s, w, badkey, c->bytes, c->has_sha, c->sha, c->target_hash, &to))) return rc;
             badkey[0] = 0;
             (*steps)++;
         }

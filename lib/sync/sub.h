@@ -29,6 +29,7 @@ struct ferry_subscriber {
     int threads;
     uint32_t poll_ms, max_attempts;
     int no_compactions;
+    const ferry_keys *keys;     /* borrowed; enforcing when it trusts a key */
     fs_count cnt;
     ferry_subscriber_stats stats;
     fs_manifest cache[SUB_CACHE];

@@ -30,6 +30,7 @@ int ferry_subscriber_open(ferry_store *store, const char *run, const ferry_subsc
     s->poll_ms = o.poll_interval_ms ? o.poll_interval_ms : 1000;
     s->max_attempts = o.max_attempts ? o.max_attempts : 4;
     s->no_compactions = o.no_compactions;
+    s->keys = o.keys;
     pthread_mutex_init(&s->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -123,26 +124,27 @@ void fs_sub_state(const ferry_subscriber *s, fs_state *st) { *st = s->cur; }
 
 /* ---- finding versions ---- */
 
-static int get_m(ferry_subscriber *s, ferry_store *st, const char *run, fs_count *cnt, const fs_ref *r, fs_manifest *out)
+static int get_m(ferry_subscriber *s, ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, const fs_ref *r,
+                 fs_manifest *out)
 {
-    return s ? sub_manifest(s, r->version, r->id, out) : fs_manifest_read(st, run, r->version, r->id, cnt, out);
+    return s ? sub_manifest(s, r->version, r->id, out) : fs_manifest_read(st, run, keys, r->version, r->id, cnt, out);
 }
 
 /* Walks down from HEAD: through anchor links while they stay above the
  * version wanted (about (N - T) / K reads), then through prev links. */
-static int find_in(ferry_subscriber *s, ferry_store *st, const char *run, const fs_head *h, uint64_t version, fs_count *cnt,
-                   fs_manifest *out)
+static int find_in(ferry_subscriber *s, ferry_store *st, const char *run, const ferry_keys *keys, const fs_head *h,
+                   uint64_t version, fs_count *cnt, fs_manifest *out)
 {
     fs_ref r = {h->version, ""};
     memcpy(r.id, h->id, FS_ID_CAP);
     fs_manifest m;
-    int rc = get_m(s, st, run, cnt, &r, &m);
+    int rc = get_m(s, st, run, keys, cnt, &r, &m);
     if (rc) return rc;
     while (m.version > version) {
         fs_ref next = m.prev;
         if (m.anchor.ref.version > version && m.anchor.ref.version < m.version) next = m.anchor.ref;
         else if (m.prev_anchor.ref.version > version) next = m.prev_anchor.ref;
-        if ((rc = get_m(s, st, run, cnt, &next, &m))) {
+        if ((rc = get_m(s, st, run, keys, cnt, &next, &m))) {
             if (rc != FERRY_ERR_STORE_NOT_FOUND) return rc;
             return ferry__fail(FERRY_ERR_SYNC_GONE,
                                "run %s: version %llu is no longer in the store (the manifest of version %llu is gone: "
@@ -154,14 +156,15 @@ static int find_in(ferry_subscriber *s, ferry_store *st, const char *run, const 
     return FERRY_OK;
 }
 
-int fs_find_manifest(ferry_store *st, const char *run, const fs_head *head, uint64_t version, fs_count *cnt, fs_manifest *out)
+int fs_find_manifest(ferry_store *st, const char *run, const ferry_keys *keys, const fs_head *head, uint64_t version,
+                     fs_count *cnt, fs_manifest *out)
 {
-    return find_in(NULL, st, run, head, version, cnt, out);
+    return find_in(NULL, st, run, keys, head, version, cnt, out);
 }
 
 static int read_head(ferry_subscriber *s, fs_head *h, bool allow_below)
 {
-    int rc = fs_head_read(s->st, s->run, &s->cnt, h, NULL);
+    int rc = fs_head_read(s->st, s->run, s->keys, &s->cnt, h, NULL);
     if (rc == FERRY_ERR_STORE_NOT_FOUND)
         return ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: no version published yet (no %s/HEAD)", s->run, s->run);
     if (rc) return rc;
@@ -177,7 +180,7 @@ static int read_head(ferry_subscriber *s, fs_head *h, bool allow_below)
 
 static int target_manifest(ferry_subscriber *s, const fs_head *h, uint64_t T, fs_manifest *out)
 {
-    if (T != h->version) return find_in(s, s->st, s->run, h, T, &s->cnt, out);
+    if (T != h->version) return find_in(s, s->st, s->run, s->keys, h, T, &s->cnt, out);
     int rc = sub_manifest(s, h->version, h->id, out);
     if (rc == FERRY_ERR_STORE_NOT_FOUND)
         return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "run %s: HEAD names version %llu, whose manifest is missing", s->run,
@@ -194,7 +197,7 @@ static void check_claim(ferry_subscriber *s, const fs_head *h)
 {
     fs_manifest m;
     s->cur_unchecked = false;
-    if (s->cur.version <= h->version && !find_in(s, s->st, s->run, h, s->cur.version, &s->cnt, &m) &&
+    if (s->cur.version <= h->version && !find_in(s, s->st, s->run, s->keys, h, s->cur.version, &s->cnt, &m) &&
         !memcmp(m.model_hash, s->cur.hash, 16)) {
         memcpy(s->cur.id, m.id, FS_ID_CAP);
         s->cur.cum = m.cum;
@@ -227,9 +230,9 @@ static bool is_bad(const ferry_subscriber *s, const char *key)
 /* Compactions that can lead to T and have not been rejected. */
 static int load_compactions(ferry_subscriber *s, const fs_manifest *T, fs_index *ix)
 {
-    int rc = fs_index_read(s->st, s->run, &s->cnt, ix, NULL);
-    if (rc == FERRY_ERR_SYNC_MANIFEST) {
-        /* a broken index only costs the shortcuts */
+    int rc = fs_index_read(s->st, s->run, s->keys, &s->cnt, ix, NULL);
+    if (rc == FERRY_ERR_SYNC_MANIFEST || fs_sig_error(rc)) {
+        /* a broken, unsigned or forged index only costs the shortcuts */
         snprintf(s->stats.last_rejection, sizeof s->stats.last_rejection, "%s", ferry_last_error());
         s->stats.rejected++;
         ferry__clear_error();
@@ -400,7 +403,7 @@ int ferry_subscriber_wait(ferry_subscriber *s, uint64_t after_version, uint64_t 
     for (;;) {
         fs_head h;
         uint64_t hv = 0;
-        int rc = fs_head_read(s->st, s->run, &s->cnt, &h, NULL);
+        int rc = fs_head_read(s->st, s->run, s->keys, &s->cnt, &h, NULL);
         if (!rc) hv = h.version;
         else if (rc == FERRY_ERR_STORE_NOT_FOUND) ferry__clear_error();
         else return rc;

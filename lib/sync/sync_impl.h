@@ -6,6 +6,7 @@
 
 #include "common.h"
 #include "ferry_sync.h"
+#include "sig.h"
 
 #include <stdio.h>
 
@@ -80,6 +81,8 @@ typedef struct fs_manifest {
     uint64_t delta_bytes;     /* versions > 1: the delta from prev */
     uint8_t base_hash[16];    /* prev's model hash (versions > 1) */
     uint8_t model_hash[16];
+    uint8_t full_sha[32], delta_sha[32]; /* SHA-256 of the objects (signed runs) */
+    bool has_full_sha, has_delta_sha;
     uint64_t model_bytes, tensors;
     uint64_t cum;             /* sum of delta_bytes of versions 2..version */
     int64_t created;
@@ -95,6 +98,8 @@ typedef struct fs_compaction {
     uint64_t from_cum, to_cum;
     uint64_t from_full_bytes; /* full object of `from` if it is an anchor, else 0 */
     int64_t created;
+    uint8_t sha[32];          /* SHA-256 of the compacted delta (signed runs) */
+    bool has_sha;
 } fs_compaction;
 
 typedef struct fs_index {
@@ -106,8 +111,13 @@ typedef struct fs_index {
 char *fs_head_json(const char *run, const fs_head *h, const char *manifest_key);
 char *fs_manifest_json(const char *run, const fs_manifest *m);
 char *fs_index_json(const char *run, const fs_index *ix);
+/* Signs a serialised record in place when keys can sign (the text is
+ * replaced by body + signature trailer); else leaves it.  Frees *text on
+ * failure. */
+int fs_record_seal(const ferry_keys *keys, char **text);
 /* Parsers validate every field and its consistency; key names the object
- * in errors (FERRY_ERR_SYNC_MANIFEST). */
+ * in errors (FERRY_ERR_SYNC_MANIFEST).  They take the record's body, its
+ * signature trailer already checked and cut off by the readers below. */
 int fs_head_parse(const char *run, const char *key, const void *text, size_t n, fs_head *out);
 int fs_manifest_parse(const char *run, const char *key, const void *text, size_t n, fs_manifest *out);
 int fs_index_parse(const char *run, const char *key, const void *text, size_t n, fs_index *out);
@@ -118,18 +128,30 @@ typedef struct fs_count {
     uint64_t bytes, objects, manifests;
 } fs_count;
 
-/* Reads HEAD; FERRY_ERR_STORE_NOT_FOUND for a run without one.  A HEAD
- * that does not parse is read again (up to 3 times, 50 ms apart), since a
- * store that writes objects in place (s3rver) can show a partial one.
- * etag (may be NULL) receives its etag. */
-int fs_head_read(ferry_store *st, const char *run, fs_count *cnt, fs_head *h, char etag[FERRY_STORE_ETAG_MAX]);
-/* Reads and checks the manifest of (version, id). */
-int fs_manifest_read(ferry_store *st, const char *run, uint64_t version, const char *id, fs_count *cnt,
-                     fs_manifest *out);
-/* Reads the compaction index (an absent one is empty); etag may be NULL. */
-int fs_index_read(ferry_store *st, const char *run, fs_count *cnt, fs_index *out, char etag[FERRY_STORE_ETAG_MAX]);
-/* Gets a whole object, checks its size against the manifest's, counts it. */
-int fs_object_get(ferry_store *st, const char *key, uint64_t want_size, fs_count *cnt, void **data, size_t *size);
+/* The readers verify a record's signature before parsing it when keys
+ * trust any key (FERRY_ERR_SIG_*, sig.h), and only strip it otherwise
+ * (keys may be NULL).
+ * Reads HEAD; FERRY_ERR_STORE_NOT_FOUND for a run without one.  A HEAD
+ * that does not parse or verify is read again (up to 3 times, 50 ms
+ * apart), since a store that writes objects in place (s3rver) can show a
+ * partial one.  etag (may be NULL) receives its etag. */
+int fs_head_read(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_head *h,
+                 char etag[FERRY_STORE_ETAG_MAX]);
+/* Reads and checks the manifest of (version, id).  With enforcing keys a
+ * signed manifest must give the SHA-256 of each object it lists. */
+int fs_manifest_read(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id,
+                     fs_count *cnt, fs_manifest *out);
+/* Reads the compaction index (an absent one is empty); etag may be NULL.
+ * With enforcing keys every entry must give its SHA-256. */
+int fs_index_read(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_index *out,
+                  char etag[FERRY_STORE_ETAG_MAX]);
+/* Gets a whole object, checks its size against the manifest's and, when
+ * sha is not NULL, its SHA-256 (FERRY_ERR_SIG_DIGEST), counts it. */
+int fs_object_get(ferry_store *st, const char *key, uint64_t want_size, const uint8_t *sha, fs_count *cnt, void **data,
+                  size_t *size);
+/* The digest a reader with keys must check (NULL: none to check), or
+ * FERRY_ERR_SIG_DIGEST when enforcing and the manifest gives none. */
+int fs_want_sha(const ferry_keys *keys, const char *key, bool has, const uint8_t sha[32], const uint8_t **out);
 
 /* ---- local state of file mode (local.c) ---- */
 
@@ -163,8 +185,8 @@ void fs_sub_state(const ferry_subscriber *s, fs_state *st);
 /* Finds the manifest of `version` on the lineage of HEAD (head, head_id),
  * walking back through prev and anchor links; FERRY_ERR_SYNC_GONE if the
  * walk meets a manifest that is gone before reaching it. */
-int fs_find_manifest(ferry_store *st, const char *run, const fs_head *head, uint64_t version, fs_count *cnt,
-                     fs_manifest *out);
+int fs_find_manifest(ferry_store *st, const char *run, const ferry_keys *keys, const fs_head *head, uint64_t version,
+                     fs_count *cnt, fs_manifest *out);
 
 /* ---- paths (plan.c) ---- */
 

@@ -1,7 +1,7 @@
 """FerryError: every non-zero status of libferry, as a Python exception."""
 from . import _lib
 
-# Stable codes (include/ferry.h, ferry_store.h, ferry_sync.h), for callers
+# Stable codes (include/ferry.h, ferry_store.h, ferry_sync.h, ferry_sign.h), for callers
 # that want to branch on one without a magic number.
 OK = 0
 ERR_NOMEM = 1
@@ -18,6 +18,12 @@ ERR_SHAPE_MISMATCH = 47
 ERR_STORE_NOT_FOUND = 62
 ERR_STORE_CONFLICT = 63
 ERR_STORE_TIMEOUT = 65
+ERR_SIG_MISSING = 140
+ERR_SIG_MALFORMED = 141
+ERR_SIG_UNTRUSTED = 142
+ERR_SIG_INVALID = 143
+ERR_SIG_DIGEST = 144
+ERR_SIG_KEY = 145
 
 
 class FerryError(Exception):

@@ -44,7 +44,8 @@ class _StoreOptions(ctypes.Structure):
 class _PublisherOptions(ctypes.Structure):
     _fields_ = [("publisher_id", _S), ("anchor_every", _U32), ("cast_bf16", _I),
                 ("level", _I), ("threads", _I), ("verify", _I),
-                ("cache_path", _S), ("tmp_dir", _S)]
+                ("cache_path", _S), ("tmp_dir", _S),
+                ("keys", _P)]  # const ferry_keys * (include/ferry_sign.h); None here
 
 
 class _PublishInfo(ctypes.Structure):
@@ -57,7 +58,8 @@ class _PublishInfo(ctypes.Structure):
 class _SubscriberOptions(ctypes.Structure):
     _fields_ = [("path", _S), ("model", _P), ("model_version", _U64),
                 ("threads", _I), ("poll_interval_ms", _U32), ("max_attempts", _U32),
-                ("no_compactions", _I), ("tmp_dir", _S)]
+                ("no_compactions", _I), ("tmp_dir", _S),
+                ("keys", _P)]  # const ferry_keys * (include/ferry_sign.h); None here
 
 
 class _SyncInfo(ctypes.Structure):

@@ -1,0 +1,413 @@
+/* Ed25519 key rings, signatures and SHA-256 digests through OpenSSL's
+ * libcrypto EVP interface (no crypto is written here: only framing).
+ * Public API: include/ferry_sign.h; internal: sig.h; bytes:
+ * docs/PROTOCOL.md "Signatures". */
+#include "sig.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+
+#define MAX_TRUSTED 4096
+#define KEY_FILE_MAX (64u << 10)
+
+typedef struct fs_key {
+    EVP_PKEY *pk;
+    uint8_t id[FS_KEYID_LEN];
+    int64_t island; /* -1 = any */
+} fs_key;
+
+struct ferry_keys {
+    EVP_PKEY *signer;
+    uint8_t signer_id[FS_KEYID_LEN];
+    fs_key *trusted;
+    size_t n, cap;
+};
+
+static const char k_tag[] = "ferry-sig-1";
+
+/* OpenSSL's reason for the last failure, and its queue emptied. */
+static const char *ossl_why(char *buf, size_t cap)
+{
+    unsigned long e = ERR_get_error();
+    if (e) ERR_error_string_n(e, buf, cap);
+    else snprintf(buf, cap, "no detail");
+    ERR_clear_error();
+    return buf;
+}
+
+bool fs_keys_enforce(const ferry_keys *k) { return k && k->n > 0; }
+size_t ferry_keys_trusted(const ferry_keys *k) { return k ? k->n : 0; }
+int ferry_keys_can_sign(const ferry_keys *k) { return k && k->signer ? 1 : 0; }
+
+/* ---- digests ---- */
+
+int fs_sha256(const void *data, size_t n, uint8_t out[32])
+{
+    unsigned len = 0;
+    if (!EVP_Digest(data, n, out, &len, EVP_sha256(), NULL) || len != 32) {
+        char w[160];
+        return ferry__fail(FERRY_ERR_NOMEM, "SHA-256: %s", ossl_why(w, sizeof w));
+    }
+    return FERRY_OK;
+}
+
+int fs_sha256_file(const char *path, uint8_t out[32], uint64_t *size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ferry__fail(FERRY_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    size_t cap = 1u << 20;
+    uint8_t *buf = ferry__malloc(cap);
+    int rc = FERRY_OK;
+    uint64_t total = 0;
+    if (!c || !buf || !EVP_DigestInit_ex(c, EVP_sha256(), NULL)) rc = ferry__fail(FERRY_ERR_NOMEM, "SHA-256 of %s", path);
+    while (!rc) {
+        ssize_t r = read(fd, buf, cap);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) rc = ferry__fail(FERRY_ERR_IO, "%s: read: %s", path, strerror(errno));
+        else if (r == 0) break;
+        else if (!EVP_DigestUpdate(c, buf, (size_t)r)) rc = ferry__fail(FERRY_ERR_NOMEM, "SHA-256 of %s", path);
+        else total += (uint64_t)r;
+    }
+    unsigned len = 0;
+    if (!rc && (!EVP_DigestFinal_ex(c, out, &len) || len != 32)) rc = ferry__fail(FERRY_ERR_NOMEM, "SHA-256 of %s", path);
+    if (rc) ERR_clear_error();
+    EVP_MD_CTX_free(c);
+    free(buf);
+    close(fd);
+    if (size) *size = total;
+    return rc;
+}
+
+static void hexn(char *out, const uint8_t *d, size_t n)
+{
+    static const char x[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = x[d[i] >> 4];
+        out[2 * i + 1] = x[d[i] & 15];
+    }
+    out[2 * n] = 0;
+}
+
+static bool unhexn(const char *s, uint8_t *out, size_t n)
+{
+    for (size_t i = 0; i < 2 * n; i++) {
+        char c = s[i];
+        int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (v < 0) return false;
+        if (i & 1) out[i / 2] = (uint8_t)(out[i / 2] << 4 | v);
+        else out[i / 2] = (uint8_t)v;
+    }
+    return true;
+}
+
+void fs_sha_hex(char out[65], const uint8_t d[32]) { hexn(out, d, 32); }
+bool fs_sha_unhex(const char *s, uint8_t out[32]) { return strlen(s) == 64 && unhexn(s, out, 32); }
+
+/* ---- keys ---- */
+
+static int key_id(EVP_PKEY *pk, uint8_t id[FS_KEYID_LEN], const char *path)
+{
+    uint8_t raw[32], d[32];
+    size_t len = sizeof raw;
+    if (EVP_PKEY_get_raw_public_key(pk, raw, &len) != 1 || len != 32)
+        return ferry__fail(FERRY_ERR_SIG_KEY, "%s: cannot read the raw Ed25519 public key", path);
+    int rc = fs_sha256(raw, 32, d);
+    if (!rc) memcpy(id, d, FS_KEYID_LEN);
+    return rc;
+}
+
+static void id_out(char *out, const uint8_t id[FS_KEYID_LEN])
+{
+    if (out) hexn(out, id, FS_KEYID_LEN);
+}
+
+/* Never prompts for a passphrase: an encrypted key is an error. */
+static int no_pass(char *buf, int size, int rwflag, void *u)
+{
+    (void)buf, (void)size, (void)rwflag, (void)u;
+    return -1;
+}
+
+/* Reads a PEM key file: the private key if want_private, else the public
+ * key (from a public key file, or the public half of a private one). */
+static int load_key(const char *path, bool want_private, EVP_PKEY **out)
+{
+    *out = NULL;
+    if (!path) return ferry__fail(FERRY_ERR_ARG, "key file: NULL path");
+    struct stat sb;
+    if (stat(path, &sb)) return ferry__fail(FERRY_ERR_SIG_KEY, "%s: %s", path, strerror(errno));
+    uint8_t *data = NULL;
+    size_t n = 0;
+    int rc = ferry__read_file(path, KEY_FILE_MAX, &data, &n);
+    if (rc) return ferry__context(FERRY_ERR_SIG_KEY, "key file %s", path);
+    bool is_private = n && memmem(data, n, "PRIVATE KEY-----", 16) != NULL;
+    if (want_private && !is_private) {
+        free(data);
+        return ferry__fail(FERRY_ERR_SIG_KEY, "%s: not a private key file (want \"BEGIN PRIVATE KEY\")", path);
+    }
+    if (is_private && (sb.st_mode & 077)) {
+        free(data);
+        return ferry__fail(FERRY_ERR_SIG_KEY, "%s: a private key readable by group or others (mode %03o): chmod 600 it",
+                           path, (unsigned)(sb.st_mode & 0777));
+    }
+    BIO *b = BIO_new_mem_buf(data, (int)n);
+    EVP_PKEY *pk = NULL;
+    if (b) pk = is_private ? PEM_read_bio_PrivateKey(b, NULL, no_pass, NULL) : PEM_read_bio_PUBKEY(b, NULL, no_pass, NULL);
+    BIO_free(b);
+    OPENSSL_cleanse(data, n);
+    free(data);
+    char w[160];
+    if (!pk) return ferry__fail(FERRY_ERR_SIG_KEY, "%s: not a PEM %s key: %s", path, is_private ? "private" : "public", ossl_why(w, sizeof w));
+    if (EVP_PKEY_get_id(pk) != EVP_PKEY_ED25519) {
+        EVP_PKEY_free(pk);
+        return ferry__fail(FERRY_ERR_SIG_KEY, "%s: not an Ed25519 key", path);
+    }
+    *out = pk;
+    return FERRY_OK;
+}
+
+int ferry_keys_create(ferry_keys **out)
+{
+    if (!out) return ferry__fail(FERRY_ERR_ARG, "ferry_keys_create: NULL argument");
+    *out = ferry__calloc(1, sizeof **out);
+    return *out ? FERRY_OK : FERRY_ERR_NOMEM;
+}
+
+void ferry_keys_free(ferry_keys *k)
+{
+    if (!k) return;
+    EVP_PKEY_free(k->signer);
+    for (size_t i = 0; i < k->n; i++) EVP_PKEY_free(k->trusted[i].pk);
+    free(k->trusted);
+    free(k);
+}
+
+static int add_trusted(ferry_keys *k, EVP_PKEY *pk, const uint8_t id[FS_KEYID_LEN], int64_t island)
+{
+    if (k->n == MAX_TRUSTED) return ferry__fail(FERRY_ERR_LIMIT, "key ring: more than %d trusted keys", MAX_TRUSTED);
+    if (k->n == k->cap) {
+        size_t cap = k->cap ? 2 * k->cap : 8;
+        fs_key *p = ferry__realloc(k->trusted, cap * sizeof *p);
+        if (!p) return FERRY_ERR_NOMEM;
+        k->trusted = p;
+        k->cap = cap;
+    }
+    if (!EVP_PKEY_up_ref(pk)) return ferry__fail(FERRY_ERR_NOMEM, "key ring: EVP_PKEY_up_ref");
+    fs_key *t = &k->trusted[k->n++];
+    t->pk = pk;
+    memcpy(t->id, id, FS_KEYID_LEN);
+    t->island = island;
+    return FERRY_OK;
+}
+
+int ferry_keys_set_signer(ferry_keys *k, const char *path, char key_id_out[FERRY_KEY_ID_LEN + 1])
+{
+    if (!k) return ferry__fail(FERRY_ERR_ARG, "ferry_keys_set_signer: NULL ring");
+    if (k->signer) return ferry__fail(FERRY_ERR_ARG, "%s: the key ring already has a signing key", path ? path : "(null)");
+    EVP_PKEY *pk;
+    int rc = load_key(path, true, &pk);
+    uint8_t id[FS_KEYID_LEN];
+    if (!rc) rc = key_id(pk, id, path);
+    if (!rc) rc = add_trusted(k, pk, id, -1);
+    if (rc) {
+        EVP_PKEY_free(pk);
+        return rc;
+    }
+    k->signer = pk;
+    memcpy(k->signer_id, id, FS_KEYID_LEN);
+    id_out(key_id_out, id);
+    return FERRY_OK;
+}
+
+int ferry_keys_trust(ferry_keys *k, const char *path, int64_t island, char key_id_out[FERRY_KEY_ID_LEN + 1])
+{
+    if (!k) return ferry__fail(FERRY_ERR_ARG, "ferry_keys_trust: NULL ring");
+    if (island < -1 || island > (int64_t)UINT32_MAX) return ferry__fail(FERRY_ERR_ARG, "%s: island %lld out of range", path ? path : "(null)", (long long)island);
+    EVP_PKEY *pk;
+    int rc = load_key(path, false, &pk);
+    uint8_t id[FS_KEYID_LEN];
+    if (!rc) rc = key_id(pk, id, path);
+    if (!rc) rc = add_trusted(k, pk, id, island);
+    EVP_PKEY_free(pk); /* the ring holds its own reference */
+    if (!rc) id_out(key_id_out, id);
+    return rc;
+}
+
+/* Writes a new file with O_EXCL at mode; removes it on failure. */
+static int write_new(const char *path, const void *data, size_t n, mode_t mode)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    if (fd < 0) return ferry__fail(FERRY_ERR_IO, "%s: %s", path, strerror(errno));
+    const uint8_t *p = data;
+    size_t left = n;
+    while (left) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        p += w, left -= (size_t)w;
+    }
+    int rc = left || fsync(fd) ? ferry__fail(FERRY_ERR_IO, "%s: write: %s", path, strerror(errno)) : FERRY_OK;
+    if (close(fd) && !rc) rc = ferry__fail(FERRY_ERR_IO, "%s: close: %s", path, strerror(errno));
+    if (rc) unlink(path);
+    return rc;
+}
+
+static int pem_to(EVP_PKEY *pk, bool private_part, const char *path, mode_t mode)
+{
+    BIO *b = BIO_new(BIO_s_mem());
+    int ok = b && (private_part ? PEM_write_bio_PrivateKey(b, pk, NULL, NULL, 0, NULL, NULL) : PEM_write_bio_PUBKEY(b, pk));
+    char *data = NULL;
+    long n = ok ? BIO_get_mem_data(b, &data) : 0;
+    int rc;
+    if (!ok || n <= 0) {
+        char w[160];
+        rc = ferry__fail(FERRY_ERR_NOMEM, "%s: PEM encoding: %s", path, ossl_why(w, sizeof w));
+    } else {
+        rc = write_new(path, data, (size_t)n, mode);
+    }
+    BIO_free_all(b); /* a memory BIO clears nothing: acceptable, the process owns the key anyway */
+    return rc;
+}
+
+int ferry_keygen(const char *prefix, char key_id_out[FERRY_KEY_ID_LEN + 1])
+{
+    if (!prefix || !*prefix) return ferry__fail(FERRY_ERR_ARG, "ferry_keygen: empty prefix");
+    char kp[4096], pp[4096];
+    if ((size_t)snprintf(kp, sizeof kp, "%s.key", prefix) >= sizeof kp || (size_t)snprintf(pp, sizeof pp, "%s.pub", prefix) >= sizeof pp)
+        return ferry__fail(FERRY_ERR_ARG, "ferry_keygen: prefix too long");
+    EVP_PKEY *pk = EVP_PKEY_Q_keygen(NULL, NULL, "ED25519");
+    if (!pk) {
+        char w[160];
+        return ferry__fail(FERRY_ERR_SIG_KEY, "Ed25519 key generation: %s", ossl_why(w, sizeof w));
+    }
+    uint8_t id[FS_KEYID_LEN];
+    int rc = key_id(pk, id, kp);
+    if (!rc) rc = pem_to(pk, true, kp, 0600);
+    if (!rc && (rc = pem_to(pk, false, pp, 0644))) unlink(kp);
+    EVP_PKEY_free(pk);
+    if (!rc) id_out(key_id_out, id);
+    return rc;
+}
+
+/* ---- signing ---- */
+
+/* What Ed25519 signs: SHA-256("ferry-sig-1" 0 domain 0 data). */
+static int message(const char *domain, const void *data, size_t n, uint8_t out[32])
+{
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    unsigned len = 0;
+    int ok = c && EVP_DigestInit_ex(c, EVP_sha256(), NULL) && EVP_DigestUpdate(c, k_tag, sizeof k_tag) &&
+             EVP_DigestUpdate(c, domain, strlen(domain) + 1) && (!n || EVP_DigestUpdate(c, data, n)) &&
+             EVP_DigestFinal_ex(c, out, &len) && len == 32;
+    EVP_MD_CTX_free(c);
+    if (!ok) {
+        ERR_clear_error();
+        return ferry__fail(FERRY_ERR_NOMEM, "SHA-256 of a signed message");
+    }
+    return FERRY_OK;
+}
+
+int fs_sig_sign(const ferry_keys *k, const char *domain, const void *data, size_t n, uint8_t raw[FS_SIG_RAW])
+{
+    if (!k || !k->signer) return ferry__fail(FERRY_ERR_ARG, "signing without a signing key");
+    uint8_t m[32];
+    int rc = message(domain, data, n, m);
+    if (rc) return rc;
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    size_t len = FS_SIG_LEN;
+    int ok = c && EVP_DigestSignInit(c, NULL, NULL, NULL, k->signer) == 1 &&
+             EVP_DigestSign(c, raw + FS_KEYID_LEN, &len, m, sizeof m) == 1 && len == FS_SIG_LEN;
+    EVP_MD_CTX_free(c);
+    if (!ok) {
+        char w[160];
+        return ferry__fail(FERRY_ERR_SIG_KEY, "Ed25519 signing: %s", ossl_why(w, sizeof w));
+    }
+    memcpy(raw, k->signer_id, FS_KEYID_LEN);
+    return FERRY_OK;
+}
+
+int fs_sig_verify(const ferry_keys *k, const char *domain, const char *name, const void *data, size_t n,
+                  const uint8_t raw[FS_SIG_RAW], int64_t island)
+{
+    char hid[2 * FS_KEYID_LEN + 1];
+    hexn(hid, raw, FS_KEYID_LEN);
+    const fs_key *t = NULL;
+    for (size_t i = 0; k && i < k->n && !t; i++)
+        if (!memcmp(k->trusted[i].id, raw, FS_KEYID_LEN) && (island < 0 || k->trusted[i].island < 0 || k->trusted[i].island == island))
+            t = &k->trusted[i];
+    if (!t) {
+        if (island >= 0)
+            return ferry__fail(FERRY_ERR_SIG_UNTRUSTED, "%s: signed by key %s, which is not enrolled for island %lld", name, hid,
+                               (long long)island);
+        return ferry__fail(FERRY_ERR_SIG_UNTRUSTED, "%s: signed by key %s, which is not a trusted key", name, hid);
+    }
+    uint8_t m[32];
+    int rc = message(domain, data, n, m);
+    if (rc) return rc;
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    int ok = c && EVP_DigestVerifyInit(c, NULL, NULL, NULL, t->pk) == 1 &&
+             EVP_DigestVerify(c, raw + FS_KEYID_LEN, FS_SIG_LEN, m, sizeof m) == 1;
+    EVP_MD_CTX_free(c);
+    ERR_clear_error();
+    if (!ok) return ferry__fail(FERRY_ERR_SIG_INVALID, "%s: the signature of key %s does not verify (forged or altered)", name, hid);
+    return FERRY_OK;
+}
+
+/* ---- text records ---- */
+
+static const char k_lead[] = "\n#ferry-sig-1 "; /* 14 bytes */
+
+int fs_sig_seal(const ferry_keys *k, const char *domain, const char *body, size_t n, char **out)
+{
+    *out = NULL;
+    uint8_t raw[FS_SIG_RAW];
+    int rc = fs_sig_sign(k, domain, body, n, raw);
+    if (rc) return rc;
+    char *t = ferry__malloc(n + FS_SIG_TRAILER + 1);
+    if (!t) return FERRY_ERR_NOMEM;
+    memcpy(t, body, n);
+    char *p = t + n;
+    memcpy(p, k_lead, 14);
+    hexn(p + 14, raw, FS_KEYID_LEN);
+    p[30] = ' ';
+    hexn(p + 31, raw + FS_KEYID_LEN, FS_SIG_LEN);
+    p[159] = '\n';
+    p[160] = 0;
+    *out = t;
+    return FERRY_OK;
+}
+
+int fs_sig_open(const ferry_keys *k, const char *domain, const char *name, const void *text, size_t n, size_t *body_len,
+                bool *is_signed)
+{
+    const char *s = text;
+    *body_len = n;
+    *is_signed = false;
+    /* the last "\n#ferry-sig-" in the text starts the trailer, whole or cut */
+    const char *lead = NULL;
+    size_t from = n > FS_SIG_TRAILER + 64 ? n - FS_SIG_TRAILER - 64 : 0;
+    for (const char *p = s + from; (p = memmem(p, n - (size_t)(p - s), "\n#ferry-sig-", 12)); p++) lead = p;
+    if (!lead) {
+        if (fs_keys_enforce(k)) return ferry__fail(FERRY_ERR_SIG_MISSING, "%s: unsigned, and this reader trusts only signed records", name);
+        return FERRY_OK;
+    }
+    size_t at = (size_t)(lead - s);
+    uint8_t raw[FS_SIG_RAW];
+    if (n - at != FS_SIG_TRAILER || memcmp(lead, k_lead, 14) || !unhexn(lead + 14, raw, FS_KEYID_LEN) || lead[30] != ' ' ||
+        !unhexn(lead + 31, raw + FS_KEYID_LEN, FS_SIG_LEN) || lead[159] != '\n')
+        return ferry__fail(FERRY_ERR_SIG_MALFORMED, "%s: the signature trailer is cut short or garbled (%zu bytes, want %d)", name,
+                           n - at, FS_SIG_TRAILER);
+    *body_len = at;
+    *is_signed = true;
+    if (!fs_keys_enforce(k)) return FERRY_OK;
+    return fs_sig_verify(k, domain, name, s, at, raw, -1);
+}
