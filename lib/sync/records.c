@@ -553,8 +553,11 @@ int fs_object_get(ferry_store *st, const char *key, uint64_t want_size, const ui
     if (rc) return rc;
     count(cnt, *size, false);
     uint8_t d[32];
+    /* with a signed digest to check, any difference is a forgery until
+     * shown otherwise: FERRY_ERR_SIG_DIGEST, whatever the size */
     if (*size != want_size)
-        rc = ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: %zu bytes, its manifest says %llu (truncated or replaced)", key, *size,
+        rc = ferry__fail(sha ? FERRY_ERR_SIG_DIGEST : FERRY_ERR_SYNC_CORRUPT,
+                         "%s: %zu bytes, its %smanifest says %llu (truncated or replaced)", key, *size, sha ? "signed " : "",
                          (unsigned long long)want_size);
     else if (sha && !(rc = fs_sha256(*data, *size, d)) && memcmp(d, sha, 32))
         rc = ferry__fail(FERRY_ERR_SIG_DIGEST, "%s: SHA-256 is not the one its signed manifest gives (replaced)", key);

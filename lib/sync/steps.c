@@ -152,8 +152,9 @@ static int step_full(ferry_subscriber *s, sub_work *w, const fs_manifest *m)
     ferry_model *a = NULL;
     uint8_t d[32];
     if (ss.size != m->full_bytes) {
-        rc = ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: %llu bytes, its manifest says %llu (truncated or replaced)", key,
-                         (unsigned long long)ss.size, (unsigned long long)m->full_bytes);
+        rc = ferry__fail(want ? FERRY_ERR_SIG_DIGEST : FERRY_ERR_SYNC_CORRUPT,
+                         "%s: %llu bytes, its %smanifest says %llu (truncated or replaced)", key, (unsigned long long)ss.size,
+                         want ? "signed " : "", (unsigned long long)m->full_bytes);
     } else if (want && !(rc = fs_sha256_file(tmp, d, NULL)) && memcmp(d, want, 32)) {
         rc = ferry__fail(FERRY_ERR_SIG_DIGEST, "%s: SHA-256 is not the one its signed manifest gives (replaced)", key);
     } else if (rc) {

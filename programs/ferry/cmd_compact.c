@@ -52,6 +52,7 @@ int cmd_compact(int argc, char **argv)
     int ret = sync_open_store("compact", &c, 0, &store);
     if (ret) return ret;
     ferry_compaction_info ci;
+    co.keys = c.keys;
     int rc = ferry_compact(store, c.run, &co, &ci);
     sync_progress_end();
     if (rc) ret = sync_fail("compact", rc, c.run);

@@ -79,6 +79,7 @@ int cmd_gc(int argc, char **argv)
     }
     if (c.json && !c.quiet) printf("{\"deleted_keys\": [");
     ferry_gc_report rep;
+    go.keys = c.keys;
     int rc = ferry_gc(store, c.run, &go, &rep);
     if (c.json && !c.quiet) {
         printf("], \"dry_run\": %s, \"head\": %llu, \"oldest_retained\": %llu, \"objects_deleted\": %llu, \"bytes_deleted\": %llu, "

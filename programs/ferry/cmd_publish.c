@@ -75,6 +75,7 @@ int cmd_publish(int argc, char **argv)
     int rc, ret;
     if ((rc = ferry_model_open(ckpt, &m))) return cli_fail("publish", rc, ckpt);
     if ((ret = sync_open_store("publish", &c, 1, &store))) goto out;
+    po.keys = c.keys;
     if ((rc = ferry_publisher_open(store, c.run, &po, &pub))) {
         ret = sync_fail("publish", rc, c.run);
         goto out;

@@ -101,7 +101,10 @@ static int check_local(const sync_common *c, ferry_store *st, ferry_subscriber *
 static bool transient(int rc)
 {
     return rc == FERRY_ERR_STORE_TIMEOUT || rc == FERRY_ERR_STORE_NET || rc == FERRY_ERR_STORE_HTTP ||
-           rc == FERRY_ERR_SYNC_NO_PATH || rc == FERRY_ERR_SYNC_NOT_YET || rc == FERRY_ERR_STORE_CORRUPT;
+           rc == FERRY_ERR_SYNC_NO_PATH || rc == FERRY_ERR_SYNC_NOT_YET || rc == FERRY_ERR_STORE_CORRUPT ||
+           /* a HEAD rolled back, or forged, is reported and waited out: the
+              file keeps its version and follows again once HEAD is valid */
+           rc == FERRY_ERR_SYNC_BACKWARDS || (rc >= FERRY_ERR_SIG_MISSING && rc <= FERRY_ERR_SIG_DIGEST);
 }
 
 static void pause_s(double s)
@@ -213,6 +216,7 @@ int cmd_pull(int argc, char **argv)
     ferry_subscriber *sub = NULL;
     int rc, ret;
     if ((ret = sync_open_store("pull", &c, 0, &store))) return ret;
+    so.keys = c.keys;
     if ((rc = ferry_subscriber_open(store, c.run, &so, &sub))) {
         ret = sync_fail("pull", rc, to);
         goto out;

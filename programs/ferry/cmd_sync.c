@@ -20,6 +20,7 @@ int cmd_pull(int argc, char **argv) { (void)argc, (void)argv; return no_net("pul
 int cmd_log(int argc, char **argv) { (void)argc, (void)argv; return no_net("log"); }
 int cmd_gc(int argc, char **argv) { (void)argc, (void)argv; return no_net("gc"); }
 int cmd_compact(int argc, char **argv) { (void)argc, (void)argv; return no_net("compact"); }
+int cmd_keygen(int argc, char **argv) { (void)argc, (void)argv; return no_net("keygen"); }
 #else
 
 const char sync_common_help[] =
@@ -34,13 +35,18 @@ const char sync_common_help[] =
     "  --rate BYTES       cap each transfer at BYTES per second\n"
     "  --part-size BYTES  multipart upload part size (default 64 MiB)\n"
     "  --cas-verify       read HEAD back after each swap (stores without conditional writes)\n"
+    "  --sign-key PATH    sign what is written with this private key (ferry keygen);\n"
+    "                     its public half is trusted too\n"
+    "  --trust-key PATH   trust this public key (repeatable): every record read must be\n"
+    "                     signed by a trusted key, every object match its signed SHA-256\n"
     "  --progress         progress lines \"progress DONE TOTAL\" on stderr\n"
     "  --no-progress      no progress bar (default: a bar when stderr is a terminal)\n"
     "  --json             one JSON object on stdout\n"
     "  -q, --quiet        nothing on stdout on success\n\n"
     "Exit status: 0 success, 1 failure, 2 usage, 3 another publisher or HEAD moved\n"
     "backwards, 4 version not there (yet, or any more) or nothing new in time,\n"
-    "5 store unreachable past the deadline, 6 objects failed verification.";
+    "5 store unreachable past the deadline, 6 objects failed verification, 7 a record\n"
+    "unsigned or wrongly signed (with --trust-key / --sign-key), or a key file unusable.";
 
 void sync_common_init(sync_common *c)
 {
@@ -71,7 +77,13 @@ int sync_common_opt(const char *cmd, int argc, char **argv, int *i, sync_common 
     else if (!strcmp(a, "--progress")) c->progress = 1;
     else if (!strcmp(a, "--no-progress")) c->progress = 0;
     else if (!strcmp(a, "--cas-verify")) c->so.cas_mode = FERRY_STORE_CAS_VERIFY;
-    else if (!strcmp(a, "--run") || !strcmp(a, "--endpoint") || !strcmp(a, "--region")) {
+    else if (!strcmp(a, "--sign-key") || !strcmp(a, "--trust-key")) {
+        if (!v) return cli_usage_error(cmd, "%s needs a key file", a);
+        if (a[2] == 's') c->sign_key = v;
+        else if (c->ntrust == SYNC_MAX_TRUST) return cli_usage_error(cmd, "--trust-key given more than %d times", SYNC_MAX_TRUST);
+        else c->trust[c->ntrust++] = v;
+        (*i)++;
+    } else if (!strcmp(a, "--run") || !strcmp(a, "--endpoint") || !strcmp(a, "--region")) {
         if (!v) return cli_usage_error(cmd, "%s needs a value", a);
         if (a[2] == 'r' && a[3] == 'u') c->run = v;
         else if (a[2] == 'e') c->so.endpoint = v;
@@ -139,8 +151,28 @@ static int on_progress(void *user, uint64_t done, uint64_t total)
     return 0;
 }
 
+static ferry_keys *g_keys;
+static void free_keys(void) { ferry_keys_free(g_keys); }
+
+static int load_keys(const char *cmd, sync_common *c)
+{
+    if (!c->sign_key && !c->ntrust) return 0;
+    if (!g_keys) {
+        int rc = ferry_keys_create(&g_keys);
+        if (rc) return sync_fail(cmd, rc, "key ring");
+        atexit(free_keys);
+        if (c->sign_key && (rc = ferry_keys_set_signer(g_keys, c->sign_key, NULL))) return sync_fail(cmd, rc, c->sign_key);
+        for (int i = 0; i < c->ntrust; i++)
+            if ((rc = ferry_keys_trust(g_keys, c->trust[i], -1, NULL))) return sync_fail(cmd, rc, c->trust[i]);
+    }
+    c->keys = g_keys;
+    return 0;
+}
+
 int sync_open_store(const char *cmd, sync_common *c, int create, ferry_store **out)
 {
+    int ks = load_keys(cmd, c);
+    if (ks) return ks;
     g_progress_mode = c->progress < 0 ? (isatty(2) ? 2 : 0) : c->progress;
     if (g_progress_mode) c->so.progress = on_progress;
     c->so.create = create;
@@ -163,6 +195,12 @@ int sync_fail(const char *cmd, int rc, const char *what)
     case FERRY_ERR_SYNC_CORRUPT:
     case FERRY_ERR_SYNC_MANIFEST:
     case FERRY_ERR_SYNC_NO_PATH: return SYNC_EXIT_CORRUPT;
+    case FERRY_ERR_SIG_MISSING:
+    case FERRY_ERR_SIG_MALFORMED:
+    case FERRY_ERR_SIG_UNTRUSTED:
+    case FERRY_ERR_SIG_INVALID:
+    case FERRY_ERR_SIG_DIGEST:
+    case FERRY_ERR_SIG_KEY: return SYNC_EXIT_SIGNATURE;
     default: return SYNC_EXIT_FAIL;
     }
 }

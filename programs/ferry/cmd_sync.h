@@ -12,6 +12,7 @@ int cmd_pull(int argc, char **argv);
 int cmd_log(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
 int cmd_compact(int argc, char **argv);
+int cmd_keygen(int argc, char **argv); /* cmd_keygen.c */
 
 #ifndef FERRY_NO_NET
 #include "ferry_sync.h"
@@ -23,13 +24,20 @@ enum {
     SYNC_EXIT_NOT_YET = 4,  /* version not there (yet, or any more); follow timed out */
     SYNC_EXIT_STORE = 5,    /* the store did not answer in time (deadline), network */
     SYNC_EXIT_CORRUPT = 6,  /* objects or manifests failed verification */
+    SYNC_EXIT_SIGNATURE = 7,/* a record unsigned, wrongly signed, or a key file unusable */
 };
+
+#define SYNC_MAX_TRUST 64     /* --trust-key given at most this many times */
 
 typedef struct sync_common {
     const char *store_url, *run;
     ferry_store_options so;
     bool json, quiet;
     int progress;          /* -1 auto (a bar when stderr is a terminal), 0 off, 1 lines */
+    const char *sign_key;  /* --sign-key PATH */
+    const char *trust[SYNC_MAX_TRUST]; /* --trust-key PATH ... */
+    int ntrust;
+    const ferry_keys *keys;/* built by sync_open_store when either is given */
 } sync_common;
 
 /* The options every sync command takes; sets defaults first. */
@@ -41,8 +49,8 @@ int sync_common_opt(const char *cmd, int argc, char **argv, int *i, sync_common 
 bool sync_common_pos(sync_common *c, const char *arg);
 /* Checks that STORE and --run were given: 0, or 2 after a usage error. */
 int sync_common_check(const char *cmd, const sync_common *c);
-/* Opens the store with the options and the progress display; exit status
- * (0 = ok). */
+/* Loads the keys given (c->keys, freed at exit), then opens the store
+ * with the options and the progress display; exit status (0 = ok). */
 int sync_open_store(const char *cmd, sync_common *c, int create, ferry_store **out);
 /* Prints "ferry CMD: what: message" on one line and returns the exit status. */
 int sync_fail(const char *cmd, int rc, const char *what);

@@ -17,6 +17,7 @@ static const struct { const char *name; int (*fn)(int, char **); const char *hel
     {"log", cmd_log, "list a run's versions, kinds, bases, sizes and times"},
     {"gc", cmd_gc, "delete what no retained version of a run needs"},
     {"compact", cmd_compact, "squash a range of a run's deltas into one"},
+    {"keygen", cmd_keygen, "make an Ed25519 key pair for signed runs and batches"},
 #endif
 };
 

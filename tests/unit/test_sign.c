@@ -1,0 +1,465 @@
+/* Signed versions and batches (include/ferry_sign.h): the forged-store
+ * suite.  An attacker with write access to a file:// store (and nothing
+ * else) replaces a delta, an anchor, a manifest; rolls HEAD back; freezes
+ * it at 2^63-1; moves records between runs; cuts a signature; signs with
+ * its own key; serves an unsigned run; forges and replays trajectory
+ * batches.  Each is refused with its own error, nothing of it is applied
+ * or admitted, and the reader recovers once the store is repaired.  Also:
+ * key files (0600, O_EXCL, refused when readable by others), a reader
+ * without keys reading a signed run, a publisher refusing to resume from
+ * a HEAD it cannot verify. */
+#ifdef FERRY_NO_NET /* a core-only build (make NO_NET=1) has no sync layer */
+#include <stdio.h>
+int main(void)
+{
+    puts("sync layer not built (NO_NET=1)");
+    puts("0 passed, 0 failed");
+    return 0;
+}
+#else
+#include <inttypes.h>
+#include <stdbool.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "ferry_dock.h"
+#include "ferry_sign.h"
+#include "ferry_sync.h"
+
+static char g_root[256];
+static int g_nstore;
+
+static void rm_rf(const char *path)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    if (system(cmd)) fprintf(stderr, "cannot remove %s\n", path);
+}
+
+static ferry_store *new_store(void)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/store-%d", g_root, ++g_nstore);
+    ferry_store_options o = {.create = 1, .deadline_ms = 20000};
+    ferry_store *s = NULL;
+    if (ferry_store_open(dir, &o, &s)) fprintf(stderr, "store: %s\n", ferry_last_error());
+    return s;
+}
+
+/* A key pair under the test root: NAME.key / NAME.pub. */
+static void keypair(const char *name, char priv[512], char pub[512])
+{
+    char prefix[400];
+    snprintf(prefix, sizeof prefix, "%s/%s", g_root, name);
+    snprintf(priv, 512, "%s.key", prefix);
+    snprintf(pub, 512, "%s.pub", prefix);
+    if (access(priv, F_OK) && ferry_keygen(prefix, NULL)) fprintf(stderr, "keygen: %s\n", ferry_last_error());
+}
+
+static ferry_keys *signer_ring(const char *name)
+{
+    char priv[512], pub[512];
+    keypair(name, priv, pub);
+    ferry_keys *k = NULL;
+    ferry_keys_create(&k);
+    if (ferry_keys_set_signer(k, priv, NULL)) fprintf(stderr, "signer: %s\n", ferry_last_error());
+    return k;
+}
+
+static ferry_keys *trust_ring(const char *name)
+{
+    char priv[512], pub[512];
+    keypair(name, priv, pub);
+    ferry_keys *k = NULL;
+    ferry_keys_create(&k);
+    if (ferry_keys_trust(k, pub, -1, NULL)) fprintf(stderr, "trust: %s\n", ferry_last_error());
+    return k;
+}
+
+/* A 128 KB BF16 model; version v differs from v-1 in about 1/16 of its words. */
+#define NW (256 * 256)
+static ferry_model *model_of(uint64_t v, uint16_t evil)
+{
+    static uint16_t w[NW];
+    for (uint32_t i = 0; i < NW; i++) {
+        uint16_t x = (uint16_t)(0x3c00 + (i * 2654435761u >> 20));
+        for (uint64_t k = 1; k <= v; k++)
+            if (((i * 40503u + (uint32_t)k * 977u) & 15) == 0) x = (uint16_t)(x + 1);
+        w[i] = (uint16_t)(x ^ evil);
+    }
+    ferry_model *m = NULL;
+    ferry_model_create(&m);
+    const uint64_t shape[2] = {256, 256};
+    ferry_model_add(m, "w", FERRY_BF16, 2, shape, w, sizeof w, FERRY_ADD_COPY);
+    return m;
+}
+
+static void hash_of(uint64_t v, uint16_t evil, uint8_t h[16])
+{
+    ferry_model *m = model_of(v, evil);
+    if (ferry_model_hash(m, h)) memset(h, 0, 16);
+    ferry_model_free(m);
+}
+
+/* Publishes versions 1..n of run with keys (NULL = unsigned), K = 3. */
+static int publish(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t from, uint64_t n)
+{
+    ferry_publisher_options o = {.anchor_every = 3, .publisher_id = "trainer", .keys = keys};
+    ferry_publisher *p = NULL;
+    int rc = ferry_publisher_open(st, run, &o, &p);
+    for (uint64_t v = from; !rc && v <= n; v++) {
+        ferry_model *m = model_of(v, 0);
+        rc = ferry_publish(p, m, NULL);
+        ferry_model_free(m);
+    }
+    if (rc) fprintf(stderr, "publish: %s\n", ferry_last_error());
+    ferry_publisher_free(p);
+    return rc;
+}
+
+static ferry_subscriber *sub_open(ferry_store *st, const char *run, const ferry_keys *keys)
+{
+    ferry_subscriber_options o = {.keys = keys, .max_attempts = 4};
+    ferry_subscriber *s = NULL;
+    if (ferry_subscriber_open(st, run, &o, &s)) fprintf(stderr, "sub: %s\n", ferry_last_error());
+    return s;
+}
+
+/* The subscriber holds exactly version v of the honest sequence. */
+static bool holds(ferry_subscriber *s, uint64_t v)
+{
+    uint8_t want[16], h[16], mh[16];
+    hash_of(v, 0, want);
+    const ferry_model *m = ferry_subscriber_model(s);
+    return ferry_subscriber_version(s) == v && !ferry_subscriber_hash(s, h) && !memcmp(h, want, 16) && m &&
+           !ferry_model_hash(m, mh) && !memcmp(mh, want, 16);
+}
+
+/* Store access as the attacker has it: whole objects, by key. */
+static void *get(ferry_store *st, const char *key, size_t *n)
+{
+    void *d = NULL;
+    if (ferry_store_get(st, key, &d, n, NULL)) {
+        fprintf(stderr, "get %s: %s\n", key, ferry_last_error());
+        *n = 0;
+    }
+    return d;
+}
+
+static void put(ferry_store *st, const char *key, const void *d, size_t n)
+{
+    if (ferry_store_put(st, key, d, n, NULL)) fprintf(stderr, "put %s: %s\n", key, ferry_last_error());
+}
+
+/* Key of version v's object (ext "json", "patch", "safetensors"). */
+static void vkey(ferry_store *st, const char *run, uint64_t v, const char *ext, char out[512])
+{
+    ferry_run_log *log = NULL;
+    out[0] = 0;
+    if (ferry_run_log_read(st, run, 0, &log)) return;
+    for (size_t i = 0; i < log->count; i++)
+        if (log->versions[i].version == v) snprintf(out, 512, "%s/v/%020" PRIu64 "-%s.%s", run, v, log->versions[i].id, ext);
+    ferry_run_log_free(log);
+}
+
+static bool last_rejection_has(ferry_subscriber *s, const char *what)
+{
+    ferry_subscriber_stats ss;
+    ferry_subscriber_get_stats(s, &ss);
+    if (!strstr(ss.last_rejection, what)) fprintf(stderr, "last rejection: %s\n", ss.last_rejection);
+    return strstr(ss.last_rejection, what) != NULL;
+}
+
+/* ---- keys ---- */
+
+static void test_key_files(void)
+{
+    char prefix[400], priv[512], pub[512];
+    snprintf(prefix, sizeof prefix, "%s/kf", g_root);
+    char id[FERRY_KEY_ID_LEN + 1], id2[FERRY_KEY_ID_LEN + 1], id3[FERRY_KEY_ID_LEN + 1];
+    CHECK_OK(ferry_keygen(prefix, id));
+    CHECK(strlen(id) == FERRY_KEY_ID_LEN);
+    snprintf(priv, sizeof priv, "%s.key", prefix);
+    snprintf(pub, sizeof pub, "%s.pub", prefix);
+    struct stat sb;
+    CHECK(!stat(priv, &sb) && (sb.st_mode & 0777) == 0600);
+    CHECK_RC(ferry_keygen(prefix, NULL), FERRY_ERR_IO); /* O_EXCL: never overwrites a key */
+    ferry_keys *k = NULL;
+    CHECK_OK(ferry_keys_create(&k));
+    CHECK_OK(ferry_keys_set_signer(k, priv, id2));
+    CHECK(!strcmp(id, id2));
+    CHECK_OK(ferry_keys_trust(k, pub, 3, id3));
+    CHECK(!strcmp(id, id3));
+    CHECK(ferry_keys_trusted(k) == 2 && ferry_keys_can_sign(k));
+    CHECK_RC(ferry_keys_set_signer(k, priv, NULL), FERRY_ERR_ARG);
+    CHECK_RC(ferry_keys_set_signer(k, pub, NULL), FERRY_ERR_ARG);
+    ferry_keys_free(k);
+    k = NULL;
+    ferry_keys_create(&k);
+    CHECK_RC(ferry_keys_set_signer(k, pub, NULL), FERRY_ERR_SIG_KEY);    /* not a private key */
+    chmod(priv, 0644);
+    CHECK_RC(ferry_keys_set_signer(k, priv, NULL), FERRY_ERR_SIG_KEY);   /* readable by others */
+    CHECK(strstr(ferry_last_error(), "chmod 600") != NULL);
+    chmod(priv, 0600);
+    char junk[512];
+    snprintf(junk, sizeof junk, "%s/junk.pub", g_root);
+    ferry_file_write(junk, "-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n", 56);
+    CHECK_RC(ferry_keys_trust(k, junk, -1, NULL), FERRY_ERR_SIG_KEY);
+    CHECK_RC(ferry_keys_trust(k, "/nonexistent/x.pub", -1, NULL), FERRY_ERR_SIG_KEY);
+    CHECK(ferry_keys_trusted(k) == 0 && !ferry_keys_can_sign(k));
+    ferry_keys_free(k);
+    ferry_keys_free(NULL);
+}
+
+/* ---- signed versions ---- */
+
+static void test_signed_run_reads(void)
+{
+    ferry_store *st = new_store();
+    ferry_keys *tk = signer_ring("trainer"), *rk = trust_ring("trainer");
+    CHECK_OK(publish(st, "run", tk, 1, 5));
+    /* HEAD ends with the signature trailer; manifests give SHA-256s */
+    size_t n;
+    char *head = get(st, "run/HEAD", &n), mkey[512];
+    CHECK(head && n > 160 && !memcmp(head + n - 160, "\n#ferry-sig-1 ", 14));
+    ferry_free(head);
+    vkey(st, "run", 5, "json", mkey);
+    char *man = get(st, mkey, &n);
+    CHECK(man && memmem(man, n, "\"sha256\"", 8));
+    ferry_free(man);
+    ferry_subscriber *s = sub_open(st, "run", rk);
+    CHECK_OK(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL));
+    CHECK(holds(s, 5));
+    ferry_subscriber_free(s);
+    /* a reader without keys reads the signed run too (nothing enforced) */
+    s = sub_open(st, "run", NULL);
+    CHECK_OK(ferry_subscriber_sync(s, FERRY_SYNC_EXACT, 4, NULL));
+    CHECK(holds(s, 4));
+    ferry_subscriber_free(s);
+    /* a compaction signed by the trainer is used by a reader with keys */
+    ferry_compact_options co = {.from = 1, .to = 5, .keys = tk};
+    CHECK_OK(ferry_compact(st, "run", &co, NULL));
+    s = sub_open(st, "run", rk);
+    ferry_sync_info in;
+    CHECK_OK(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, &in));
+    CHECK(holds(s, 5) && in.rejected == 0);
+    ferry_subscriber_free(s);
+    /* the publisher resumes from its own signed HEAD; GC with keys */
+    CHECK_OK(publish(st, "run", tk, 6, 7));
+    ferry_gc_options go = {.keep = 2, .grace_s = -1, .keys = tk};
+    ferry_gc_report rep;
+    CHECK_OK(ferry_gc(st, "run", &go, &rep));
+    s = sub_open(st, "run", rk);
+    CHECK_OK(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL));
+    CHECK(holds(s, 7));
+    ferry_subscriber_free(s);
+    ferry_keys_free(tk);
+    ferry_keys_free(rk);
+    ferry_store_free(st);
+}
+
+/* A delta replaced by the attacker's (a real patch from version 2 to a
+ * model of its choice: base and target hashes "recomputed"), then an anchor
+ * replaced by another model: SHA-256 against the signed manifest. */
+static void test_forged_objects(void)
+{
+    ferry_store *st = new_store();
+    ferry_keys *tk = signer_ring("trainer"), *rk = trust_ring("trainer");
+    CHECK_OK(publish(st, "run", tk, 1, 3)); /* anchors 1; deltas 2, 3 */
+    ferry_subscriber *s = sub_open(st, "run", rk);
+    CHECK_OK(ferry_subscriber_sync(s, FERRY_SYNC_EXACT, 2, NULL));
+    char dkey[512];
+    vkey(st, "run", 3, "patch", dkey);
+    size_t n0;
+    void *orig = get(st, dkey, &n0);
+    ferry_model *a = model_of(2, 0), *evil = model_of(3, 0x5);
+    void *forged = NULL;
+    size_t fn = 0;
+    CHECK_OK(ferry_diff(a, evil, NULL, &forged, &fn));
+    put(st, dkey, forged, fn);
+    CHECK_RC(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL), FERRY_ERR_SYNC_NO_PATH);
+    CHECK(last_rejection_has(s, "signed manifest"));
+    CHECK(holds(s, 2)); /* nothing applied */
+    /* the same forgery read without keys: the hashes the attacker wrote
+     * into its patch pass, so only the manifest's target stops it here */
+    put(st, dkey, orig, n0); /* repaired */
+    ferry_subscriber_free(s);
+    s = sub_open(st, "run", rk);
+    CHECK_OK(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL));
+    CHECK(holds(s, 3));
+    ferry_subscriber_free(s);
+
+    /* an anchor replaced: refused, and the reader goes through the anchor
+     * before it (and never holds the attacker's model) */
+    CHECK_OK(publish(st, "run", tk, 4, 4)); /* 4 is an anchor (K = 3) */
+    char fkey[512];
+    vkey(st, "run", 4, "safetensors", fkey);
+    CHECK(fkey[0] != 0);
+    size_t an;
+    void *anchor = get(st, fkey, &an);
+    char tmp[512];
+    snprintf(tmp, sizeof tmp, "%s/evil.safetensors", g_root);
+    ferry_model *e4 = model_of(4, 0x3);
+    CHECK_OK(ferry_model_save(e4, tmp));
+    CHECK_OK(ferry_store_put_file(st, fkey, tmp, NULL));
+    s = sub_open(st, "run", rk);
+    ferry_sync_info in;
+    CHECK_OK(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, &in));
+    CHECK(holds(s, 4) && in.rejected == 1);
+    CHECK(last_rejection_has(s, "SHA-256") || last_rejection_has(s, "signed manifest"));
+    ferry_subscriber_free(s);
+    put(st, fkey, anchor, an);
+    ferry_free(anchor);
+    ferry_free(orig);
+    ferry_free(forged);
+    ferry_model_free(a);
+    ferry_model_free(evil);
+    ferry_model_free(e4);
+    ferry_keys_free(tk);
+    ferry_keys_free(rk);
+    ferry_store_free(st);
+}
+
+/* Manifest and HEAD records rewritten: body changed under the old
+ * signature, signature cut, HEAD frozen at 2^63-1, HEAD rolled back to an
+ * older signed one, records of another run. */
+static void test_forged_records(void)
+{
+    ferry_store *st = new_store();
+    ferry_keys *tk = signer_ring("trainer"), *rk = trust_ring("trainer");
+    CHECK_OK(publish(st, "run", tk, 1, 2));
+    size_t n;
+    char *head2 = get(st, "run/HEAD", &n);
+    size_t n2 = n;
+    ferry_subscriber *s = sub_open(st, "run", rk);
+    CHECK_OK(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL));
+    CHECK_OK(publish(st, "run", tk, 3, 3));
+    char *head3 = get(st, "run/HEAD", &n);
+    size_t n3 = n;
+
+    /* a manifest's body altered (its size, say), the signature kept */
+    char mkey[512];
+    vkey(st, "run", 3, "json", mkey);
+    char *man = get(st, mkey, &n);
+    char *forged = malloc(n + 1);
+    memcpy(forged, man, n);
+    char *b = memmem(forged, n, "\"model_bytes\": 1", 16);
+    CHECK(b != NULL);
+    if (b) b[15] = '2';
+    put(st, mkey, forged, n);
+    CHECK_RC(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL), FERRY_ERR_SIG_INVALID);
+    CHECK(holds(s, 2));
+    /* the manifest without its signature */
+    put(st, mkey, man, n - 160);
+    CHECK_RC(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL), FERRY_ERR_SIG_MISSING);
+    put(st, mkey, man, n);
+    ferry_free(man);
+    free(forged);
+
+    /* HEAD's signature cut short */
+    put(st, "run/HEAD", head3, n3 - 10);
+    CHECK_RC(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL), FERRY_ERR_SIG_MALFORMED);
+    CHECK(holds(s, 2));
+
+    /* HEAD frozen at 2^63-1 (the attacker cannot sign it) */
+    char frozen[1024];
+    int fl = snprintf(frozen, sizeof frozen, "%.*s", (int)(n3 - 160), head3);
+    char *v = strstr(frozen, "\"version\": 3");
+    CHECK(v != NULL);
+    if (v) {
+        char tail[1024];
+        snprintf(tail, sizeof tail, "%s", v + 12);
+        fl = snprintf(v, sizeof frozen - (size_t)(v - frozen), "\"version\": 9223372036854775807%s", tail) + (int)(v - frozen);
+    }
+    put(st, "run/HEAD", frozen, (size_t)fl);
+    CHECK_RC(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL), FERRY_ERR_SIG_MISSING);
+    memcpy(frozen + fl, head3 + n3 - 160, 160); /* with the real HEAD's signature */
+    put(st, "run/HEAD", frozen, (size_t)fl + 160);
+    CHECK_RC(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL), FERRY_ERR_SIG_INVALID);
+    CHECK(holds(s, 2));
+    /* repaired: the same handle follows again (it was not wedged) */
+    put(st, "run/HEAD", head3, n3);
+    CHECK_OK(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL));
+    CHECK(holds(s, 3));
+
+    /* HEAD rolled back to the older, validly signed, version 2 */
+    put(st, "run/HEAD", head2, n2);
+    CHECK_RC(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL), FERRY_ERR_SYNC_BACKWARDS);
+    CHECK(holds(s, 3));
+    /* and a publisher with the key does not chain onto what it cannot verify */
+    put(st, "run/HEAD", frozen, (size_t)fl + 160);
+    ferry_publisher_options po = {.keys = tk};
+    ferry_publisher *p = NULL;
+    CHECK_RC(ferry_publisher_open(st, "run", &po, &p), FERRY_ERR_SIG_INVALID);
+    CHECK(p == NULL);
+    put(st, "run/HEAD", head3, n3);
+    CHECK_OK(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL));
+    CHECK(holds(s, 3));
+
+    /* records moved from another run signed by the same key */
+    CHECK_OK(publish(st, "other", tk, 1, 4));
+    char *oh = get(st, "other/HEAD", &n);
+    put(st, "run/HEAD", oh, n);
+    CHECK_RC(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL), FERRY_ERR_SYNC_MANIFEST);
+    CHECK(strstr(ferry_last_error(), "another run") != NULL);
+    CHECK(holds(s, 3));
+    put(st, "run/HEAD", head3, n3);
+    ferry_free(oh);
+    CHECK_OK(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL));
+    ferry_subscriber_free(s);
+    ferry_free(head2);
+    ferry_free(head3);
+    ferry_keys_free(tk);
+    ferry_keys_free(rk);
+    ferry_store_free(st);
+}
+
+/* A run signed with a key the reader does not trust, and an unsigned run. */
+static void test_wrong_key_and_unsigned(void)
+{
+    ferry_store *st = new_store();
+    ferry_keys *mallory = signer_ring("mallory"), *rk = trust_ring("trainer");
+    CHECK_OK(publish(st, "m", mallory, 1, 2));
+    CHECK_OK(publish(st, "u", NULL, 1, 2));
+    ferry_subscriber *s = sub_open(st, "m", rk);
+    CHECK_RC(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL), FERRY_ERR_SIG_UNTRUSTED);
+    CHECK(ferry_subscriber_version(s) == 0);
+    ferry_subscriber_free(s);
+    s = sub_open(st, "u", rk);
+    CHECK_RC(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL), FERRY_ERR_SIG_MISSING);
+    CHECK(ferry_subscriber_version(s) == 0);
+    ferry_subscriber_free(s);
+    /* the unsigned run is still read by a reader without keys */
+    s = sub_open(st, "u", NULL);
+    CHECK_OK(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL));
+    CHECK(holds(s, 2));
+    ferry_subscriber_free(s);
+    /* the trainer's publisher refuses to resume mallory's run */
+    ferry_keys *tk = signer_ring("trainer");
+    ferry_publisher_options po = {.keys = tk};
+    ferry_publisher *p = NULL;
+    CHECK_RC(ferry_publisher_open(st, "m", &po, &p), FERRY_ERR_SIG_UNTRUSTED);
+    CHECK_RC(ferry_publisher_open(st, "u", &po, &p), FERRY_ERR_SIG_MISSING);
+    ferry_keys_free(tk);
+    ferry_keys_free(mallory);
+    ferry_keys_free(rk);
+    ferry_store_free(st);
+}
+
+int main(void)
+{
+    snprintf(g_root, sizeof g_root, "%s/ferry-sign-test.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(g_root)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    RUN(test_key_files);
+    RUN(test_signed_run_reads);
+    RUN(test_forged_objects);
+    RUN(test_forged_records);
+    RUN(test_wrong_key_and_unsigned);
+    rm_rf(g_root);
+    return CHECK_SUMMARY();
+}
+#endif
