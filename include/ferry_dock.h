@@ -17,7 +17,8 @@
  * one version never matches another: "v…01/" is not a prefix of "v…010/").
  * Its bytes are a 128-byte header (magic "FDCK", format, policy version,
  * sequence, island, run id, payload length, put time, XXH3-128 of header and
- * payload) followed by the payload.  The consumer keeps its progress in
+ * payload) followed by the payload, and, for a signed batch, the island's
+ * Ed25519 signature (SIGNATURES below).  The consumer keeps its progress in
  * RUN/dock/cursor, moved by compare-and-swap; rejected objects are moved to
  * RUN/quarantine/REASON/… (or deleted, see options).
  *
@@ -48,6 +49,20 @@
  * A batch is "consumed" when take returns it: a trainer that dies before
  * training on it does not get it again.
  *
+ * SIGNATURES (include/ferry_sign.h, docs/SECURITY.md).  A producer whose
+ * options carry a signing key signs every batch (header flag 1, then 72
+ * bytes after the payload: key id and Ed25519 signature over header and
+ * payload).  A consumer whose options trust keys ENROLLS them: it admits a
+ * batch of island I only when signed by a key enrolled for I (or for any
+ * island); an unsigned, forged or wrongly keyed batch is rejected with
+ * FERRY_ERR_DOCK_SIGNATURE.  Replay protection is the cursor's record of
+ * (island, seq): with enrolled keys a batch whose (island, seq) was already
+ * taken or dropped is not deleted as a duplicate but rejected as
+ * FERRY_ERR_DOCK_REPLAY.  Both are quarantined (or deleted with
+ * delete_rejected) and counted, never admitted.  A forged batch does not
+ * mark its (island, seq) taken, so it cannot make the island's own batch
+ * of that number be refused.
+ *
  * THREADS.  A dock handle is not thread-safe: use one per thread (they may
  * share one ferry_store, which is).  Any number of producers, in any number
  * of processes, may put concurrently.  Give each run one consumer at a time;
@@ -63,6 +78,7 @@
 #ifndef FERRY_DOCK_H
 #define FERRY_DOCK_H
 
+#include "ferry_sign.h"
 #include "ferry_store.h"
 
 #ifdef __cplusplus
@@ -90,10 +106,15 @@ enum {
     FERRY_ERR_DOCK_CURSOR = 110,    /* the cursor object is malformed, or of another run */
     FERRY_ERR_DOCK_REGRESSED = 111, /* trainer_version below one this run's consumer already used */
     FERRY_ERR_DOCK_CONTENDED = 112, /* the cursor kept changing under us (another consumer) */
+    FERRY_ERR_DOCK_SIGNATURE = 113, /* (keys enrolled) batch unsigned, signed by a key not
+                                       enrolled for its island, or forged: quarantined */
+    FERRY_ERR_DOCK_REPLAY = 114,    /* (keys enrolled) a signed batch whose (island, seq)
+                                       was already taken or dropped: quarantined */
 };
 
 #define FERRY_DOCK_RUN_MAX 64          /* bytes of a run id */
 #define FERRY_DOCK_HEADER_SIZE 128     /* bytes before the payload */
+#define FERRY_DOCK_SIG_SIZE 72         /* bytes after the payload of a signed batch */
 #define FERRY_DOCK_FORMAT 1            /* header format written by this build */
 #define FERRY_DOCK_KEY_MAX 160         /* buffer for a batch key, NUL included */
 #define FERRY_DOCK_HIST 32             /* staleness histogram buckets */
@@ -160,6 +181,10 @@ typedef struct ferry_dock_options {
                                    FERRY_ERR_DOCK_REGRESSED */
     ferry_dock_event_fn on_event;
     void *event_user;
+    const ferry_keys *keys;     /* optional (borrowed; must outlive the handle).
+                                   A signing key: put signs every batch.
+                                   Trusted keys (consumer): enrolled island
+                                   keys, see SIGNATURES above */
 } ferry_dock_options;
 
 /* One batch returned by take.  Read-only; released by ferry_dock_batches_free. */
@@ -194,6 +219,9 @@ typedef struct ferry_dock_stats {
     uint64_t lists, gets, deletes, quarantined, cursor_writes, cursor_conflicts;
     uint64_t delete_failures; /* left for a later pass */
     uint64_t deferred;        /* corrupt-looking objects left for their grace period */
+    /* run-wide, kept in the cursor (consumers with enrolled keys) */
+    uint64_t rejected_signature; /* FERRY_ERR_DOCK_SIGNATURE */
+    uint64_t rejected_replay;    /* FERRY_ERR_DOCK_REPLAY */
 } ferry_dock_stats;
 
 typedef struct ferry_dock ferry_dock;
@@ -274,6 +302,8 @@ typedef struct ferry_dock_header {
     uint32_t island;
     const void *payload;
     uint64_t size;
+    const void *signature;   /* FERRY_DOCK_SIG_SIZE bytes (key id, Ed25519
+                                signature) after the payload; NULL if unsigned */
 } ferry_dock_header;
 
 /* Checks a run id: 0 or FERRY_ERR_ARG. */
@@ -295,7 +325,8 @@ FERRY_API int ferry_dock_encode(const char *run, uint64_t version, uint32_t isla
                                 void **out, size_t *out_size);
 
 /* Validates size bytes as a batch: MAGIC, FORMAT, TRUNCATED, LENGTH (payload
- * over max_payload, 0 = 256 MiB, or trailing bytes), HEADER, CHECKSUM, in
+ * over max_payload, 0 = 256 MiB, or trailing bytes other than a signed
+ * batch's signature), HEADER, CHECKSUM, in
  * that order, then RUN if run is not NULL and differs.  Allocates nothing;
  * h->payload points into data. */
 FERRY_API int ferry_dock_decode(const void *data, size_t size, uint64_t max_payload,

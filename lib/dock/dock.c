@@ -126,7 +126,7 @@ int ferry_dock_put(ferry_dock *d, uint32_t island, uint64_t version, uint64_t se
     if (rc) return rc;
     void *obj = NULL;
     size_t size = 0;
-    rc = ferry_dock_encode(d->run, version, island, seq, dk_wall_ms(), payload, len, &obj, &size);
+    rc = dk_encode(d->run, version, island, seq, dk_wall_ms(), payload, len, d->o.keys, &obj, &size);
     if (rc) return rc;
     rc = ferry_store_put(d->store, key, obj, size, NULL);
     ferry_free(obj);
@@ -198,6 +198,8 @@ void ferry_dock_get_stats(const ferry_dock *d, ferry_dock_stats *out)
         else out->rejected_corrupt += v;
     }
     for (int i = 0; i < FERRY_DOCK_HIST; i++) out->staleness_hist[i] = c[DK_C_HIST0 + i];
+    out->rejected_signature = c[DK_C_SIGNATURE];
+    out->rejected_replay = c[DK_C_REPLAY];
 }
 
 void ferry_dock_batches_free(ferry_dock_batch *b, size_t n)

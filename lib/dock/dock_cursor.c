@@ -235,17 +235,19 @@ int dk_cursor_decode(const void *data, size_t size, const char *run, dk_state *o
         if (b[8 + i]) return BAD("cursor run id padding byte %u is not zero", i);
     if (strlen(run) != rl || memcmp(b + 8, run, rl))
         return BAD("cursor of run '%.*s', not of '%s'", (int)rl, (const char *)(b + 8), run);
-    if (ferry__le32(b + 96) != DK_C_COUNT) return BAD("cursor has %" PRIu32 " counters, want %d", ferry__le32(b + 96), DK_C_COUNT);
+    /* a cursor from before the signature counters reads with them at 0 */
+    uint32_t nc = ferry__le32(b + 96);
+    if (nc != DK_C_COUNT && nc != DK_C_COUNT_V1) return BAD("cursor has %" PRIu32 " counters, want %d", nc, DK_C_COUNT);
     uint32_t ni = ferry__le32(b + 100);
     if (ni > FERRY_DOCK_MAX_ISLANDS) return BAD("cursor names %" PRIu32 " islands (at most %d)", ni, FERRY_DOCK_MAX_ISLANDS);
     size_t end = size - CUR_SUM, pos = CUR_FIXED;
-    if (end - pos < (size_t)DK_C_COUNT * 8) return BAD("cursor truncated in its counters");
+    if (end - pos < (size_t)nc * 8) return BAD("cursor truncated in its counters");
     /* Each island takes at least 8 + 16 bytes: reject a count the bytes
      * cannot hold before allocating for it. */
-    if ((end - pos - (size_t)DK_C_COUNT * 8) / 24 < ni) return BAD("cursor names %" PRIu32 " islands but is too short for them", ni);
+    if ((end - pos - (size_t)nc * 8) / 24 < ni) return BAD("cursor names %" PRIu32 " islands but is too short for them", ni);
     out->commits = ferry__le64(b + 80);
     out->top_tv = ferry__le64(b + 88);
-    for (size_t i = 0; i < DK_C_COUNT; i++, pos += 8) out->counters[i] = ferry__le64(b + pos);
+    for (size_t i = 0; i < nc; i++, pos += 8) out->counters[i] = ferry__le64(b + pos);
     if (ni) {
         out->islands = ferry__calloc(ni, sizeof *out->islands);
         if (!out->islands) return FERRY_ERR_NOMEM;

@@ -34,8 +34,21 @@ enum {
     DK_C_GAPS,
     DK_C_REJ0,                         /* 10 counters: codes 100..109 */
     DK_C_HIST0 = DK_C_REJ0 + 10,       /* FERRY_DOCK_HIST counters */
-    DK_C_COUNT = DK_C_HIST0 + FERRY_DOCK_HIST
+    DK_C_SIGNATURE = DK_C_HIST0 + FERRY_DOCK_HIST, /* FERRY_ERR_DOCK_SIGNATURE */
+    DK_C_REPLAY,                       /* FERRY_ERR_DOCK_REPLAY */
+    DK_C_COUNT,
+    DK_C_COUNT_V1 = DK_C_SIGNATURE     /* cursors written before signatures */
 };
+
+/* The counter of a rejection code. */
+static inline int dk_rej_counter(int code)
+{
+    if (code == FERRY_ERR_DOCK_SIGNATURE) return DK_C_SIGNATURE;
+    if (code == FERRY_ERR_DOCK_REPLAY) return DK_C_REPLAY;
+    return DK_C_REJ0 + (code - FERRY_ERR_DOCK_MAGIC);
+}
+
+#define DK_FLAG_SIGNED 1u /* header flags: a signature follows the payload */
 #define DK_REJ_CODES 10
 
 /* ---- the consumer's record ---- */
@@ -78,6 +91,9 @@ int dk_cursor_encode(const dk_state *s, const char *run, uint64_t nonce, ferry_b
 int dk_cursor_decode(const void *data, size_t size, const char *run, dk_state *out);
 
 /* ---- wire helpers ---- */
+/* ferry_dock_encode, signing with keys' signing key when it has one. */
+int dk_encode(const char *run, uint64_t version, uint32_t island, uint64_t seq, uint64_t put_time_ms,
+              const void *payload, size_t len, const ferry_keys *keys, void **out, size_t *out_size);
 /* "RUN/traj/" and "RUN/traj/vVVV…/" (the listing prefix of one version). */
 void dk_traj_prefix(const char *run, char buf[FERRY_DOCK_KEY_MAX]);
 void dk_version_prefix(const char *run, uint64_t version, char buf[FERRY_DOCK_KEY_MAX]);

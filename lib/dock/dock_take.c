@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <time.h>
 #include "xxh.h"
+#include "sync/sig.h"
 
 enum { IT_ADMIT = 1, IT_DROP, IT_DUP, IT_REJECT };
 
@@ -232,8 +233,25 @@ static int reject(dk_pass *ps, const char *key, int code, uint64_t v, uint32_t i
 
 /* Fetches and judges one object.  *admitted is set when it becomes an
  * IT_ADMIT item.  Returns a store error only (the pass stops there). */
+/* With enrolled keys: the batch must be signed by a key enrolled for its
+ * island (FERRY_ERR_DOCK_SIGNATURE naming why), and, when its (island,
+ * seq) is already resolved, it is a replay. */
+static int judge_signature(dk_pass *ps, const char *key, const uint8_t *data, const ferry_dock_header *h, bool replay)
+{
+    const ferry_keys *k = ps->d->o.keys;
+    if (!fs_keys_enforce(k)) return FERRY_OK;
+    if (!h->signature)
+        return ferry__fail(FERRY_ERR_DOCK_SIGNATURE, "%s: unsigned batch, and this consumer admits only enrolled islands' signed ones", key);
+    int rc = fs_sig_verify(k, FS_DOM_BATCH, key, data, FERRY_DOCK_HEADER_SIZE + (size_t)h->size, h->signature, h->island);
+    if (rc) return ferry__context(FERRY_ERR_DOCK_SIGNATURE, "island %" PRIu32 " seq %" PRIu64, h->island, h->seq);
+    if (replay)
+        return ferry__fail(FERRY_ERR_DOCK_REPLAY, "%s: island %" PRIu32 " seq %" PRIu64 " was already taken or dropped: a replay",
+                           key, h->island, h->seq);
+    return FERRY_OK;
+}
+
 static int fetch(dk_pass *ps, const ferry_store_entry *e, bool key_ok, uint64_t v, uint32_t isl,
-                 uint64_t s, bool *admitted)
+                 uint64_t s, bool replay, bool *admitted)
 {
     ferry_dock *d = ps->d;
     *admitted = false;
@@ -271,6 +289,7 @@ static int fetch(dk_pass *ps, const ferry_store_entry *e, bool key_ok, uint64_t 
     if (!code && (h.version != v || h.island != isl || h.seq != s))
         code = ferry__fail(FERRY_ERR_DOCK_MISPLACED, "%s: header says version %" PRIu64 ", island %" PRIu32 ", seq %" PRIu64,
                            e->key, h.version, h.island, h.seq);
+    if (!code) code = judge_signature(ps, e->key, data, &h, replay);
     if (!code && v > ps->hi)
         code = ferry__fail(FERRY_ERR_DOCK_FUTURE, "%s: batch of version %" PRIu64 " > trainer version %" PRIu64
                            " (a version counter went wrong)", e->key, v, ps->tv);
@@ -312,14 +331,19 @@ static int classify(dk_pass *ps, const ferry_store_entry *e)
     bool admitted;
     if (ferry_dock_key_parse(d->run, e->key, &v, &isl, &s)) {
         if (!spend(ps)) return FERRY_OK;
-        return fetch(ps, e, false, 0, 0, 0, &admitted);
+        return fetch(ps, e, false, 0, 0, 0, false, &admitted);
     }
     if (v > ps->hi) {
         if (ps->sequential) return FERRY_OK; /* a later request's version */
         if (!spend(ps)) return FERRY_OK;
-        return fetch(ps, e, true, v, isl, s, &admitted);
+        return fetch(ps, e, true, v, isl, s, false, &admitted);
     }
     bool seen = dk_state_has(&d->st, isl, s);
+    if (seen && fs_keys_enforce(d->o.keys)) {
+        /* read, to tell a replay of a signed batch from a forgery */
+        if (!spend(ps)) return FERRY_OK;
+        return fetch(ps, e, true, v, isl, s, true, &admitted);
+    }
     if (v < ps->lo || seen) {
         if (!spend(ps)) return FERRY_OK;
         /* (v < lo here unless seen) */
@@ -341,7 +365,7 @@ static int classify(dk_pass *ps, const ferry_store_entry *e)
         ps->budget_hit = true;
         return FERRY_OK;
     }
-    int rc = fetch(ps, e, true, v, isl, s, &admitted);
+    int rc = fetch(ps, e, true, v, isl, s, false, &admitted);
     if (admitted) {
         ps->admitted++;
         pairs_add(&ps->picked, isl, s);
@@ -394,7 +418,7 @@ static int apply(dk_state *st, dk_items *it, uint64_t tv, dk_gaps *gaps)
         }
         case IT_DROP: st->counters[DK_C_DROPPED]++; break;
         case IT_DUP: st->counters[DK_C_DUPLICATES]++; break;
-        default: st->counters[DK_C_REJ0 + (x->code - FERRY_ERR_DOCK_MAGIC)]++; break;
+        default: st->counters[dk_rej_counter(x->code)]++; break;
         }
     }
     if (st->top_tv < tv + 1) st->top_tv = tv + 1;

@@ -9,12 +9,15 @@
  *    16   8  sequence number
  *    24   4  island id
  *    28   2  run id length, 1..64
- *    30   2  flags, 0
+ *    30   2  flags: bit 0 = signed, others 0
  *    32   8  put time, ms since the epoch (producer's clock)
  *    40   8  payload length
  *    48  64  run id, zero-padded
  *   112  16  XXH3-128 of bytes 0..111 then the payload (canonical, big-endian)
  *   128      payload
+ *   then, when signed, 72 bytes: the signing key's id (8) and its Ed25519
+ *   signature (64) over bytes 0..127 and the payload, in the domain
+ *   "ferry-batch" (lib/sync/sig.h)
  */
 #include "dock_impl.h"
 
@@ -22,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "xxh.h"
+#include "sync/sig.h"
 
 #define OFF_VERSION 8
 #define OFF_SEQ 16
@@ -137,15 +141,22 @@ int ferry_dock_encode(const char *run, uint64_t version, uint32_t island, uint64
                       uint64_t put_time_ms, const void *payload, size_t len, void **out,
                       size_t *out_size)
 {
+    return dk_encode(run, version, island, seq, put_time_ms, payload, len, NULL, out, out_size);
+}
+
+int dk_encode(const char *run, uint64_t version, uint32_t island, uint64_t seq, uint64_t put_time_ms,
+              const void *payload, size_t len, const ferry_keys *keys, void **out, size_t *out_size)
+{
     if (!out || !out_size) return ferry__fail(FERRY_ERR_ARG, "dock: encode: NULL output");
     *out = NULL;
     *out_size = 0;
     int rc = ferry_dock_run_check(run);
     if (rc) return rc;
     if (!payload && len) return ferry__fail(FERRY_ERR_ARG, "dock: encode: NULL payload of %zu bytes", len);
-    if (len > SIZE_MAX - FERRY_DOCK_HEADER_SIZE)
+    size_t sig = ferry_keys_can_sign(keys) ? FERRY_DOCK_SIG_SIZE : 0;
+    if (len > SIZE_MAX - FERRY_DOCK_HEADER_SIZE - FERRY_DOCK_SIG_SIZE)
         return ferry__fail(FERRY_ERR_LIMIT, "dock: encode: payload of %zu bytes", len);
-    uint8_t *b = ferry__malloc(FERRY_DOCK_HEADER_SIZE + len);
+    uint8_t *b = ferry__malloc(FERRY_DOCK_HEADER_SIZE + len + sig);
     if (!b) return FERRY_ERR_NOMEM;
     memset(b, 0, FERRY_DOCK_HEADER_SIZE);
     memcpy(b, k_magic, 4);
@@ -156,13 +167,18 @@ int ferry_dock_encode(const char *run, uint64_t version, uint32_t island, uint64
     ferry__put32(b + OFF_ISLAND, island);
     size_t rl = strlen(run);
     ferry__put16(b + OFF_RUNLEN, (uint16_t)rl);
+    ferry__put16(b + OFF_FLAGS, sig ? DK_FLAG_SIGNED : 0);
     ferry__put64(b + OFF_TIME, put_time_ms);
     ferry__put64(b + OFF_PLEN, (uint64_t)len);
     memcpy(b + OFF_RUN, run, rl);
     if (len) memcpy(b + FERRY_DOCK_HEADER_SIZE, payload, len);
     checksum(b, b + FERRY_DOCK_HEADER_SIZE, len, b + OFF_SUM);
+    if (sig && (rc = fs_sig_sign(keys, FS_DOM_BATCH, b, FERRY_DOCK_HEADER_SIZE + len, b + FERRY_DOCK_HEADER_SIZE + len))) {
+        ferry_free(b);
+        return rc;
+    }
     *out = b;
-    *out_size = FERRY_DOCK_HEADER_SIZE + len;
+    *out_size = FERRY_DOCK_HEADER_SIZE + len + sig;
     return FERRY_OK;
 }
 
@@ -189,17 +205,18 @@ int ferry_dock_decode(const void *data, size_t size, uint64_t max_payload, const
     if (plen > max_payload)
         return ferry__fail(FERRY_ERR_DOCK_LENGTH, "payload length %" PRIu64 " over the bound of %" PRIu64,
                            plen, max_payload);
-    uint64_t body = size - FERRY_DOCK_HEADER_SIZE;
-    if (body < plen)
-        return ferry__fail(FERRY_ERR_DOCK_TRUNCATED, "payload length %" PRIu64 " but only %" PRIu64 " bytes follow the header",
-                           plen, body);
-    if (body > plen)
-        return ferry__fail(FERRY_ERR_DOCK_LENGTH, "%" PRIu64 " bytes after the %" PRIu64 "-byte payload",
-                           body - plen, plen);
-    unsigned rl = ferry__le16(b + OFF_RUNLEN), flags = ferry__le16(b + OFF_FLAGS);
+    unsigned flags = ferry__le16(b + OFF_FLAGS);
+    uint64_t body = size - FERRY_DOCK_HEADER_SIZE, extra = flags == DK_FLAG_SIGNED ? FERRY_DOCK_SIG_SIZE : 0;
+    if (body < plen + extra)
+        return ferry__fail(FERRY_ERR_DOCK_TRUNCATED, "payload length %" PRIu64 "%s but only %" PRIu64 " bytes follow the header",
+                           plen, extra ? " and a signature" : "", body);
+    if (body > plen + extra)
+        return ferry__fail(FERRY_ERR_DOCK_LENGTH, "%" PRIu64 " bytes after the %" PRIu64 "-byte payload%s",
+                           body - plen - extra, plen, extra ? " and its signature" : "");
+    unsigned rl = ferry__le16(b + OFF_RUNLEN);
     if (rl < 1 || rl > FERRY_DOCK_RUN_MAX)
         return ferry__fail(FERRY_ERR_DOCK_HEADER, "run id length %u (want 1..%d)", rl, FERRY_DOCK_RUN_MAX);
-    if (flags) return ferry__fail(FERRY_ERR_DOCK_HEADER, "flags 0x%04x (reserved, must be 0)", flags);
+    if (flags & ~DK_FLAG_SIGNED) return ferry__fail(FERRY_ERR_DOCK_HEADER, "flags 0x%04x (only bit 0, signed, is defined)", flags);
     for (unsigned i = 0; i < FERRY_DOCK_RUN_MAX; i++) {
         unsigned char c = b[OFF_RUN + i];
         if (i < rl ? !run_char_ok(c) || (i == 0 && c == '.') : c != 0)
@@ -217,6 +234,7 @@ int ferry_dock_decode(const void *data, size_t size, uint64_t max_payload, const
     h->put_time_ms = ferry__le64(b + OFF_TIME);
     h->payload = b + FERRY_DOCK_HEADER_SIZE;
     h->size = plen;
+    h->signature = extra ? b + FERRY_DOCK_HEADER_SIZE + plen : NULL;
     if (run && strcmp(run, h->run))
         return ferry__fail(FERRY_ERR_DOCK_RUN, "batch of run '%s', not of '%.64s'", h->run, run);
     return FERRY_OK;
@@ -235,6 +253,8 @@ const char *dk_reason_name(int code)
     case FERRY_ERR_DOCK_KEY: return "key";
     case FERRY_ERR_DOCK_MISPLACED: return "misplaced";
     case FERRY_ERR_DOCK_FUTURE: return "future";
+    case FERRY_ERR_DOCK_SIGNATURE: return "signature";
+    case FERRY_ERR_DOCK_REPLAY: return "replay";
     default: return "other";
     }
 }

@@ -29,6 +29,7 @@ int cmd_demo(int argc, char **argv)
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "adamw.h"
@@ -78,6 +79,10 @@ static void demo_help(void)
 "  --report PATH         HTML report (default: report.html in the work\n"
 "                        directory, whose path is printed)\n"
 "  --keep                keep the temporary store\n"
+"  --unsigned            no keys: versions and batches unsigned (by default the\n"
+"                        trainer signs versions with a key made for the run,\n"
+"                        each island signs its batches with its own and trusts\n"
+"                        the trainer's; see docs/SECURITY.md)\n"
 "  --json                JSON lines instead of the table\n"
 "  --quiet               only the summary\n"
 "\n"
@@ -116,7 +121,7 @@ typedef struct cli_opts {
     demo_options d;
     const char *store, *report;
     double adaptive;
-    int no_baseline, keep;
+    int no_baseline, keep, unsigned_run;
 } cli_opts;
 
 /* 0: run, 1: help printed, 2: usage error printed. */
@@ -152,6 +157,7 @@ static int parse_args(int argc, char **argv, cli_opts *c)
         if (!strcmp(a, "--quiet")) { o->quiet = 1; continue; }
         if (!strcmp(a, "--keep")) { c->keep = 1; continue; }
         if (!strcmp(a, "--no-baseline")) { c->no_baseline = 1; continue; }
+        if (!strcmp(a, "--unsigned")) { c->unsigned_run = 1; continue; }
         if (strncmp(a, "--", 2)) return cli_usage_error("demo", "unexpected argument '%s'", a);
         if (!v) {
             static const char *const k_valued[] = {"--store", "--report", "--islands", "--steps", "--mode", "--max-staleness",
@@ -400,7 +406,7 @@ int cmd_demo(int argc, char **argv)
 
     char work[4096] = "", store_dir[4200] = "", url[4300], report[4300];
     int made_store = 0, status = 1;
-    if (!c.store || !c.report) {
+    if (!c.store || !c.report || !c.unsigned_run) {
         const char *tmp = getenv("TMPDIR");
         snprintf(work, sizeof work, "%s/ferry-demo.XXXXXX", tmp && *tmp ? tmp : "/tmp");
         if (!mkdtemp(work)) {
@@ -418,6 +424,27 @@ int cmd_demo(int argc, char **argv)
     if (c.report) snprintf(report, sizeof report, "%s", c.report);
     else snprintf(report, sizeof report, "%s/report.html", work);
 
+    char key_dir[4200];
+    if (!c.unsigned_run) {
+        /* a trainer key and one per island, for this run only */
+        snprintf(key_dir, sizeof key_dir, "%s/keys", work);
+        if (mkdir(key_dir, 0700)) {
+            fprintf(stderr, "ferry demo: cannot create %s: %s\n", key_dir, strerror(errno));
+            goto out;
+        }
+        char prefix[4300];
+        int krc = 0;
+        for (uint32_t i = 0; i <= o->islands && !krc; i++) {
+            if (i == o->islands) snprintf(prefix, sizeof prefix, "%s/trainer", key_dir);
+            else snprintf(prefix, sizeof prefix, "%s/island-%u", key_dir, i);
+            krc = ferry_keygen(prefix, NULL);
+        }
+        if (krc) {
+            cli_fail("demo", krc, "keygen");
+            goto out;
+        }
+        o->key_dir = key_dir;
+    }
     ferry_store *st = NULL;
     ferry_store_options so = {.create = 1, .deadline_ms = 60000};
     int rc = ferry_store_open(url, &so, &st);

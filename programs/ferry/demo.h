@@ -164,6 +164,8 @@ typedef struct demo_report_info {
 typedef struct demo_options {
     const char *store_url;  /* resolved URL of the store */
     const char *exe;        /* this program, for the islands */
+    const char *key_dir;    /* signed run (docs/SECURITY.md): trainer.key/.pub and
+                               island-I.key/.pub here; NULL = unsigned */
     uint32_t islands, steps, prompts, group, queue, anchor_every, max_skip;
     int mode, full_sync, json, quiet;
     uint64_t max_staleness, seed;

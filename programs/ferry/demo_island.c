@@ -65,6 +65,7 @@ typedef struct island {
     ferry_model *m_held;    /* borrows held (memory-mode subscriber in sequential mode) */
     ferry_subscriber *sub;
     ferry_dock *dock;
+    ferry_keys *trust, *sign; /* signed run: the trainer's public key; this island's key */
     uint64_t seq;
     demo_island_status status;
     unsigned char *wire;
@@ -90,7 +91,7 @@ static int island_fail(const island *is, const char *what, int rc)
 
 static int open_subscriber(island *is, ferry_model *m, ferry_subscriber **out)
 {
-    ferry_subscriber_options so = {.model = m,
+    ferry_subscriber_options so = {.model = m, .keys = is->trust,
                                    .poll_interval_ms = ferry_store_kind(is->st) == FERRY_STORE_FILE ? 10 : 50};
     return ferry_subscriber_open(is->st, is->policy_run, &so, out);
 }
@@ -361,6 +362,8 @@ static void island_release(island *is)
         ferry_subscriber_free(is->sub);
     }
     ferry_dock_free(is->dock);
+    ferry_keys_free(is->trust);
+    ferry_keys_free(is->sign);
     ferry_model_free(is->m_held);
     ferry_model_free(is->m_bg);
     free(is->held);
@@ -374,7 +377,7 @@ static void island_release(island *is)
 
 static void island_help(void)
 {
-    puts("usage: ferry island --store URL --run RUN --island I\n\n"
+    puts("usage: ferry island --store URL --run RUN --island I [--keys DIR]\n\n"
          "One rollout island of `ferry demo` (started by it; not meant to be run by\n"
          "hand).  Reads its parameters from RUN/demo/config in the store, follows\n"
          "the policy of RUN/policy through the sync layer, and puts version-tagged\n"
@@ -383,7 +386,7 @@ static void island_help(void)
 
 int cmd_island(int argc, char **argv)
 {
-    const char *url = NULL, *run = NULL;
+    const char *url = NULL, *run = NULL, *key_dir = NULL;
     long id = -1;
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -394,6 +397,7 @@ int cmd_island(int argc, char **argv)
         if (!v) return cli_usage_error("island", "option '%s' needs a value", a);
         if (!strcmp(a, "--store")) url = v;
         else if (!strcmp(a, "--run")) run = v;
+        else if (!strcmp(a, "--keys")) key_dir = v;
         else if (!strcmp(a, "--island")) {
             if (!cli_parse_int(v, 0, DEMO_MAX_ISLANDS - 1, &id)) return cli_usage_error("island", "bad island id '%s'", v);
         } else
@@ -445,7 +449,19 @@ int cmd_island(int argc, char **argv)
         island_fail(&is, "model", rc);
         goto out;
     }
-    ferry_dock_options dopt = {.role = FERRY_DOCK_PRODUCER};
+    if (key_dir) {
+        /* signed run: follow only versions the trainer's key signed, sign
+         * every batch with this island's own key */
+        char kp[4200], pp[4200];
+        snprintf(kp, sizeof kp, "%s/island-%u.key", key_dir, is.id);
+        snprintf(pp, sizeof pp, "%s/trainer.pub", key_dir);
+        if ((rc = ferry_keys_create(&is.trust)) || (rc = ferry_keys_trust(is.trust, pp, -1, NULL)) ||
+            (rc = ferry_keys_create(&is.sign)) || (rc = ferry_keys_set_signer(is.sign, kp, NULL))) {
+            island_fail(&is, "keys", rc);
+            goto out;
+        }
+    }
+    ferry_dock_options dopt = {.role = FERRY_DOCK_PRODUCER, .keys = is.sign};
     if ((rc = ferry_dock_open(is.st, run, &dopt, &is.dock)) || (rc = ferry_dock_resume_seq(is.dock, is.id, &is.seq))) {
         island_fail(&is, "dock", rc);
         goto out;

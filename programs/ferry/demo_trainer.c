@@ -84,7 +84,8 @@ static pid_t spawn(const sup *s, uint32_t i)
         if (getppid() != parent) _exit(1);
         /* islands write nothing on stdout: it carries the trainer's rows or JSON */
         if (!freopen("/dev/null", "w", stdout)) _exit(1);
-        char *argv[] = {"ferry", "island", "--store", (char *)s->url, "--run", (char *)s->run, "--island", idbuf, NULL};
+        char *argv[] = {"ferry", "island", "--store", (char *)s->url, "--run", (char *)s->run, "--island", idbuf,
+                        s->o->key_dir ? "--keys" : NULL, (char *)s->o->key_dir, NULL};
         execv(s->o->exe, argv);
         fprintf(stderr, "ferry demo: cannot run %s: %s\n", s->o->exe, strerror(errno));
         _exit(127);
@@ -221,6 +222,7 @@ typedef struct trainer {
     ferry_model *m_f32;         /* borrows master.w */
     ferry_publisher *pub;
     ferry_dock *dock;
+    ferry_keys *sign, *enrolled; /* signed run: the trainer's key; the islands' keys */
     uint64_t version;           /* last published (the trainer version T) */
     kept *k;
     size_t nk;
@@ -254,6 +256,8 @@ static void trainer_release(trainer *t)
     free(t->k);
     ferry_dock_free(t->dock);
     ferry_publisher_free(t->pub);
+    ferry_keys_free(t->sign);
+    ferry_keys_free(t->enrolled);
     ferry_model_free(t->m_f32);
     free(t->grad);
     free(t->cast);
@@ -486,6 +490,22 @@ void demo_leg_release(demo_leg *leg)
     leg->steps = NULL;
 }
 
+/* The trainer's rings of a signed run: its signing key, and each
+ * island's public key enrolled for that island. */
+static int demo_trainer_keys(const demo_options *o, ferry_keys **sign, ferry_keys **enrolled)
+{
+    char path[4400];
+    int rc = ferry_keys_create(sign);
+    if (!rc) rc = ferry_keys_create(enrolled);
+    snprintf(path, sizeof path, "%s/trainer.key", o->key_dir);
+    if (!rc) rc = ferry_keys_set_signer(*sign, path, NULL);
+    for (uint32_t i = 0; !rc && i < o->islands; i++) {
+        snprintf(path, sizeof path, "%s/island-%u.pub", o->key_dir, i);
+        rc = ferry_keys_trust(*enrolled, path, i, NULL);
+    }
+    return rc;
+}
+
 int demo_run_leg(const demo_options *o, ferry_store *st, double adaptive, const char *name, demo_leg *leg)
 {
     memset(leg, 0, sizeof *leg);
@@ -556,16 +576,22 @@ int demo_run_leg(const demo_options *o, ferry_store *st, double adaptive, const 
     }
 
     /* version 1: the initial policy (an anchor) */
+    /* signed run: versions signed with the trainer's key, batches admitted
+     * only from the islands' enrolled keys */
+    if (o->key_dir && (rc = demo_trainer_keys(o, &t.sign, &t.enrolled))) {
+        tfail("keys", rc);
+        goto out;
+    }
     ferry_publisher_options po = {.publisher_id = "ferry-demo-trainer",
                                   .anchor_every = o->full_sync ? 1 : o->anchor_every,
-                                  .cast_bf16 = 1};
+                                  .cast_bf16 = 1, .keys = t.sign};
     if ((rc = ferry_publisher_open(st, t.policy_run, &po, &t.pub))) {
         tfail("publisher", rc);
         goto out;
     }
     rl_policy_cast_bf16(&t.master, t.cast);
     if (publish(&t, leg, NULL)) goto out;
-    ferry_dock_options dopt = {.role = FERRY_DOCK_CONSUMER, .poll_ms = 2, .delete_rejected = 1};
+    ferry_dock_options dopt = {.role = FERRY_DOCK_CONSUMER, .poll_ms = 2, .delete_rejected = 1, .keys = t.enrolled};
     if ((rc = ferry_dock_open(st, t.run, &dopt, &t.dock))) {
         tfail("dock", rc);
         goto out;
@@ -633,7 +659,7 @@ out:
         leg->admitted = ds.admitted;
         leg->dropped = ds.dropped_stale;
         leg->duplicates = ds.duplicates;
-        leg->rejected = ds.rejected_corrupt + ds.rejected_run + ds.rejected_future;
+        leg->rejected = ds.rejected_corrupt + ds.rejected_run + ds.rejected_future + ds.rejected_signature + ds.rejected_replay;
         /* batches sampled but never needed: dropped by a sweep as if the
          * trainer had moved past them, counted apart */
         ferry_dock_policy pol = {o->mode == DEMO_ASYNC ? FERRY_DOCK_ASYNC : FERRY_DOCK_SEQUENTIAL, o->max_staleness};

@@ -10,8 +10,17 @@
    Before serving, it checks its own signer against AWS's published vectors
    (the S3 "GET /test.txt" example and the SigV4 test suite's
    get-vanilla-query-order-key-case) and exits if they do not match.
- * Conditional writes as AWS S3 has them since 2024: PUT with
-   "If-None-Match: *" or "If-Match: <etag>" answers 412 PreconditionFailed.
+ * Conditional writes as AWS documents them ("Add preconditions to S3
+   operations with conditional requests"), on PUT and on
+   CompleteMultipartUpload, checked and applied under one lock (so racing
+   writers see exactly one winner):
+     If-None-Match: *     412 PreconditionFailed if the key exists
+     If-None-Match: other 501 NotImplemented (only "*" is supported)
+     If-Match: ETAG       412 PreconditionFailed if the key's ETag differs,
+                          404 NoSuchKey if there is no such key
+     a conditional CompleteMultipartUpload whose key was written or deleted
+     since the upload was initiated: 409 ConditionalRequestConflict (the
+     client must start the upload again).
  * Objects (in memory): PUT, GET (Range, If-Match), HEAD, DELETE,
    ListObjectsV2 (prefix, max-keys, continuation-token), multipart uploads
    (etag md5-of-md5s "-N", as S3).
@@ -119,7 +128,7 @@ class State:
         self.next_upload = 1
         self.fail = self.cut = self.lose = 0
         self.stats = {"requests": 0, "auth_failures": 0, "sha_mismatch": 0, "precondition_failed": 0,
-                      "faults": 0, "conditional_puts": 0, "resumed_gets": 0}
+                      "faults": 0, "conditional_puts": 0, "resumed_gets": 0, "conditional_conflicts": 0}
 
 
 class S3Error(Exception):
@@ -265,7 +274,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             with st.lock:
                 uid = "up%d" % st.next_upload
                 st.next_upload += 1
-                st.uploads[uid] = (key, {})
+                cur = st.objects.get(key)
+                st.uploads[uid] = (key, {}, cur[1] if cur else None)  # the key's ETag at initiation
             xml = ("<InitiateMultipartUploadResult><Bucket>%s</Bucket><Key>%s</Key><UploadId>%s</UploadId>"
                    "</InitiateMultipartUploadResult>" % (escape(bucket), escape(key), uid))
             return self.send(200, xml.encode(), [("Content-Type", "application/xml")])
@@ -385,6 +395,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 raise S3Error(404, "NoSuchUpload", q["uploadId"])
             if not parts:
                 raise S3Error(400, "MalformedXML", "no parts")
+            if self.headers.get("If-None-Match") is not None or self.headers.get("If-Match") is not None:
+                st.stats["conditional_puts"] += 1
+                cur = st.objects.get(key)
+                if (cur[1] if cur else None) != up[2]:
+                    st.stats["conditional_conflicts"] += 1
+                    raise S3Error(409, "ConditionalRequestConflict",
+                                  "A conflicting operation occurred. If using PutObject you can retry the request. "
+                                  "If using multipart upload you should initiate another CreateMultipartUpload request "
+                                  "and re-upload each part.")
+                self.check_conditions(cur)
             data, md5s, last = b"", b"", 0
             for num, tag in parts:
                 num = int(num)
@@ -438,6 +458,9 @@ def main():
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args()
     self_test()
+    # racing writers connect at once: a listen backlog of 5 (the default)
+    # would refuse some of them under load
+    http.server.ThreadingHTTPServer.request_queue_size = 128
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     srv.daemon_threads = True
     srv.state = State(args)

@@ -12,6 +12,13 @@
  *   sync_tool conflict URL RUN CKPT    two publishers open on RUN; A publishes,
  *                                      then B must get FERRY_ERR_SYNC_CONFLICT
  *                                      naming A; prints B's message
+ *   sync_tool race URL RUN ROUNDS KEY CKPT...
+ *                                      per round: one publisher per CKPT opens
+ *                                      RUN (each its own store handle), then all
+ *                                      publish at once (a barrier): exactly one
+ *                                      may win, every other must get
+ *                                      FERRY_ERR_SYNC_CONFLICT; KEY signs (- = none);
+ *                                      prints the winner's index per round
  *
  * Store options come from the environment (endpoint: $AWS_ENDPOINT_URL).
  * Exit status: 0, or the ferry error code. */
@@ -24,6 +31,7 @@ int main(void)
 }
 #else
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,13 +190,87 @@ static int conflict(const char *url, const char *run, const char *ckpt)
     return rc;
 }
 
+/* ---- racing publishers ---- */
+
+typedef struct racer {
+    ferry_store *st;
+    ferry_publisher *pub;
+    ferry_model *m;
+    pthread_barrier_t *go;
+    int rc;
+    char msg[256];
+} racer;
+
+static void *race_one(void *arg)
+{
+    racer *r = arg;
+    pthread_barrier_wait(r->go);
+    r->rc = ferry_publish(r->pub, r->m, NULL);
+    snprintf(r->msg, sizeof r->msg, "%s", ferry_last_error());
+    return NULL;
+}
+
+static int race(const char *url, const char *run, int rounds, const char *key, int n, char **ckpts)
+{
+    ferry_keys *keys = NULL;
+    int rc = 0;
+    if (strcmp(key, "-") && ((rc = ferry_keys_create(&keys)) || (rc = ferry_keys_set_signer(keys, key, NULL))))
+        return fail(rc, key);
+    racer *r = calloc((size_t)n, sizeof *r);
+    pthread_t *t = calloc((size_t)n, sizeof *t);
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, (unsigned)n);
+    for (int i = 0; i < n && !rc; i++) {
+        r[i].go = &go;
+        if ((rc = open_store(url, &r[i].st))) break;
+        if ((rc = ferry_model_open(ckpts[i], &r[i].m))) rc = fail(rc, ckpts[i]);
+    }
+    for (int round = 1; round <= rounds && !rc; round++) {
+        for (int i = 0; i < n && !rc; i++) {
+            char id[32];
+            snprintf(id, sizeof id, "racer-%d", i);
+            ferry_publisher_options o = {.publisher_id = id, .keys = keys};
+            if ((rc = ferry_publisher_open(r[i].st, run, &o, &r[i].pub))) rc = fail(rc, "open");
+        }
+        for (int i = 0; i < n && !rc; i++) pthread_create(&t[i], NULL, race_one, &r[i]);
+        int wins = 0, winner = -1;
+        for (int i = 0; i < n && !rc; i++) {
+            pthread_join(t[i], NULL);
+            if (!r[i].rc) wins++, winner = i;
+            else if (r[i].rc != FERRY_ERR_SYNC_CONFLICT) {
+                fprintf(stderr, "round %d, racer %d: %d (%s), want 0 or a conflict\n", round, i, r[i].rc, r[i].msg);
+                rc = 1;
+            }
+        }
+        if (!rc && wins != 1) {
+            fprintf(stderr, "round %d: %d winners\n", round, wins);
+            rc = 1;
+        }
+        if (!rc) printf("%d\n", winner);
+        for (int i = 0; i < n; i++) {
+            ferry_publisher_free(r[i].pub);
+            r[i].pub = NULL;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        ferry_model_free(r[i].m);
+        ferry_store_free(r[i].st);
+    }
+    pthread_barrier_destroy(&go);
+    free(r);
+    free(t);
+    ferry_keys_free(keys);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc >= 7 && !strcmp(argv[1], "race")) return race(argv[2], argv[3], atoi(argv[4]), argv[5], argc - 6, argv + 6);
     if (argc == 6 && !strcmp(argv[1], "gen")) return gen(argv[2], atoi(argv[3]), strtoull(argv[4], NULL, 10), strtoull(argv[5], NULL, 10));
     if (argc == 3 && !strcmp(argv[1], "hash")) return hash(argv[2]);
     if (argc == 4 && !strcmp(argv[1], "verify-head")) return verify_head(argv[2], argv[3]);
     if (argc == 5 && !strcmp(argv[1], "conflict")) return conflict(argv[2], argv[3], argv[4]);
-    fprintf(stderr, "usage: sync_tool gen DIR N ELEMS SEED | hash FILE | verify-head URL RUN | conflict URL RUN CKPT\n");
+    fprintf(stderr, "usage: sync_tool gen DIR N ELEMS SEED | hash FILE | verify-head URL RUN | conflict URL RUN CKPT | race URL RUN ROUNDS KEY CKPT...\n");
     return 2;
 }
 #endif

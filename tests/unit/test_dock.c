@@ -293,7 +293,7 @@ static size_t make_damaged(const char *run, uint64_t version, uint32_t island, u
     DAMAGE("run id length 65", FERRY_ERR_DOCK_HEADER, size); ferry__put16(out[n].b + 28, 65); reseal(out[n].b, size); n++;
     DAMAGE("run id with '/'", FERRY_ERR_DOCK_HEADER, size); out[n].b[48] = '/'; reseal(out[n].b, size); n++;
     DAMAGE("junk after the run id", FERRY_ERR_DOCK_HEADER, size); out[n].b[111] = 'z'; reseal(out[n].b, size); n++;
-    DAMAGE("flags set", FERRY_ERR_DOCK_HEADER, size); ferry__put16(out[n].b + 30, 1); reseal(out[n].b, size); n++;
+    DAMAGE("reserved flag bit set", FERRY_ERR_DOCK_HEADER, size); ferry__put16(out[n].b + 30, 2); reseal(out[n].b, size); n++;
     DAMAGE("payload bit flipped", FERRY_ERR_DOCK_CHECKSUM, size); out[n].b[size - 1] ^= 1; n++;
     DAMAGE("version bit flipped", FERRY_ERR_DOCK_CHECKSUM, size); out[n].b[8] ^= 0x80; n++;
     DAMAGE("checksum bit flipped", FERRY_ERR_DOCK_CHECKSUM, size); out[n].b[120] ^= 4; n++;
