@@ -5,7 +5,7 @@ on a missing key, 501 for If-None-Match other than *, 409
 ConditionalRequestConflict for a conditional multipart completion whose key
 changed since initiation, and exactly one winner among racing writers.
 The client signs every request with SigV4 (the server verifies it).
-Standard library only; prints "s3_conditional: N passed, N failed"."""
+Standard library only; prints "conditional: N passed, N failed"."""
 import datetime
 import hashlib
 import http.client
@@ -157,5 +157,5 @@ def main():
 
 
 main()
-print("s3_conditional: %d passed, %d failed" % (passed, failed))
+print("conditional: %d passed, %d failed" % (passed, failed))
 sys.exit(1 if failed else 0)
