@@ -424,6 +424,14 @@ int cmd_demo(int argc, char **argv)
     if (c.report) snprintf(report, sizeof report, "%s", c.report);
     else snprintf(report, sizeof report, "%s/report.html", work);
 
+    ferry_store *st = NULL;
+    ferry_store_options so = {.create = 1, .deadline_ms = 60000};
+    int rc = ferry_store_open(url, &so, &st);
+    if (rc) {
+        cli_fail("demo", rc, url);
+        goto out;
+    }
+    o->store_url = ferry_store_url(st);
     char key_dir[4200];
     if (!c.unsigned_run) {
         /* a trainer key and one per island, for this run only */
@@ -445,14 +453,6 @@ int cmd_demo(int argc, char **argv)
         }
         o->key_dir = key_dir;
     }
-    ferry_store *st = NULL;
-    ferry_store_options so = {.create = 1, .deadline_ms = 60000};
-    int rc = ferry_store_open(url, &so, &st);
-    if (rc) {
-        cli_fail("demo", rc, url);
-        goto out;
-    }
-    o->store_url = ferry_store_url(st);
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
