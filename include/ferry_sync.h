@@ -255,7 +255,9 @@ typedef struct ferry_sync_info {
  * the subscriber's model and version change only to complete, verified
  * versions.
  * Returns FERRY_ERR_SYNC_NOT_YET, _GONE, _NO_PATH (naming the last
- * rejected object), _SHAPE, _BACKWARDS, _MANIFEST, and store errors
+ * rejected object), _SHAPE, _BACKWARDS, _MANIFEST, with trusted keys the
+ * FERRY_ERR_SIG_* of HEAD or of the target's manifest (a forged object on
+ * a path is a rejection: last_rejection names it), and store errors
  * (FERRY_ERR_STORE_TIMEOUT after the store's deadline ...). */
 FERRY_API int ferry_subscriber_sync(ferry_subscriber *s, int mode, uint64_t version, ferry_sync_info *info);
 
