@@ -38,5 +38,8 @@ __all__ = ["FerryError", "strerror", "last_error", "Model", "Raw", "DTYPE_NAMES"
 if _lib.has("ferry_publisher_open") or _lib.has("ferry_publisher_create"):
     from .sync import Publisher, Subscriber  # noqa: F401
     __all__ += ["Publisher", "Subscriber"]
+if _lib.has("ferry_keygen"):
+    from .sign import Keys, keygen  # noqa: F401
+    __all__ += ["Keys", "keygen"]
 if _lib.has("ferry_shard_pull"):
     from . import shard  # noqa: F401  (ShardPublisher, ShardSubscriber)

@@ -45,7 +45,7 @@ class _PublisherOptions(ctypes.Structure):
     _fields_ = [("publisher_id", _S), ("anchor_every", _U32), ("cast_bf16", _I),
                 ("level", _I), ("threads", _I), ("verify", _I),
                 ("cache_path", _S), ("tmp_dir", _S),
-                ("keys", _P)]  # const ferry_keys * (include/ferry_sign.h); None here
+                ("keys", _P)]  # const ferry_keys * (ferry.Keys, include/ferry_sign.h)
 
 
 class _PublishInfo(ctypes.Structure):
@@ -59,7 +59,7 @@ class _SubscriberOptions(ctypes.Structure):
     _fields_ = [("path", _S), ("model", _P), ("model_version", _U64),
                 ("threads", _I), ("poll_interval_ms", _U32), ("max_attempts", _U32),
                 ("no_compactions", _I), ("tmp_dir", _S),
-                ("keys", _P)]  # const ferry_keys * (include/ferry_sign.h); None here
+                ("keys", _P)]  # const ferry_keys * (ferry.Keys, include/ferry_sign.h)
 
 
 class _SyncInfo(ctypes.Structure):
@@ -179,18 +179,21 @@ class Publisher(_lib.Handle):
     tensor.to(torch.bfloat16) for every non-NaN value), so a trainer
     publishes its FP32 masters directly.  Other options as
     ferry_publisher_options.  A second publisher on the same run makes
-    publish() raise FerryError 80 (FERRY_ERR_SYNC_CONFLICT)."""
+    publish() raise FerryError 80 (FERRY_ERR_SYNC_CONFLICT).  keys: a
+    ferry.Keys whose signing key signs every version (docs/SECURITY.md)."""
 
     _FREE = "ferry_publisher_free"
 
     def __init__(self, store, run, anchor_every=0, cast_bf16=True, threads=1, level=0,
-                 verify=False, publisher_id=None, cache_path=None, tmp_dir=None):
+                 verify=False, publisher_id=None, cache_path=None, tmp_dir=None, keys=None):
         self._store = _store(store, create=True)
+        self._keys = keys  # the library borrows it: kept alive with the handle
         self._strs = [_enc(publisher_id, "publisher_id"), _enc(cache_path), _enc(tmp_dir)]
         o = _PublisherOptions(publisher_id=self._strs[0], anchor_every=int(anchor_every),
                               cast_bf16=1 if cast_bf16 else 0, level=int(level),
                               threads=int(threads), verify=1 if verify else 0,
-                              cache_path=self._strs[1], tmp_dir=self._strs[2])
+                              cache_path=self._strs[1], tmp_dir=self._strs[2],
+                              keys=keys.handle if keys is not None else None)
         h = ctypes.c_void_p()
         check(L.ferry_publisher_open(self._store.handle, cstr(run, "run name"),
                                      ctypes.byref(o), ctypes.byref(h)))
@@ -245,11 +248,16 @@ class Subscriber(_lib.Handle):
     version, replaced atomically; load() reads it.
 
     Private mode (neither): sync() keeps the model inside the library;
-    tensors() copies it out."""
+    tensors() copies it out.
+
+    keys: a ferry.Keys of trusted public keys: every version must then be
+    signed by one of them (else FerryError 140..144) and every object match
+    its signed SHA-256 (docs/SECURITY.md)."""
 
     def __init__(self, store, run, path=None, threads=1, poll_interval_s=None,
-                 max_attempts=0, no_compactions=False, tmp_dir=None):
+                 max_attempts=0, no_compactions=False, tmp_dir=None, keys=None):
         self._store = _store(store, create=False)
+        self._keys = keys  # the library borrows it: kept alive with the handle
         self.run = run
         self.path = path
         self._opts = dict(threads=int(threads), max_attempts=int(max_attempts),
@@ -271,7 +279,8 @@ class Subscriber(_lib.Handle):
 
     def _open(self, path=None, model=None, model_version=0):
         o = _SubscriberOptions(path=path, model=model.handle if model else None,
-                               model_version=model_version, tmp_dir=self._tmp, **self._opts)
+                               model_version=model_version, tmp_dir=self._tmp,
+                               keys=self._keys.handle if self._keys is not None else None, **self._opts)
         self._path_b = path
         h = ctypes.c_void_p()
         check(L.ferry_subscriber_open(self._store.handle, cstr(self.run, "run name"),

@@ -1,0 +1,101 @@
+"""Signed runs from Python (ferry.Keys, ferry.keygen; docs/SECURITY.md): a
+trainer publishing FP32 masters with its key, an engine following with the
+trainer's public key trusted, bit for bit; a run signed by another key and
+an unsigned run refused (FerryError 142, 140) with the engine's tensors
+untouched; a subscriber without keys reading the signed run."""
+import os
+import shutil
+import stat
+import tempfile
+
+from _harness import Skip, bits, run
+
+import numpy as np
+import torch
+
+import ferry
+
+TMP = tempfile.mkdtemp(prefix="ferry-pysign-")
+
+
+def need_keys():
+    if not hasattr(ferry, "Keys") or not hasattr(ferry, "Publisher"):
+        raise Skip("this libferry has no signing or sync layer")
+
+
+def _raises(exc, f, *a, **k):
+    try:
+        f(*a, **k)
+    except exc as e:
+        return e
+    raise AssertionError("%s not raised" % exc.__name__)
+
+
+def masters(seed):
+    g = torch.Generator().manual_seed(seed)
+    return {"a.w": torch.randn(256, 128, generator=g), "b.w": torch.randn(512, generator=g)}
+
+
+def engine():
+    return {"a.w": torch.zeros(256, 128, dtype=torch.bfloat16), "b.w": torch.zeros(512, dtype=torch.bfloat16)}
+
+
+def same(w, m):
+    return all(np.array_equal(bits(w[k]), bits(m[k].to(torch.bfloat16))) for k in m)
+
+
+def test_keygen_and_rings():
+    need_keys()
+    kid = ferry.keygen(os.path.join(TMP, "trainer"))
+    assert len(kid) == 16
+    assert stat.S_IMODE(os.stat(os.path.join(TMP, "trainer.key")).st_mode) == 0o600
+    e = _raises(ferry.FerryError, ferry.keygen, os.path.join(TMP, "trainer"))   # never overwrites
+    assert e.code == 3
+    k = ferry.Keys(sign=os.path.join(TMP, "trainer.key"), trust=[(os.path.join(TMP, "trainer.pub"), 2)])
+    assert k.trusted == 2 and k.ids == [kid, kid]
+    e = _raises(ferry.FerryError, ferry.Keys, trust=[os.path.join(TMP, "missing.pub")])
+    assert e.code == 145
+    k.close()
+
+
+def test_signed_run_followed_and_forgeries_refused():
+    need_keys()
+    for name in ("t2", "mallory"):
+        ferry.keygen(os.path.join(TMP, name))
+    url = "file://" + os.path.join(TMP, "store")
+    sign = ferry.Keys(sign=os.path.join(TMP, "t2.key"))
+    trust = ferry.Keys(trust=[os.path.join(TMP, "t2.pub")])
+    pub = ferry.Publisher(url, "signed", keys=sign)
+    sub = ferry.Subscriber(url, "signed", keys=trust)
+    w = engine()
+    for i in range(3):
+        m = masters(i)
+        v = pub.publish(m)
+        assert sub.sync_into(w) == v and same(w, m), i
+    head = open(os.path.join(TMP, "store", "signed", "HEAD"), "rb").read()
+    assert b"\n#ferry-sig-1 " in head
+    # another key's run, and an unsigned run: refused, tensors untouched
+    mal = ferry.Publisher(url, "mallory", keys=ferry.Keys(sign=os.path.join(TMP, "mallory.key")))
+    mal.publish(masters(9))
+    ferry.Publisher(url, "plain").publish(masters(9))
+    before = {k: v.clone() for k, v in w.items()}
+    for run_name, code in (("mallory", 142), ("plain", 140)):
+        s = ferry.Subscriber(url, run_name, keys=trust)
+        e = _raises(ferry.FerryError, s.sync_into, w)
+        assert e.code == code, (run_name, e.code)
+        assert all(torch.equal(w[k], before[k]) for k in w)
+        s.close()
+    # a reader without keys reads the signed run
+    s = ferry.Subscriber(url, "signed")
+    w2 = engine()
+    assert s.sync_into(w2) == 3 and same(w2, masters(2))
+    s.close()
+    sub.close()
+    pub.close()
+
+
+if __name__ == "__main__":
+    try:
+        run("sign", [v for k, v in list(globals().items()) if k.startswith("test_")])
+    finally:
+        shutil.rmtree(TMP, ignore_errors=True)
