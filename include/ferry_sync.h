@@ -397,6 +397,81 @@ typedef struct ferry_gc_report {
 
 FERRY_API int ferry_gc(ferry_store *store, const char *run, const ferry_gc_options *opts, ferry_gc_report *out);
 
+
+/* ======================================================================
+ * Mirrors and store lists (docs/MIRROR.md).
+ *
+ * A MIRROR follows a run from an upstream store (SRC) into a nearer one
+ * (DST), from which the islands of one datacenter pull: every version's
+ * objects cross the long link once, whatever the number of islands.  A
+ * mirror copies bytes verbatim — manifests, deltas, full objects and
+ * HEAD itself — so DST holds exactly the run SRC holds (same keys, same
+ * content, signatures included) and a mirror of a mirror makes a tree.
+ * ====================================================================== */
+typedef struct ferry_mirror_options {
+    uint64_t keep;          /* after each copy, GC DST keeping this many
+                               versions (ferry_gc's rule); 0 = no GC */
+    int64_t grace_s;        /* that GC's grace period (ferry_gc_options) */
+    const char *tmp_dir;    /* staging of full objects while they are
+                               verified; NULL = $TMPDIR, else /tmp */
+    uint64_t max_versions;  /* bound on the versions copied by one call
+                               (the walk down SRC's lineage); 0 = 100000 */
+} ferry_mirror_options;
+
+typedef struct ferry_mirror_info {
+    uint64_t from_version;      /* DST's HEAD before the call (0 = none) */
+    uint64_t to_version;        /* DST's HEAD after it */
+    uint64_t src_version;       /* SRC's HEAD as read by the call */
+    uint64_t first_copied;      /* lowest version copied (0 = none) */
+    uint32_t versions_copied;   /* versions made visible in DST */
+    uint32_t objects_copied;    /* deltas and full objects transferred */
+    uint32_t objects_reused;    /* already in DST with the manifest's size (a
+                                   copy interrupted earlier): not transferred */
+    uint64_t bytes_copied;      /* bytes read from SRC: HEAD, manifests, objects */
+    uint64_t gc_deleted;        /* objects DST's GC deleted */
+    double seconds;
+} ferry_mirror_info;
+
+/* Brings DST's copy of RUN up to SRC's HEAD, once.  Reads SRC's HEAD, walks
+ * SRC's lineage down from it to the version DST's HEAD names (when DST is
+ * on that lineage) or to the anchor of SRC's HEAD (whichever is higher: a
+ * DST further behind, empty or on another lineage skips to that anchor,
+ * the cheapest route, and the versions below it are not copied), then for
+ * each version from the lowest up copies its delta and full object (each
+ * verified: size from the manifest; a delta's header, trailer checksum and
+ * base and target hashes against the manifest; a full object's model hash)
+ * and then its manifest, and last writes SRC's HEAD bytes to DST by
+ * compare-and-swap against the HEAD read at the start.  Nothing in DST
+ * becomes visible before every object it names is there and verified; a
+ * mirror killed at any point leaves DST's HEAD on its old, complete
+ * version (the copied objects are reused by the next call).  With keep,
+ * DST is then garbage-collected by ferry_gc.  info may be NULL.
+ * Returns 0 when DST's HEAD equals SRC's (also when nothing was to do);
+ * FERRY_ERR_SYNC_NOT_YET (SRC has no version), _BACKWARDS (DST is ahead of
+ * SRC: refused), _CONFLICT (DST's HEAD is another version of the same
+ * number, or moved during the copy to something other than SRC's HEAD),
+ * _CORRUPT / _MANIFEST (SRC served an object or record that does not
+ * verify; DST is unchanged), store errors of either side. */
+FERRY_API int ferry_mirror_once(ferry_store *src, ferry_store *dst, const char *run, const ferry_mirror_options *opts,
+                                ferry_mirror_info *info);
+
+/* Store lists: an island names further stores after the one it opened
+ * with, in order of preference (a mirror first, then its upstream, then
+ * the origin).  A sync tries them in that order and falls back to the next
+ * when one is down (store errors), behind (FERRY_ERR_SYNC_NOT_YET for a
+ * version asked for, or a HEAD below one already seen elsewhere:
+ * _BACKWARDS), or serves something that does not verify (_CORRUPT,
+ * _MANIFEST, _NO_PATH, _GONE); objects rejected in one store are tried
+ * again in the next.  ferry_subscriber_wait reads the first store that
+ * answers.  The stores must hold the same run (mirrors of one another)
+ * and outlive the handle.  At most FERRY_SYNC_STORES_MAX stores in all.
+ * Returns FERRY_ERR_ARG (NULL, or the list is full). */
+#define FERRY_SYNC_STORES_MAX 8
+FERRY_API int ferry_subscriber_add_store(ferry_subscriber *s, ferry_store *store);
+/* Which store served the last successful sync: 0 = the one the handle was
+ * opened with, 1.. = the stores added, in order. */
+FERRY_API unsigned ferry_subscriber_store_used(const ferry_subscriber *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -39,6 +39,10 @@ struct ferry_subscriber {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool woken;
+    /* store list (sub_stores.c): further stores in order of preference */
+    ferry_store *alt[FERRY_SYNC_STORES_MAX - 1];
+    size_t nalt;
+    unsigned used;              /* which one served the last sync */
 };
 
 /* The model a sync is building: it starts as what the subscriber holds
@@ -51,6 +55,15 @@ typedef struct sub_work {
     char *staged;   /* file mode: m is mapped from this downloaded anchor, unchanged */
     fs_state st;
 } sub_work;
+
+/* Runs one sync (subscriber.c's sync_run) on each store of the list in
+ * turn until one succeeds or fails in a way another store cannot help
+ * (sub_stores.c). */
+typedef int (*sub_sync_fn)(ferry_subscriber *s, int mode, uint64_t version, ferry_sync_info *info);
+int sub_sync_stores(ferry_subscriber *s, int mode, uint64_t version, ferry_sync_info *info, sub_sync_fn fn);
+/* HEAD for ferry_subscriber_wait: from the first store of the list that
+ * answers (NOT_FOUND counts as an answer). */
+int sub_head_poll(ferry_subscriber *s, fs_head *h);
 
 /* Manifest through the cache. */
 int sub_manifest(ferry_subscriber *s, uint64_t version, const char *id, fs_manifest *out);

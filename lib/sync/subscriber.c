@@ -388,7 +388,7 @@ int ferry_subscriber_sync(ferry_subscriber *s, int mode, uint64_t version, ferry
     snprintf(info->path, sizeof info->path, "none");
     uint64_t b0 = s->cnt.bytes;
     s->stats.syncs++;
-    int rc = sync_run(s, mode, version, info);
+    int rc = sub_sync_stores(s, mode, version, info, sync_run);
     info->to_version = ferry_subscriber_version(s);
     info->bytes_fetched = s->cnt.bytes - b0;
     return rc;
@@ -403,7 +403,7 @@ int ferry_subscriber_wait(ferry_subscriber *s, uint64_t after_version, uint64_t 
     for (;;) {
         fs_head h;
         uint64_t hv = 0;
-        int rc = fs_head_read(s->st, s->run, s->keys, &s->cnt, &h, NULL);
+        int rc = sub_head_poll(s, &h);
         if (!rc) hv = h.version;
         else if (rc == FERRY_ERR_STORE_NOT_FOUND) ferry__clear_error();
         else return rc;

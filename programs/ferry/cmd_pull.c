@@ -32,6 +32,9 @@ static void pull_help(void)
            "  --check             change nothing: say which version PATH holds, checked\n"
            "                      against the run's manifests (exit 1 if none)\n"
            "  --no-compactions    ignore compacted deltas\n"
+           "  --fallback URL      another store holding the same run (a mirror's upstream),\n"
+           "                      tried in order when STORE is down, behind or corrupt\n"
+           "                      (repeatable; docs/MIRROR.md)\n"
            "  --threads N         codec threads (default 1)\n\n%s\n",
            sync_common_help);
 }
@@ -171,6 +174,9 @@ int cmd_pull(int argc, char **argv)
     bool fol = false, check = false;
     double interval = 1.0, idle = 0;
     long num;
+    const char *fallback[FERRY_SYNC_STORES_MAX];
+    ferry_store *fb_store[FERRY_SYNC_STORES_MAX] = {0};
+    int nfb = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (cli_is_help(a)) { pull_help(); return 0; }
@@ -180,6 +186,11 @@ int cmd_pull(int argc, char **argv)
         if (!strcmp(a, "--follow")) fol = true;
         else if (!strcmp(a, "--check")) check = true;
         else if (!strcmp(a, "--no-compactions")) so.no_compactions = 1;
+        else if (!strcmp(a, "--fallback")) {
+            if (++i == argc || nfb + 1 >= FERRY_SYNC_STORES_MAX)
+                return cli_usage_error("pull", "--fallback needs a store URL (at most %d)", FERRY_SYNC_STORES_MAX - 1);
+            fallback[nfb++] = argv[i];
+        }
         else if (!strcmp(a, "--to")) {
             if (++i == argc) return cli_usage_error("pull", "--to needs a path");
             to = argv[i];
@@ -221,6 +232,17 @@ int cmd_pull(int argc, char **argv)
         ret = sync_fail("pull", rc, to);
         goto out;
     }
+    for (int k = 0; k < nfb; k++) {
+        const char *url = c.store_url;
+        c.store_url = fallback[k];
+        ret = sync_open_store("pull", &c, 0, &fb_store[k]);
+        c.store_url = url;
+        if (ret) goto out;
+        if ((rc = ferry_subscriber_add_store(sub, fb_store[k]))) {
+            ret = sync_fail("pull", rc, fallback[k]);
+            goto out;
+        }
+    }
     if (check) ret = check_local(&c, store, sub, to);
     else if (fol) ret = follow(&c, sub, to, mode, ver, until, idle, interval);
     else {
@@ -230,6 +252,8 @@ int cmd_pull(int argc, char **argv)
         if (rc) ret = sync_fail("pull", rc, to);
         else {
             print_sync(&c, to, &in);
+            unsigned used = ferry_subscriber_store_used(sub);
+            if (used && !c.quiet) fprintf(stderr, "ferry pull: served by the fallback %s\n", fallback[used - 1]);
             if (in.rejected && !c.quiet) {
                 ferry_subscriber_stats ss;
                 ferry_subscriber_get_stats(sub, &ss);
@@ -240,6 +264,7 @@ int cmd_pull(int argc, char **argv)
     }
 out:
     ferry_subscriber_free(sub);
+    for (int k = 0; k < nfb; k++) ferry_store_free(fb_store[k]);
     ferry_store_free(store);
     return ret;
 }

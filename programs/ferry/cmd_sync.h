@@ -13,6 +13,7 @@ int cmd_log(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
 int cmd_compact(int argc, char **argv);
 int cmd_keygen(int argc, char **argv); /* cmd_keygen.c */
+int cmd_mirror(int argc, char **argv);  /* cmd_mirror.c (not in NO_NET builds) */
 
 #ifndef FERRY_NO_NET
 #include "ferry_sync.h"

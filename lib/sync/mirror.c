@@ -1,0 +1,312 @@
+/* Mirrors: a run followed from an upstream store into a nearer one
+ * (docs/MIRROR.md).  Bytes are copied verbatim — HEAD included — so that
+ * a mirror holds exactly what its upstream holds and never has to sign or
+ * re-serialise anything; every object is verified before the manifest
+ * that names it is written, and HEAD, written last by compare-and-swap, is
+ * the only thing that makes a version visible (as for a publisher). */
+#include "sync_impl.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#define MIRROR_DEFAULT_MAX 100000u
+
+/* One version to copy: its manifest's bytes and what they say. */
+typedef struct mver {
+    fs_manifest m;
+    void *text;
+    size_t n;
+} mver;
+
+typedef struct mirror {
+    ferry_store *src, *dst;
+    const char *run;
+    const ferry_mirror_options *o;
+    ferry_mirror_info *info;
+    fs_count cnt;
+} mirror;
+
+/* A protocol record (HEAD, manifest) as bytes, bounded like every record. */
+static int get_record(mirror *mr, const char *key, void **text, size_t *n)
+{
+    int rc = ferry_store_get(mr->src, key, text, n, NULL);
+    if (rc) return rc;
+    mr->cnt.bytes += *n;
+    mr->cnt.manifests++;
+    if (*n > FS_JSON_MAX) {
+        ferry_free(*text);
+        *text = NULL;
+        return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: %zu bytes is too large for a protocol record", key, *n);
+    }
+    return FERRY_OK;
+}
+
+/* SRC's HEAD: its bytes and what they say.  A HEAD that does not parse is
+ * read again (a store that writes in place can show a partial one). */
+static int src_head(mirror *mr, fs_head *h, void **text, size_t *n)
+{
+    char key[FS_KEY_CAP];
+    fs_key_head(key, mr->run);
+    int rc = FERRY_OK;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        if (attempt) fs_sleep_ms(50);
+        if ((rc = get_record(mr, key, text, n))) {
+            if (rc == FERRY_ERR_STORE_NOT_FOUND)
+                return ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: the upstream %s has no version yet (no HEAD)", mr->run,
+                                   ferry_store_url(mr->src));
+            return rc;
+        }
+        if (!(rc = fs_head_parse(mr->run, key, *text, *n, h))) return FERRY_OK;
+        ferry_free(*text);
+        *text = NULL;
+        if (rc != FERRY_ERR_SYNC_MANIFEST) return rc;
+    }
+    return rc;
+}
+
+static int src_manifest(mirror *mr, const fs_ref *r, mver *out)
+{
+    char key[FS_KEY_CAP];
+    fs_key_version(key, mr->run, r->version, r->id, FS_OBJ_MANIFEST);
+    int rc = get_record(mr, key, &out->text, &out->n);
+    if (rc) return rc;
+    rc = fs_manifest_parse(mr->run, key, out->text, out->n, &out->m);
+    if (!rc && (out->m.version != r->version || strcmp(out->m.id, r->id)))
+        rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: holds the manifest of version %llu id %s", key,
+                         (unsigned long long)out->m.version, out->m.id);
+    if (rc) {
+        ferry_free(out->text);
+        out->text = NULL;
+    }
+    return rc;
+}
+
+/* The object is already in DST with the size its manifest gives: a copy
+ * interrupted after that put.  DST only ever receives verified objects
+ * under keys that carry a random id, so the size check is enough. */
+static bool in_dst(mirror *mr, const char *key, uint64_t bytes)
+{
+    ferry_store_stat ss;
+    int rc = ferry_store_head(mr->dst, key, &ss);
+    ferry__clear_error();
+    return !rc && ss.size == bytes;
+}
+
+/* A delta: header, trailer checksum and table parse, and its base and
+ * target hashes are the manifest's. */
+static int verify_delta(const char *key, const fs_manifest *m, const void *d, size_t n)
+{
+    ferry_patch_info *pi;
+    int rc = ferry_patch_inspect(d, n, &pi);
+    if (rc) return ferry__context(FERRY_ERR_SYNC_CORRUPT, "%s", key);
+    uint8_t base[16], target[16];
+    ferry_patch_info_hashes(pi, base, target);
+    ferry_patch_info_free(pi);
+    if (memcmp(base, m->base_hash, 16) || memcmp(target, m->model_hash, 16))
+        return ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: its base or target hash is not the manifest's (another version's delta?)",
+                           key);
+    return FERRY_OK;
+}
+
+static int copy_delta(mirror *mr, const fs_manifest *m)
+{
+    char key[FS_KEY_CAP];
+    fs_key_version(key, mr->run, m->version, m->id, FS_OBJ_DELTA);
+    if (in_dst(mr, key, m->delta_bytes)) {
+        mr->info->objects_reused++;
+        return FERRY_OK;
+    }
+    void *d;
+    size_t n;
+    int rc = fs_object_get(mr->src, key, m->delta_bytes, &mr->cnt, &d, &n);
+    if (!rc) rc = verify_delta(key, m, d, n);
+    if (!rc) rc = ferry_store_put(mr->dst, key, d, n, NULL);
+    ferry_free(d);
+    if (!rc) mr->info->objects_copied++;
+    return rc;
+}
+
+/* A full object goes through a local file (it may be large): downloaded,
+ * opened, hashed against the manifest, then uploaded from the file. */
+static int copy_full(mirror *mr, const fs_manifest *m)
+{
+    char key[FS_KEY_CAP];
+    fs_key_version(key, mr->run, m->version, m->id, FS_OBJ_FULL);
+    if (in_dst(mr, key, m->full_bytes)) {
+        mr->info->objects_reused++;
+        return FERRY_OK;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/ferry-mirror.%ld.%s.safetensors", fs_tmp_dir(mr->o->tmp_dir), (long)getpid(), m->id);
+    ferry_store_stat ss;
+    int rc = ferry_store_get_file(mr->src, key, path, &ss);
+    if (rc) return rc;
+    mr->cnt.bytes += ss.size;
+    mr->cnt.objects++;
+    ferry_model *model = NULL;
+    uint8_t h[16];
+    if (ss.size != m->full_bytes)
+        rc = ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: %llu bytes, its manifest says %llu (truncated or replaced)", key,
+                         (unsigned long long)ss.size, (unsigned long long)m->full_bytes);
+    else if ((rc = ferry_model_open(path, &model)) || (rc = ferry_model_hash(model, h)))
+        rc = ferry__context(FERRY_ERR_SYNC_CORRUPT, "%s", key);
+    else if (memcmp(h, m->model_hash, 16))
+        rc = ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: model hash is not the manifest's", key);
+    ferry_model_free(model);
+    if (!rc) rc = ferry_store_put_file(mr->dst, key, path, NULL);
+    unlink(path);
+    if (!rc) mr->info->objects_copied++;
+    return rc;
+}
+
+static int copy_version(mirror *mr, const mver *v)
+{
+    int rc = FERRY_OK;
+    if (v->m.version > 1 && (rc = copy_delta(mr, &v->m))) return rc;
+    if (v->m.kind == FERRY_SYNC_ANCHOR && (rc = copy_full(mr, &v->m))) return rc;
+    char key[FS_KEY_CAP];
+    fs_key_version(key, mr->run, v->m.version, v->m.id, FS_OBJ_MANIFEST);
+    return ferry_store_put(mr->dst, key, v->text, v->n, NULL);
+}
+
+static void release(mver *vs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) ferry_free(vs[i].text);
+    free(vs);
+}
+
+/* Walks SRC's lineage down from HEAD, collecting the versions to copy
+ * (newest first): down to the one above DST's HEAD when DST is on the
+ * lineage, else down to the anchor of HEAD. */
+static int collect(mirror *mr, const fs_head *sh, const fs_head *dh, mver **out, size_t *count)
+{
+    uint64_t max = mr->o->max_versions ? mr->o->max_versions : MIRROR_DEFAULT_MAX;
+    size_t cap = 0, n = 0;
+    mver *vs = NULL;
+    fs_ref r = {sh->version, ""};
+    memcpy(r.id, sh->id, FS_ID_CAP);
+    uint64_t anchor = 0;
+    int rc = FERRY_OK;
+    for (;;) {
+        if (n == cap) {
+            size_t nc = cap ? 2 * cap : 16;
+            mver *t = ferry__realloc(vs, nc * sizeof *vs);
+            if (!t) { rc = FERRY_ERR_NOMEM; break; }
+            vs = t;
+            cap = nc;
+        }
+        memset(&vs[n], 0, sizeof vs[n]);
+        if ((rc = src_manifest(mr, &r, &vs[n]))) {
+            if (rc == FERRY_ERR_STORE_NOT_FOUND)
+                rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "run %s: the upstream's manifest of version %llu is missing", mr->run,
+                                 (unsigned long long)r.version);
+            break;
+        }
+        const fs_manifest *m = &vs[n++].m;
+        if (!anchor) anchor = m->anchor.ref.version;
+        if (dh->version && m->version == dh->version + 1 && !strcmp(m->prev.id, dh->id)) break; /* DST holds prev */
+        if (m->version <= anchor || m->version == 1) break;                                   /* the anchor */
+        if (n >= max) {
+            rc = ferry__fail(FERRY_ERR_LIMIT, "run %s: more than %llu versions to copy (max_versions)", mr->run,
+                             (unsigned long long)max);
+            break;
+        }
+        r = m->prev;
+    }
+    if (rc) {
+        release(vs, n);
+        return rc;
+    }
+    *out = vs;
+    *count = n;
+    return FERRY_OK;
+}
+
+/* HEAD of DST by compare-and-swap: SRC's bytes, against the etag read. */
+static int swap_head(mirror *mr, const fs_head *sh, const void *text, size_t n, const char *etag)
+{
+    char key[FS_KEY_CAP];
+    fs_key_head(key, mr->run);
+    int rc = ferry_store_cas(mr->dst, key, etag[0] ? etag : NULL, text, n, NULL);
+    if (rc != FERRY_ERR_STORE_CONFLICT) return rc;
+    /* another mirror process may have written the same HEAD */
+    fs_head now;
+    ferry__clear_error();
+    if (!fs_head_read(mr->dst, mr->run, NULL, &now, NULL) && now.version == sh->version && !strcmp(now.id, sh->id))
+        return FERRY_OK;
+    return ferry__fail(FERRY_ERR_SYNC_CONFLICT, "run %s: HEAD of %s moved during the copy (another writer): not replaced", mr->run,
+                       ferry_store_url(mr->dst));
+}
+
+static int mirror_run(mirror *mr)
+{
+    fs_head sh, dh;
+    void *text = NULL;
+    size_t n = 0;
+    char etag[FERRY_STORE_ETAG_MAX] = "";
+    int rc = src_head(mr, &sh, &text, &n);
+    if (rc) return rc;
+    mr->info->src_version = sh.version;
+    memset(&dh, 0, sizeof dh);
+    rc = fs_head_read(mr->dst, mr->run, NULL, &dh, etag);
+    if (rc == FERRY_ERR_STORE_NOT_FOUND) {
+        ferry__clear_error();
+        etag[0] = 0;
+        rc = FERRY_OK;
+    }
+    if (rc) goto out;
+    mr->info->from_version = mr->info->to_version = dh.version;
+    if (dh.version > sh.version) {
+        rc = ferry__fail(FERRY_ERR_SYNC_BACKWARDS, "run %s: %s is at version %llu, ahead of its upstream %s at %llu: refused", mr->run,
+                         ferry_store_url(mr->dst), (unsigned long long)dh.version, ferry_store_url(mr->src),
+                         (unsigned long long)sh.version);
+        goto out;
+    }
+    if (dh.version == sh.version) {
+        if (strcmp(dh.id, sh.id))
+            rc = ferry__fail(FERRY_ERR_SYNC_CONFLICT, "run %s: %s holds another version %llu (id %s, upstream id %s)", mr->run,
+                             ferry_store_url(mr->dst), (unsigned long long)dh.version, dh.id, sh.id);
+        goto out;
+    }
+    mver *vs = NULL;
+    size_t nv = 0;
+    if ((rc = collect(mr, &sh, &dh, &vs, &nv))) goto out;
+    /* oldest first, so that every manifest written names objects already
+       there; HEAD last */
+    for (size_t i = nv; i-- > 0 && !rc;) rc = copy_version(mr, &vs[i]);
+    if (!rc) rc = swap_head(mr, &sh, text, n, etag);
+    if (!rc) {
+        mr->info->first_copied = vs[nv - 1].m.version;
+        mr->info->versions_copied = (uint32_t)nv;
+        mr->info->to_version = sh.version;
+    }
+    release(vs, nv);
+out:
+    ferry_free(text);
+    return rc;
+}
+
+int ferry_mirror_once(ferry_store *src, ferry_store *dst, const char *run, const ferry_mirror_options *opts,
+                      ferry_mirror_info *info)
+{
+    if (!src || !dst || !run) return ferry__fail(FERRY_ERR_ARG, "ferry_mirror_once: NULL argument");
+    if (src == dst) return ferry__fail(FERRY_ERR_ARG, "ferry_mirror_once: SRC and DST are the same store");
+    int rc = ferry_sync_run_check(run);
+    if (rc) return rc;
+    ferry_mirror_options defaults = {0};
+    ferry_mirror_info local;
+    if (!info) info = &local;
+    memset(info, 0, sizeof *info);
+    uint64_t t0 = fs_mono_ms();
+    mirror mr = {src, dst, run, opts ? opts : &defaults, info, {0, 0, 0}};
+    rc = mirror_run(&mr);
+    info->bytes_copied = mr.cnt.bytes;
+    if (!rc && mr.o->keep && info->versions_copied) {
+        ferry_gc_options go = {.keep = mr.o->keep, .grace_s = mr.o->grace_s};
+        ferry_gc_report rep;
+        rc = ferry_gc(dst, run, &go, &rep);
+        if (!rc) info->gc_deleted = rep.objects_deleted;
+    }
+    info->seconds = (double)(fs_mono_ms() - t0) / 1000.0;
+    return rc;
+}
