@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# ferry mirror and store lists on file:// and http:// stores (no network
+# namespaces; wan_netns.sh puts the same pieces behind shaped links):
+# verbatim copies, a mirror of a mirror, catch-up through the anchor, a
+# mirror killed mid-copy (no half version; the next run reuses what was
+# copied), corrupt objects upstream (refused) and in the mirror (islands
+# fall back), a mirror that is down or behind, refusals (DST ahead, another
+# lineage), GC of the mirror.
+set -u
+TEST_NAME=wan_mirror
+source tests/tools/sync_env.sh
+sync_built || skip_all "sync layer or tools not built (NO_NET=1?)"
+
+st gen "$WORK/m" 12 40000 3 >/dev/null || { bad "generate models"; finish; exit 1; }
+model() { printf '%s/m/m-%03d.safetensors' "$WORK" "$1"; }
+O=$WORK/origin M=$WORK/mirror M2=$WORK/mirror2
+pub() { fy publish "$O" --run r "$(model "$1")" --anchor-every 4 -q || bad "publish $1"; }
+head_ver() { sed -nE 's/^ *"version": *([0-9]+).*/\1/p' "$1/r/HEAD"; }
+jfield() { sed -E "s/.*\"$1\": *([0-9]+).*/\1/" <<<"$2"; }
+
+for i in 0 1 2; do pub "$i"; done
+check "mirror copies versions 1..3" fy mirror "$O" "$M" --run r -q
+check "... HEAD byte-identical to the upstream's" cmp -s "$O/r/HEAD" "$M/r/HEAD"
+check "... every object byte-identical" diff -r "$O/r" "$M/r"
+out=$(fy mirror "$O" "$M" --run r --json)
+check "a second run copies nothing" test "$(jfield versions_copied "$out")" = 0
+pub 3; pub 4
+check "mirror of a mirror (tree)" bash -c "fy mirror '$O' '$M' --run r -q && fy mirror '$M' '$M2' --run r -q"
+check "... the leaf's HEAD is the origin's" cmp -s "$O/r/HEAD" "$M2/r/HEAD"
+check "an island pulls from the leaf" fy pull "$M2" --run r --to "$WORK/i1.safetensors" -q
+check "... bit-identical to the published model" same_model "$(model 4)" "$WORK/i1.safetensors"
+
+# a DC cut off across an anchor catches up from the anchor, not the chain
+for i in 5 6 7 8 9; do pub "$i"; done   # anchors: 1 5 9
+out=$(fy mirror "$O" "$M" --run r --json)
+check "catch-up across anchors starts at the anchor of HEAD (9)" test "$(jfield first_copied "$out")" = 9
+check "... and the island follows through the mirror" bash -c "fy pull '$M' --run r --to '$WORK/i1.safetensors' -q"
+check "... bit-identical" same_model "$(model 9)" "$WORK/i1.safetensors"
+
+# a corrupt object upstream is refused; DST stays on its version
+pub 10
+d=$(ls "$O"/r/v/00000000000000000011-*.patch)
+cp "$d" "$WORK/good.patch"
+printf '\xff' | dd of="$d" bs=1 seek=200 conv=notrunc status=none
+check_rc "a corrupt delta upstream: the mirror refuses it (exit 6)" 6 fy mirror "$O" "$M" --run r -q
+check "... DST's HEAD is still version 10" test "$(head_ver "$M")" = 10
+cp "$WORK/good.patch" "$d"
+check "... repaired upstream: copied" fy mirror "$O" "$M" --run r -q
+check "... now 11" test "$(head_ver "$M")" = 11
+
+# a corrupt object in the mirror: islands fall back to the upstream
+pub 11
+fy mirror "$O" "$M" --run r -q || bad "mirror 12"
+d=$(ls "$M"/r/v/00000000000000000012-*.patch)
+printf '\xff' | dd of="$d" bs=1 seek=200 conv=notrunc status=none
+check_rc "a corrupt mirror alone: the pull fails (exit 6)" 6 fy pull "$M" --run r --to "$WORK/i1.safetensors" -q
+err=$(fy pull "$M" --run r --to "$WORK/i1.safetensors" --fallback "$O" 2>&1 >/dev/null)
+check "with --fallback the island gets version 12 from the upstream" same_model "$(model 11)" "$WORK/i1.safetensors"
+check "... and says so" grep -q "served by the fallback" <<<"$err"
+
+# a mirror that is down (a dead http:// endpoint) or behind
+PORT=$(free_port)
+check "a mirror that is down: fallback" fy pull "http://127.0.0.1:$PORT" --run r --to "$WORK/i2.safetensors" --fallback "$O" \
+    --deadline 2 -q
+check "... bit-identical" same_model "$(model 11)" "$WORK/i2.safetensors"
+check "a mirror behind (--min-version above its HEAD): fallback" fy pull "$M2" --run r --to "$WORK/i3.safetensors" \
+    --min-version 12 --fallback "$O" -q
+check "... bit-identical" same_model "$(model 11)" "$WORK/i3.safetensors"
+
+# refusals: DST ahead of SRC, DST on another lineage
+check_rc "DST ahead of SRC is refused (exit 3)" 3 fy mirror "$M2" "$O" --run r -q
+fy publish "$WORK/other" --run r "$(model 0)" -q || bad "publish other"
+fy publish "$WORK/other2" --run r "$(model 1)" -q || bad "publish other2"
+check_rc "DST holding another version 1 is refused (exit 3)" 3 fy mirror "$WORK/other" "$WORK/other2" --run r -q
+
+# a mirror killed mid-copy (rate-capped http:// upstream): no half version
+(cd "$O" && exec $PY -m http.server "$PORT" --bind 127.0.0.1) >"$WORK/http.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$PORT/r/HEAD" && break; sleep 0.1; done
+st gen "$WORK/b" 2 1000000 5 >/dev/null || bad "generate big models"
+fy publish "$O" --run big "$WORK/b/m-000.safetensors" -q || bad "publish big 1"
+fy mirror "$O" "$WORK/m3" --run big -q || bad "m3 at 1"
+fy publish "$O" --run big "$WORK/b/m-001.safetensors" --anchor -q || bad "publish big 2 (anchor)"
+"$FERRY" mirror "http://127.0.0.1:$PORT" "$WORK/m3" --run big --rate 300000 -q &
+mp=$!
+for _ in $(seq 1 100); do ls "$WORK"/m3/big/v/00000000000000000002-*.patch >/dev/null 2>&1 && break; sleep 0.05; done
+sleep 0.5
+kill -9 $mp 2>/dev/null; wait $mp 2>/dev/null
+big_head() { sed -nE 's/^ *"version": *([0-9]+).*/\1/p' "$WORK/m3/big/HEAD"; }
+check "killed mid-copy: the delta of 2 landed, its manifest did not" \
+    bash -c "ls '$WORK'/m3/big/v/00000000000000000002-*.patch && ! ls '$WORK'/m3/big/v/00000000000000000002-*.json" \
+    >/dev/null 2>&1
+check "... DST's HEAD still names 1" test "$(big_head)" = 1
+check "... an island on DST gets 1, verified" fy pull "$WORK/m3" --run big --to "$WORK/i4.safetensors" -q
+check "... bit-identical to 1" same_model "$WORK/b/m-000.safetensors" "$WORK/i4.safetensors"
+out=$(fy mirror "http://127.0.0.1:$PORT" "$WORK/m3" --run big --json)
+check "the next run completes and reuses the delta" test "$(jfield objects_reused "$out")" = 1
+check "... HEAD 2" test "$(big_head)" = 2
+check "... an island gets 2" fy pull "$WORK/m3" --run big --to "$WORK/i4.safetensors" -q
+check "... bit-identical" same_model "$WORK/b/m-001.safetensors" "$WORK/i4.safetensors"
+
+# GC of the mirror
+pub 0   # 13, an anchor
+out=$(fy mirror "$O" "$M" --run r --keep 1 --grace 0 --json)
+check "--keep 1 GCs the mirror" test "$(jfield gc_deleted "$out")" -gt 0
+check "... an island still reaches HEAD" fy pull "$M" --run r --to "$WORK/i5.safetensors" -q
+check "... bit-identical" same_model "$(model 0)" "$WORK/i5.safetensors"
+
+# --follow bounded by --until-version
+fy mirror "$O" "$M2" --run r --follow --until-version 14 --poll-ms 50 --for 30 -q &
+fp=$!
+sleep 0.3
+pub 1
+wait $fp
+check "--follow copies a new version and stops at --until-version" test "$(head_ver "$M2")" = 14
+finish
