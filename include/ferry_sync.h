@@ -433,10 +433,11 @@ typedef struct ferry_mirror_info {
 } ferry_mirror_info;
 
 /* Brings DST's copy of RUN up to SRC's HEAD, once.  Reads SRC's HEAD, walks
- * SRC's lineage down from it to the version DST's HEAD names (when DST is
- * on that lineage) or to the anchor of SRC's HEAD (whichever is higher: a
- * DST further behind, empty or on another lineage skips to that anchor,
- * the cheapest route, and the versions below it are not copied), then for
+ * SRC's lineage down from it to the version above DST's HEAD when DST is
+ * on that lineage and the versions between it and the anchor A of SRC's
+ * HEAD cost at most A's full object (so DST's islands chain from where
+ * they are); else it starts at A (a DST empty, far behind or on another
+ * lineage: the cheapest route; versions below A are not copied).  Then for
  * each version from the lowest up copies its delta and full object (each
  * verified: size from the manifest; a delta's header, trailer checksum and
  * base and target hashes against the manifest; a full object's model hash)

@@ -169,23 +169,39 @@ static int copy_version(mirror *mr, const mver *v)
     return ferry_store_put(mr->dst, key, v->text, v->n, NULL);
 }
 
-static void release(mver *vs, size_t n)
+/* Frees the texts of n entries (not the array). */
+static void release_texts(mver *vs, size_t n)
 {
     for (size_t i = 0; i < n; i++) ferry_free(vs[i].text);
+}
+
+static void release(mver *vs, size_t n)
+{
+    release_texts(vs, n);
     free(vs);
 }
 
+/* Bytes a version adds to DST: its objects and manifest. */
+static uint64_t version_bytes(const mver *v)
+{
+    return v->m.delta_bytes + (v->m.kind == FERRY_SYNC_ANCHOR ? v->m.full_bytes : 0) + v->n;
+}
+
 /* Walks SRC's lineage down from HEAD, collecting the versions to copy
- * (newest first): down to the one above DST's HEAD when DST is on the
- * lineage, else down to the anchor of HEAD. */
+ * (newest first).  Down to the anchor A of HEAD in any case (DST needs a
+ * complete version and a way in for islands that hold nothing); below A,
+ * on towards DST's HEAD while the versions in between cost at most A's
+ * full object — then DST's islands can chain from where they are instead
+ * of fetching A — else the copy starts at A (a DST empty, far behind, or
+ * on another lineage). */
 static int collect(mirror *mr, const fs_head *sh, const fs_head *dh, mver **out, size_t *count)
 {
     uint64_t max = mr->o->max_versions ? mr->o->max_versions : MIRROR_DEFAULT_MAX;
-    size_t cap = 0, n = 0;
+    size_t cap = 0, n = 0, at_anchor = 0; /* entries down to A (0 = A not reached yet) */
     mver *vs = NULL;
     fs_ref r = {sh->version, ""};
     memcpy(r.id, sh->id, FS_ID_CAP);
-    uint64_t anchor = 0;
+    uint64_t anchor = 0, budget = 0, extra = 0;
     int rc = FERRY_OK;
     for (;;) {
         if (n == cap) {
@@ -197,6 +213,11 @@ static int collect(mirror *mr, const fs_head *sh, const fs_head *dh, mver **out,
         }
         memset(&vs[n], 0, sizeof vs[n]);
         if ((rc = src_manifest(mr, &r, &vs[n]))) {
+            if (rc == FERRY_ERR_STORE_NOT_FOUND && at_anchor) { /* gone below A (GC): start at A */
+                ferry__clear_error();
+                rc = FERRY_OK;
+                break;
+            }
             if (rc == FERRY_ERR_STORE_NOT_FOUND)
                 rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "run %s: the upstream's manifest of version %llu is missing", mr->run,
                                  (unsigned long long)r.version);
@@ -204,14 +225,34 @@ static int collect(mirror *mr, const fs_head *sh, const fs_head *dh, mver **out,
         }
         const fs_manifest *m = &vs[n++].m;
         if (!anchor) anchor = m->anchor.ref.version;
-        if (dh->version && m->version == dh->version + 1 && !strcmp(m->prev.id, dh->id)) break; /* DST holds prev */
-        if (m->version <= anchor || m->version == 1) break;                                   /* the anchor */
+        if (dh->version && m->version == dh->version + 1 && !strcmp(m->prev.id, dh->id)) {
+            at_anchor = n; /* DST holds prev: copy everything collected */
+            break;
+        }
+        if (at_anchor) {
+            extra += version_bytes(&vs[n - 1]);
+            if (extra > budget) break;
+        } else if (m->version <= anchor) {
+            at_anchor = n;
+            budget = m->full_bytes;
+            if (!dh->version) break;
+        }
+        /* the start of the run, or below DST's HEAD without meeting it: DST
+           is on another lineage */
+        if (m->version == 1 || (at_anchor && m->version <= dh->version)) break;
         if (n >= max) {
             rc = ferry__fail(FERRY_ERR_LIMIT, "run %s: more than %llu versions to copy (max_versions)", mr->run,
                              (unsigned long long)max);
             break;
         }
         r = m->prev;
+    }
+    if (!rc && at_anchor && at_anchor < n) { /* DST not reached within the budget: start at A */
+        release_texts(vs + at_anchor, n - at_anchor);
+        n = at_anchor;
+    } else if (!rc && !at_anchor) {
+        rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "run %s: no anchor below HEAD %llu in the upstream", mr->run,
+                         (unsigned long long)sh->version);
     }
     if (rc) {
         release(vs, n);

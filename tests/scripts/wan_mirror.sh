@@ -18,7 +18,9 @@ pub() { fy publish "$O" --run r "$(model "$1")" --anchor-every 4 -q || bad "publ
 head_ver() { sed -nE 's/^ *"version": *([0-9]+).*/\1/p' "$1/r/HEAD"; }
 jfield() { sed -E "s/.*\"$1\": *([0-9]+).*/\1/" <<<"$2"; }
 
-for i in 0 1 2; do pub "$i"; done
+pub 0
+fy mirror "$O" "$WORK/early" --run r -q || bad "mirror version 1"
+for i in 1 2; do pub "$i"; done
 check "mirror copies versions 1..3" fy mirror "$O" "$M" --run r -q
 check "... HEAD byte-identical to the upstream's" cmp -s "$O/r/HEAD" "$M/r/HEAD"
 check "... every object byte-identical" diff -r "$O/r" "$M/r"
@@ -30,11 +32,14 @@ check "... the leaf's HEAD is the origin's" cmp -s "$O/r/HEAD" "$M2/r/HEAD"
 check "an island pulls from the leaf" fy pull "$M2" --run r --to "$WORK/i1.safetensors" -q
 check "... bit-identical to the published model" same_model "$(model 4)" "$WORK/i1.safetensors"
 
-# a DC cut off across an anchor catches up from the anchor, not the chain
+# a DC a few versions behind copies the chain; one cut off across an
+# anchor starts at the anchor, not the chain
 for i in 5 6 7 8 9; do pub "$i"; done   # anchors: 1 5 9
 out=$(fy mirror "$O" "$M" --run r --json)
-check "catch-up across anchors starts at the anchor of HEAD (9)" test "$(jfield first_copied "$out")" = 9
-check "... and the island follows through the mirror" bash -c "fy pull '$M' --run r --to '$WORK/i1.safetensors' -q"
+check "a mirror at 5, HEAD 10: the chain 6..10 is copied (less than anchor 9)" test "$(jfield first_copied "$out")" = 6
+out=$(fy mirror "$O" "$WORK/early" --run r --json)
+check "a mirror at 1, HEAD 10: the copy starts at the anchor of HEAD (9)" test "$(jfield first_copied "$out")" = 9
+check "... and the island follows through the mirror" bash -c "fy pull '$WORK/early' --run r --to '$WORK/i1.safetensors' -q"
 check "... bit-identical" same_model "$(model 9)" "$WORK/i1.safetensors"
 
 # a corrupt object upstream is refused; DST stays on its version
