@@ -287,6 +287,30 @@ FERRY_API int ferry_store_cas(ferry_store *s, const char *key, const char *expec
  * FERRY_ERR_STORE_READONLY. */
 FERRY_API int ferry_store_probe_cas(ferry_store *s, const char *probe_key, int *atomic);
 
+
+/* ======================================================================
+ * Downloads that fill long links (lib/store/store_parallel.c).
+ * ====================================================================== */
+typedef struct ferry_store_transfer_options {
+    unsigned concurrency;   /* parallel ranged GETs, 1..64; 0 = 4 */
+    uint64_t chunk_size;    /* bytes per GET, 4 KiB..1 GiB; 0 = 8 MiB */
+    int resume;             /* keep PATH.part and PATH.part.state when the call
+                               fails, and continue from them when called again
+                               for the same object (same size and etag) */
+} ferry_store_transfer_options;
+
+/* As ferry_store_get_file, but an object larger than one chunk is fetched
+ * as up to `concurrency` parallel ranged GETs written at their offsets into
+ * PATH.part (one stream over a long link rarely fills it); with resume, a
+ * download interrupted by a failure or a killed process continues where it
+ * stopped.  The object's etag is read before and after: an object that
+ * changed meanwhile is discarded (FERRY_ERR_STORE_CONFLICT), and one
+ * without an etag goes through ferry_store_get_file.  The store's deadline
+ * applies to each request; rate caps (max_bytes_per_s) to each stream.
+ * Nothing is left at PATH but the complete object.  opts may be NULL. */
+FERRY_API int ferry_store_get_file_parallel(ferry_store *s, const char *key, const char *path,
+                                            const ferry_store_transfer_options *opts, ferry_store_stat *st);
+
 #ifdef __cplusplus
 }
 #endif

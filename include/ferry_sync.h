@@ -416,6 +416,9 @@ typedef struct ferry_mirror_options {
                                verified; NULL = $TMPDIR, else /tmp */
     uint64_t max_versions;  /* bound on the versions copied by one call
                                (the walk down SRC's lineage); 0 = 100000 */
+    unsigned concurrency;   /* full objects: parallel ranged GETs
+                               (ferry_store_get_file_parallel), 0 = 4 */
+    uint64_t chunk_size;    /* their chunk size, 0 = 8 MiB */
 } ferry_mirror_options;
 
 typedef struct ferry_mirror_info {

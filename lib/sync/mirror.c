@@ -126,8 +126,9 @@ static int copy_delta(mirror *mr, const fs_manifest *m)
     return rc;
 }
 
-/* A full object goes through a local file (it may be large): downloaded,
- * opened, hashed against the manifest, then uploaded from the file. */
+/* A full object goes through a local file (it may be large): downloaded
+ * (in parallel ranged GETs, resumable), opened, hashed against the
+ * manifest, then uploaded from the file. */
 static int copy_full(mirror *mr, const fs_manifest *m)
 {
     char key[FS_KEY_CAP];
@@ -136,10 +137,13 @@ static int copy_full(mirror *mr, const fs_manifest *m)
         mr->info->objects_reused++;
         return FERRY_OK;
     }
+    /* named by the version's id, so that a pass after a killed one resumes
+       the download (PATH.part, PATH.part.state) instead of starting over */
     char path[4096];
-    snprintf(path, sizeof path, "%s/ferry-mirror.%ld.%s.safetensors", fs_tmp_dir(mr->o->tmp_dir), (long)getpid(), m->id);
+    snprintf(path, sizeof path, "%s/ferry-mirror.%s.safetensors", fs_tmp_dir(mr->o->tmp_dir), m->id);
     ferry_store_stat ss;
-    int rc = ferry_store_get_file(mr->src, key, path, &ss);
+    ferry_store_transfer_options to = {.concurrency = mr->o->concurrency, .chunk_size = mr->o->chunk_size, .resume = 1};
+    int rc = ferry_store_get_file_parallel(mr->src, key, path, &to, &ss);
     if (rc) return rc;
     mr->cnt.bytes += ss.size;
     mr->cnt.objects++;

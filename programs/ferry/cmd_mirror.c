@@ -12,7 +12,7 @@
 static void mirror_help(void)
 {
     printf("usage: ferry mirror SRC DST --run RUN [--follow [--for S] [--until-version N] [--poll-ms N]]\n"
-           "                    [--keep N [--grace S]] [--tmp-dir DIR]\n\n"
+           "                    [--keep N [--grace S]] [--tmp-dir DIR] [--concurrency N] [--chunk-size BYTES]\n\n"
            "Copies RUN's new versions from the store SRC into the store DST, byte for byte\n"
            "(manifests, deltas, full objects, and HEAD last, by compare-and-swap), so that\n"
            "the islands of one datacenter pull from DST and each version crosses the long\n"
@@ -27,7 +27,10 @@ static void mirror_help(void)
            "  --poll-ms N        HEAD polling interval while following (default 200)\n"
            "  --keep N           after each copy, GC DST keeping N versions (ferry gc's rule)\n"
            "  --grace S          that GC's grace for unreferenced objects (default 3600)\n"
-           "  --tmp-dir DIR      where full objects are staged while verified\n\n"
+           "  --tmp-dir DIR      where full objects are staged while verified (a download\n"
+           "                     cut by a failure or a kill resumes from there)\n"
+           "  --concurrency N    parallel ranged GETs per full object (default 4)\n"
+           "  --chunk-size BYTES their size (default 8 MiB)\n\n"
            "The store options below apply to both stores (--rate caps each transfer).\n\n%s\n",
            sync_common_help);
 }
@@ -90,6 +93,11 @@ int cmd_mirror(int argc, char **argv)
         else if (!strcmp(a, "--tmp-dir")) {
             if (++i == argc) return cli_usage_error("mirror", "--tmp-dir needs a directory");
             mo.tmp_dir = argv[i];
+        } else if (!strcmp(a, "--concurrency") || !strcmp(a, "--chunk-size")) {
+            if (++i == argc || !sync_parse_u64(argv[i], &n) || !n || (a[2] == 'c' && a[3] == 'o' && n > 64))
+                return cli_usage_error("mirror", "%s needs a number%s", a, a[3] == 'o' ? " in 1..64" : " of bytes");
+            if (a[3] == 'o') mo.concurrency = (unsigned)n;
+            else mo.chunk_size = n;
         } else if (!strcmp(a, "--for") || !strcmp(a, "--until-version") || !strcmp(a, "--poll-ms") || !strcmp(a, "--keep") ||
                    !strcmp(a, "--grace")) {
             if (++i == argc || !sync_parse_u64(argv[i], &n)) return cli_usage_error("mirror", "%s needs a number", a);

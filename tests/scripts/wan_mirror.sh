@@ -9,6 +9,7 @@
 set -u
 TEST_NAME=wan_mirror
 source tests/tools/sync_env.sh
+source tests/tools/wan_env.sh
 sync_built || skip_all "sync layer or tools not built (NO_NET=1?)"
 
 st gen "$WORK/m" 12 40000 3 >/dev/null || { bad "generate models"; finish; exit 1; }
@@ -78,29 +79,38 @@ fy publish "$WORK/other" --run r "$(model 0)" -q || bad "publish other"
 fy publish "$WORK/other2" --run r "$(model 1)" -q || bad "publish other2"
 check_rc "DST holding another version 1 is refused (exit 3)" 3 fy mirror "$WORK/other" "$WORK/other2" --run r -q
 
-# a mirror killed mid-copy (rate-capped http:// upstream): no half version
-(cd "$O" && exec $PY -m http.server "$PORT" --bind 127.0.0.1) >"$WORK/http.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$PORT/r/HEAD" && break; sleep 0.1; done
+# a mirror killed mid-copy (rate-capped http:// upstream served by nginx):
+# no half version, and the next pass resumes the full object's download
+# nginx: ETags and ranges, so the full object is fetched in parallel chunks
+command -v nginx >/dev/null || { bad "nginx is not installed (scripts/install-deps.sh installs nginx-light)"; finish; exit 1; }
+chmod 755 "$WORK"
+wan_nginx "" "$O" "127.0.0.1:$PORT" origin || bad "start nginx"
 st gen "$WORK/b" 2 1000000 5 >/dev/null || bad "generate big models"
 fy publish "$O" --run big "$WORK/b/m-000.safetensors" -q || bad "publish big 1"
 fy mirror "$O" "$WORK/m3" --run big -q || bad "m3 at 1"
 fy publish "$O" --run big "$WORK/b/m-001.safetensors" --anchor -q || bad "publish big 2 (anchor)"
-"$FERRY" mirror "http://127.0.0.1:$PORT" "$WORK/m3" --run big --rate 300000 -q &
+mkdir -p "$WORK/mtmp"
+"$FERRY" mirror "http://127.0.0.1:$PORT" "$WORK/m3" --run big --rate 200000 --chunk-size 262144 --tmp-dir "$WORK/mtmp" -q &
 mp=$!
-for _ in $(seq 1 100); do ls "$WORK"/m3/big/v/00000000000000000002-*.patch >/dev/null 2>&1 && break; sleep 0.05; done
-sleep 0.5
+# killed as soon as one chunk of the full object is in (the state file says so)
+for _ in $(seq 1 500); do
+    grep -qs 1 <(tail -c 8 "$WORK"/mtmp/*.part.state 2>/dev/null) && break
+    sleep 0.02
+done
 kill -9 $mp 2>/dev/null; wait $mp 2>/dev/null
 big_head() { sed -nE 's/^ *"version": *([0-9]+).*/\1/p' "$WORK/m3/big/HEAD"; }
 check "killed mid-copy: the delta of 2 landed, its manifest did not" \
-    bash -c "ls '$WORK'/m3/big/v/00000000000000000002-*.patch && ! ls '$WORK'/m3/big/v/00000000000000000002-*.json" \
-    >/dev/null 2>&1
+    bash -c "ls '$WORK'/m3/big/v/00000000000000000002-*.patch >/dev/null && ! ls '$WORK'/m3/big/v/00000000000000000002-*.json >/dev/null 2>&1"
 check "... DST's HEAD still names 1" test "$(big_head)" = 1
+done_chunks=$(cat "$WORK"/mtmp/*.part.state 2>/dev/null | tail -n 1 | tr -cd 1 | wc -c)
+check "... the full object's download left its state: $done_chunks chunks of 256 KiB done" test "$done_chunks" -gt 0
 check "... an island on DST gets 1, verified" fy pull "$WORK/m3" --run big --to "$WORK/i4.safetensors" -q
 check "... bit-identical to 1" same_model "$WORK/b/m-000.safetensors" "$WORK/i4.safetensors"
-out=$(fy mirror "http://127.0.0.1:$PORT" "$WORK/m3" --run big --json)
+out=$(fy mirror "http://127.0.0.1:$PORT" "$WORK/m3" --run big --chunk-size 262144 --tmp-dir "$WORK/mtmp" --json)
 check "the next run completes and reuses the delta" test "$(jfield objects_reused "$out")" = 1
 check "... HEAD 2" test "$(big_head)" = 2
+left=$(ls -A "$WORK/mtmp")
+check "... the staged download is gone ($left)" test -z "$left"
 check "... an island gets 2" fy pull "$WORK/m3" --run big --to "$WORK/i4.safetensors" -q
 check "... bit-identical" same_model "$WORK/b/m-001.safetensors" "$WORK/i4.safetensors"
 

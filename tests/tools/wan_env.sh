@@ -51,11 +51,13 @@ wan_tx() {
     ip netns exec "${WAN_TAG}$1" cat "/sys/class/net/${WAN_TAG}$2/statistics/tx_bytes"
 }
 
-# wan_nginx NS ROOT PORT NAME: nginx in NS serving the directory ROOT on
-# PORT (all addresses of NS), access log in $WORK/NAME.access.log; adds
-# its pid to PIDS and waits until it answers.
+# wan_nginx NS ROOT LISTEN NAME: nginx in NS ("" = this namespace)
+# serving the directory ROOT on LISTEN (a port: all addresses of NS; or
+# 127.0.0.1:PORT), access log in $WORK/NAME.access.log; adds its pid to
+# PIDS and waits until it answers.
 wan_nginx() {
-    local ns="${WAN_TAG}$1" root=$2 port=$3 name=$4 d="$WORK/nginx-$4"
+    local root=$2 port=$3 name=$4 d="$WORK/nginx-$4" exec=()
+    [ -n "$1" ] && exec=(ip netns exec "${WAN_TAG}$1")
     mkdir -p "$d" "$root"
     cat >"$d/nginx.conf" <<EOF
 daemon off;
@@ -79,14 +81,14 @@ http {
     }
 }
 EOF
-    ip netns exec "$ns" nginx -c "$d/nginx.conf" -e "$d/error.log" >"$d/out.log" 2>&1 &
+    "${exec[@]}" nginx -c "$d/nginx.conf" -e "$d/error.log" >"$d/out.log" 2>&1 &
     PIDS+=($!)
     local i
     for ((i = 0; i < 100; i++)); do
-        ip netns exec "$ns" curl -s -o /dev/null "http://127.0.0.1:$port/" && return 0
+        "${exec[@]}" curl -s -o /dev/null "http://127.0.0.1:${port##*:}/" && return 0
         sleep 0.1
     done
-    echo "nginx in $ns did not start:" >&2
+    echo "nginx ($name) did not start:" >&2
     cat "$d/error.log" "$d/out.log" >&2
     return 1
 }
