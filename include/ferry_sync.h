@@ -419,6 +419,11 @@ typedef struct ferry_mirror_options {
     unsigned concurrency;   /* full objects: parallel ranged GETs
                                (ferry_store_get_file_parallel), 0 = 4 */
     uint64_t chunk_size;    /* their chunk size, 0 = 8 MiB */
+    const ferry_keys *keys; /* optional (borrowed): with trusted keys, SRC's HEAD
+                               and manifests must verify before anything is
+                               copied, and each object must match the SHA-256
+                               its signed manifest gives (include/ferry_sign.h);
+                               without, signatures are copied unchecked */
 } ferry_mirror_options;
 
 typedef struct ferry_mirror_info {

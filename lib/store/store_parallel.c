@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -70,6 +71,18 @@ static void state_load(par *p)
     if (p->etag[0] && n == (size_t)w + p->nchunks && !memcmp(d, want, (size_t)w))
         for (uint32_t i = 0; i < p->nchunks; i++) p->done[i] = d[w + i] == '1' ? '1' : '0';
     free(d);
+}
+
+/* A process killed while it saved the state leaves STATE.tmp.PID behind
+ * (ferry__write_file_atomic's staging file): removed once done. */
+static void remove_stale(const char *state)
+{
+    char pat[4200];
+    glob_t g;
+    snprintf(pat, sizeof pat, "%s.tmp.*", state);
+    if (glob(pat, GLOB_NOSORT, NULL, &g)) return;
+    for (size_t i = 0; i < g.gl_pathc; i++) unlink(g.gl_pathv[i]);
+    globfree(&g);
 }
 
 static void fail_once(par *p, int rc)
@@ -190,6 +203,7 @@ int ferry_store_get_file_parallel(ferry_store *s, const char *key, const char *p
     if (!rc && rename(part, path)) rc = ferry__fail(FERRY_ERR_IO, "%s: rename to %s: %s", part, path, strerror(errno));
     if (!rc) {
         unlink(state);
+        remove_stale(state);
         ferry__fsync_dir_of(path);
         if (st) *st = first;
     } else if (!o.resume) {

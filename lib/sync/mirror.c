@@ -26,19 +26,26 @@ typedef struct mirror {
     fs_count cnt;
 } mirror;
 
-/* A protocol record (HEAD, manifest) as bytes, bounded like every record. */
-static int get_record(mirror *mr, const char *key, void **text, size_t *n)
+/* A protocol record (HEAD, manifest) as bytes, bounded like every record;
+ * *body = the bytes before its signature trailer, which is verified when
+ * the keys trust any key (else only split off).  The whole text is what
+ * DST receives. */
+static int get_record(mirror *mr, const char *key, void **text, size_t *n, size_t *body)
 {
     int rc = ferry_store_get(mr->src, key, text, n, NULL);
     if (rc) return rc;
     mr->cnt.bytes += *n;
     mr->cnt.manifests++;
-    if (*n > FS_JSON_MAX) {
+    bool is_signed;
+    if (*n > FS_JSON_MAX)
+        rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: %zu bytes is too large for a protocol record", key, *n);
+    else
+        rc = fs_sig_open(mr->o->keys, FS_DOM_RECORD, key, *text, *n, body, &is_signed);
+    if (rc) {
         ferry_free(*text);
         *text = NULL;
-        return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: %zu bytes is too large for a protocol record", key, *n);
     }
-    return FERRY_OK;
+    return rc;
 }
 
 /* SRC's HEAD: its bytes and what they say.  A HEAD that does not parse is
@@ -50,13 +57,14 @@ static int src_head(mirror *mr, fs_head *h, void **text, size_t *n)
     int rc = FERRY_OK;
     for (int attempt = 0; attempt < 3; attempt++) {
         if (attempt) fs_sleep_ms(50);
-        if ((rc = get_record(mr, key, text, n))) {
+        size_t body;
+        if ((rc = get_record(mr, key, text, n, &body))) {
             if (rc == FERRY_ERR_STORE_NOT_FOUND)
                 return ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: the upstream %s has no version yet (no HEAD)", mr->run,
                                    ferry_store_url(mr->src));
             return rc;
         }
-        if (!(rc = fs_head_parse(mr->run, key, *text, *n, h))) return FERRY_OK;
+        if (!(rc = fs_head_parse(mr->run, key, *text, body, h))) return FERRY_OK;
         ferry_free(*text);
         *text = NULL;
         if (rc != FERRY_ERR_SYNC_MANIFEST) return rc;
@@ -68,9 +76,10 @@ static int src_manifest(mirror *mr, const fs_ref *r, mver *out)
 {
     char key[FS_KEY_CAP];
     fs_key_version(key, mr->run, r->version, r->id, FS_OBJ_MANIFEST);
-    int rc = get_record(mr, key, &out->text, &out->n);
+    size_t body;
+    int rc = get_record(mr, key, &out->text, &out->n, &body);
     if (rc) return rc;
-    rc = fs_manifest_parse(mr->run, key, out->text, out->n, &out->m);
+    rc = fs_manifest_parse(mr->run, key, out->text, body, &out->m);
     if (!rc && (out->m.version != r->version || strcmp(out->m.id, r->id)))
         rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: holds the manifest of version %llu id %s", key,
                          (unsigned long long)out->m.version, out->m.id);
@@ -116,9 +125,11 @@ static int copy_delta(mirror *mr, const fs_manifest *m)
         mr->info->objects_reused++;
         return FERRY_OK;
     }
-    void *d;
+    void *d = NULL;
     size_t n;
-    int rc = fs_object_get(mr->src, key, m->delta_bytes, &mr->cnt, &d, &n);
+    const uint8_t *want;
+    int rc = fs_want_sha(mr->o->keys, key, m->has_delta_sha, m->delta_sha, &want);
+    if (!rc) rc = fs_object_get(mr->src, key, m->delta_bytes, want, &mr->cnt, &d, &n);
     if (!rc) rc = verify_delta(key, m, d, n);
     if (!rc) rc = ferry_store_put(mr->dst, key, d, n, NULL);
     ferry_free(d);
@@ -143,15 +154,21 @@ static int copy_full(mirror *mr, const fs_manifest *m)
     snprintf(path, sizeof path, "%s/ferry-mirror.%s.safetensors", fs_tmp_dir(mr->o->tmp_dir), m->id);
     ferry_store_stat ss;
     ferry_store_transfer_options to = {.concurrency = mr->o->concurrency, .chunk_size = mr->o->chunk_size, .resume = 1};
-    int rc = ferry_store_get_file_parallel(mr->src, key, path, &to, &ss);
+    const uint8_t *want;
+    int rc = fs_want_sha(mr->o->keys, key, m->has_full_sha, m->full_sha, &want);
+    if (!rc) rc = ferry_store_get_file_parallel(mr->src, key, path, &to, &ss);
     if (rc) return rc;
     mr->cnt.bytes += ss.size;
     mr->cnt.objects++;
     ferry_model *model = NULL;
-    uint8_t h[16];
+    uint8_t h[16], d[32];
     if (ss.size != m->full_bytes)
         rc = ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: %llu bytes, its manifest says %llu (truncated or replaced)", key,
                          (unsigned long long)ss.size, (unsigned long long)m->full_bytes);
+    else if (want && !(rc = fs_sha256_file(path, d, NULL)) && memcmp(d, want, 32))
+        rc = ferry__fail(FERRY_ERR_SIG_DIGEST, "%s: SHA-256 is not the one its signed manifest gives (replaced)", key);
+    else if (rc)
+        ; /* the digest could not be computed */
     else if ((rc = ferry_model_open(path, &model)) || (rc = ferry_model_hash(model, h)))
         rc = ferry__context(FERRY_ERR_SYNC_CORRUPT, "%s", key);
     else if (memcmp(h, m->model_hash, 16))
@@ -277,7 +294,7 @@ static int swap_head(mirror *mr, const fs_head *sh, const void *text, size_t n, 
     /* another mirror process may have written the same HEAD */
     fs_head now;
     ferry__clear_error();
-    if (!fs_head_read(mr->dst, mr->run, NULL, &now, NULL) && now.version == sh->version && !strcmp(now.id, sh->id))
+    if (!fs_head_read(mr->dst, mr->run, mr->o->keys, NULL, &now, NULL) && now.version == sh->version && !strcmp(now.id, sh->id))
         return FERRY_OK;
     return ferry__fail(FERRY_ERR_SYNC_CONFLICT, "run %s: HEAD of %s moved during the copy (another writer): not replaced", mr->run,
                        ferry_store_url(mr->dst));
@@ -293,7 +310,7 @@ static int mirror_run(mirror *mr)
     if (rc) return rc;
     mr->info->src_version = sh.version;
     memset(&dh, 0, sizeof dh);
-    rc = fs_head_read(mr->dst, mr->run, NULL, &dh, etag);
+    rc = fs_head_read(mr->dst, mr->run, mr->o->keys, NULL, &dh, etag);
     if (rc == FERRY_ERR_STORE_NOT_FOUND) {
         ferry__clear_error();
         etag[0] = 0;

@@ -20,7 +20,7 @@ static bool worth_next(int rc)
     case FERRY_ERR_SYNC_BACKWARDS:
         return true;
     default:
-        return fs_object_error(rc);
+        return fs_object_error(rc) || fs_sig_error(rc); /* forged or unsigned in this store */
     }
 }
 
@@ -56,7 +56,7 @@ int sub_head_poll(ferry_subscriber *s, fs_head *h)
 {
     int rc = FERRY_OK;
     for (size_t i = 0; i <= s->nalt; i++) {
-        rc = fs_head_read(i ? s->alt[i - 1] : s->st, s->run, &s->cnt, h, NULL);
+        rc = fs_head_read(i ? s->alt[i - 1] : s->st, s->run, s->keys, &s->cnt, h, NULL);
         if (!rc || rc == FERRY_ERR_STORE_NOT_FOUND || !worth_next(rc)) return rc;
     }
     return rc;

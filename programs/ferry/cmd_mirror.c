@@ -61,6 +61,7 @@ static void report(const sync_common *c, const ferry_mirror_info *in, int rc)
 static bool transient(int rc)
 {
     return rc == FERRY_ERR_SYNC_NOT_YET || rc == FERRY_ERR_SYNC_CORRUPT || rc == FERRY_ERR_SYNC_MANIFEST ||
+           (rc >= FERRY_ERR_SIG_MISSING && rc <= FERRY_ERR_SIG_DIGEST) || /* forged upstream: may be repaired */
            (rc >= FERRY_ERR_STORE_NOT_FOUND && rc <= FERRY_ERR_STORE_CORRUPT && rc != FERRY_ERR_STORE_READONLY &&
             rc != FERRY_ERR_STORE_AUTH);
 }
@@ -130,6 +131,7 @@ int cmd_mirror(int argc, char **argv)
     char head_key[FERRY_SYNC_RUN_MAX + 8], seen[FERRY_STORE_ETAG_MAX] = "";
     snprintf(head_key, sizeof head_key, "%s/HEAD", c.run);
     double t_end = cli_now() + (double)for_s;
+    mo.keys = c.keys;
     ferry_mirror_info info;
     int rc;
     for (;;) {

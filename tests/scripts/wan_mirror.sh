@@ -128,4 +128,20 @@ sleep 0.3
 pub 1
 wait $fp
 check "--follow copies a new version and stops at --until-version" test "$(head_ver "$M2")" = 14
+# signed runs (docs/SECURITY.md): the mirror copies HEAD and manifests with
+# their signature trailers, so islands that trust the trainer's key pull
+# from the mirror; a mirror that trusts another key refuses the upstream
+fy keygen -o "$WORK/trainer" >/dev/null && fy keygen -o "$WORK/other-key" >/dev/null || bad "keygen"
+for i in 0 1 2; do
+    fy publish "$O" --run signed "$(model "$i")" --sign-key "$WORK/trainer.key" -q || bad "signed publish $i"
+done
+check "a mirror that trusts the trainer's key copies the signed run" \
+    fy mirror "$O" "$WORK/ms" --run signed --trust-key "$WORK/trainer.pub" -q
+check "... byte for byte, signatures included" diff -r "$O/signed" "$WORK/ms/signed"
+check "... an island trusting the key pulls from the mirror" \
+    fy pull "$WORK/ms" --run signed --to "$WORK/i6.safetensors" --trust-key "$WORK/trainer.pub" -q
+check "... bit-identical" same_model "$(model 2)" "$WORK/i6.safetensors"
+check_rc "a mirror trusting another key refuses the run (exit 7)" 7 \
+    fy mirror "$O" "$WORK/ms2" --run signed --trust-key "$WORK/other-key.pub" -q
+check "... and writes no HEAD" test ! -e "$WORK/ms2/signed/HEAD"
 finish
