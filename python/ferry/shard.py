@@ -360,6 +360,7 @@ class ShardSubscriber(_lib.Handle):
         self._h = h
         self.version = 0          # the version the ENGINE's parameters hold
         self._whole = True        # next apply copies whole regions (cold, or after a refusal)
+        self._sig = None          # the engine tensors of the last apply
         self.last_info = None
         self.last_apply = None    # {"copied": regions, "indexed": regions, "elements": n}
 
@@ -375,17 +376,21 @@ class ShardSubscriber(_lib.Handle):
 
     def apply(self, params, min_version=None, exact_version=None):
         """Brings the engine's parameters (mapping engine name -> tensor,
-        any device) to the target version and returns it.  On any error
+        any device; the same tensors every call, else whole regions are
+        copied) to the target version and returns it.  On any error
         nothing was written and they hold self.version still."""
         self.layout.check_engine(params)
         tied = _alias.groups(params)        # refuses overlapping views too
+        sig = tuple((n, t.data_ptr(), str(t.device)) for n, t in params.items())
+        if sig != self._sig:
+            self._whole, self._sig = True, sig    # other tensors: they hold no known version
         held = L.ferry_shard_subscriber_version(self.handle)
         got = self.pull(min_version, exact_version)
         if got == self.version and not self._whole:
             return got
         # The changes the library lists lead from `held` to `got`: they do
-        # for the engine only if it holds `held`; else (a cold start, a
-        # refused or interrupted apply) whole regions are copied.
+        # for the engine only if it holds `held`; else (a cold start, other
+        # tensors, a refused or interrupted apply) whole regions are copied.
         whole = self._whole or held != self.version
         self._whole = True
         # Everything below reads the library's verified cover; nothing is

@@ -201,8 +201,7 @@ def test_trainers_under_mpirun():
     mpirun = shutil.which("mpirun")
     if not mpirun:
         raise Skip("no mpirun")
-    store = "file://" + os.path.join(TMP, "mpi")
-    os.makedirs(store[7:])
+    store = "file://" + tempfile.mkdtemp(dir=TMP)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_btl="self,vader", OMPI_MCA_btl_tcp_if_include="lo",
                OMPI_MCA_oob_tcp_if_include="lo", OMPI_MCA_rmaps_base_oversubscribe="1")
@@ -295,6 +294,11 @@ def test_tied_engine_parameters():
         exp = lay.shard(_tp.bf16(_tp.masters(v, tied=True)))
         assert all(torch.equal(_bits(params[n]), _bits(exp[n])) for n in exp)
     assert params["lm_head.weight"].data_ptr() == params["model.embed_tokens.weight"].data_ptr()
+    assert sub.last_apply["indexed"] > 0
+    # Other tensors (a restarted engine) hold no known version: whole copies.
+    fresh = {n: torch.zeros(p.shape, dtype=torch.bfloat16) for n, p in lay.params.items()}
+    assert sub.apply(fresh) == 2 and sub.last_apply["copied"] == len(lay.regions)
+    assert all(torch.equal(_bits(fresh[n]), _bits(params[n])) for n in params)
     # Version 3 publishes an lm_head that differs from the embedding.
     pub = ferry.shard.ShardPublisher(store, "t", rank=0, world=1, **OPTS)
     w = _tp.masters(3)
