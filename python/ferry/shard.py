@@ -123,7 +123,7 @@ def dim0_parts(state_dict, rank, world):
         shape = tuple(t.shape)
         if not shape:
             if rank == 0:
-                out.append((name, shape, 0, 1, t))
+                out.append((name, shape, 0, 0, t))     # 0, 0: the whole tensor
             continue
         n = shape[0]
         b = rank * (n // world) + min(rank, n % world)
@@ -177,7 +177,7 @@ def _dist():
     if not d.is_available() or not d.is_initialized():
         raise FerryError(ERR_ARG, "ferry.shard: torch.distributed is not initialized "
                          "(init_process_group first, or pass rank and world and move the "
-                         "token and records yourself with publish_steps)")
+                         "token and records yourself between begin, put, commit and finish)")
     return d
 
 
