@@ -28,7 +28,13 @@ def _sanitized_reexec():
                           text=True).stdout.strip()
     if not os.path.isabs(asan):
         return
-    env = dict(os.environ, LD_PRELOAD=asan,
+    # libstdc++ too, so that ASan's __cxa_throw interceptor finds the real
+    # one at start-up (python itself does not link it): without it the first
+    # C++ exception thrown in a torch thread (gloo's store at shutdown)
+    # aborts the process with "CHECK failed ... real___cxa_throw".
+    import ctypes.util
+    cxx = ctypes.util.find_library("stdc++")
+    env = dict(os.environ, LD_PRELOAD=asan + (" " + cxx if cxx else ""),
                ASAN_OPTIONS="detect_leaks=0:" + os.environ.get("ASAN_OPTIONS", ""))
     sys.stdout.flush()
     os.execve(sys.executable, [sys.executable] + sys.argv, env)

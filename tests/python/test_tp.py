@@ -78,11 +78,18 @@ def trainer(rank, world, port, store):
         assert info["kind"] == "anchor" or v > 1, info
         print("trainer %d: version %d %s delta %d anchor %d bytes" % (
             rank, v, info["kind"], info["delta_bytes"], info["anchor_bytes"]))
+    _leave(d)
+
+
+def _leave(d):
+    """An orderly end: nobody exits while another still talks to the group
+    (rank 0 hosts the rendezvous store)."""
     d.barrier()
+    d.destroy_process_group()
 
 
 def island(rank, world, port, store):
-    _join(rank, world, port)
+    d = _join(rank, world, port)
     lay = Layout.llama(_tp.shapes(), world, rank)
     params = {n: torch.zeros(p.shape, dtype=torch.bfloat16) for n, p in lay.params.items()}
     ptrs = {n: t.data_ptr() for n, t in params.items()}
@@ -110,6 +117,7 @@ def island(rank, world, port, store):
         print("island %d/%d: version %d ok, %s, fetched %d of %d bytes" % (
             rank, world, v, a, info["object_bytes"], info["version_bytes"]))
     assert {n: t.data_ptr() for n, t in params.items()} == ptrs     # in place
+    _leave(d)
 
 
 def _port():
@@ -194,6 +202,7 @@ def trainer_mpi(port, store):
     for v in (1, 2):
         assert pub.publish(ferry.shard.dim0_parts(_tp.masters(v), rank, world)) == v
     print("trainer-mpi %d/%d: published 1, 2" % (rank, world))
+    _leave(torch.distributed)
 
 
 def test_trainers_under_mpirun():
