@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <time.h>
 
-#define J_MAX_INT ((uint64_t)INT64_MAX)
 
 static const char *k_kind[] = {"delta", "anchor"};
 
@@ -298,7 +297,7 @@ int fs_head_parse(const char *run, const char *key, const void *text, size_t n, 
         fs_key_version(want, run, h->version, h->id, FS_OBJ_MANIFEST);
         if (strcmp(g_str(&c, root, "manifest"), want) && !c.rc) bad(&c, "field 'manifest' is not the manifest key of its version");
     }
-    if (!c.rc && (!h->version || h->version > J_MAX_INT)) bad(&c, "version out of range");
+    if (!c.rc && (!h->version || h->version > FS_VERSION_MAX)) bad(&c, "version out of range (1 .. 2^63 - 2)");
     json_decref(root);
     return c.rc;
 }
@@ -359,7 +358,7 @@ int fs_manifest_parse(const char *run, const char *key, const void *text, size_t
      * at or below the version (itself for an anchor), the previous anchor
      * below the anchor. */
     if (!c.rc) {
-        if (!m->version || m->version > J_MAX_INT) bad(&c, "version out of range");
+        if (!m->version || m->version > FS_VERSION_MAX) bad(&c, "version out of range (1 .. 2^63 - 2)");
         else if (m->version == 1 ? m->prev.version != 0 : m->prev.version != m->version - 1)
             bad(&c, "'prev' is not the previous version");
         else if (!m->anchor.ref.version || m->anchor.ref.version > m->version) bad(&c, "'anchor' is missing or above the version");
@@ -413,7 +412,7 @@ int fs_index_parse(const char *run, const char *key, const void *text, size_t n,
             fs_key_compact(want, run, p->from, p->to, p->id);
             check_key(&c, e, want);
         }
-        if (!c.rc && (!p->from || p->from >= p->to || p->to > J_MAX_INT || p->from_cum > p->to_cum))
+        if (!c.rc && (!p->from || p->from >= p->to || p->to > FS_VERSION_MAX || p->from_cum > p->to_cum))
             bad(&c, "an entry's range is empty or out of order");
         ix->n = i + 1;
     }

@@ -13,6 +13,10 @@
 #define FS_KEY_CAP 320   /* run (<= 200) + "/c/" + 20 + "-" + 20 + "-" + 16 + ".patch" */
 #define FS_ID_CAP (FERRY_SYNC_ID_LEN + 1)
 #define FS_JSON_MAX ((size_t)1 << 20) /* bound on HEAD, manifests, index, state files */
+/* Highest version a record may name (docs/PROTOCOL.md "Versions"): 2^63 - 2,
+ * so that every version and version + 1 is a non-negative JSON integer.
+ * Publishing past it is refused; a record naming more is corrupt. */
+#define FS_VERSION_MAX ((uint64_t)INT64_MAX - 1)
 
 /* ---- keys, ids, hex, time (keys.c) ---- */
 

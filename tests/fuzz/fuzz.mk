@@ -1,7 +1,8 @@
 # libFuzzer targets: build-fuzz/fuzz_<name> for every tests/fuzz/fuzz_<name>.c
 # (run from the repository root: `make fuzz`, or `make -f tests/fuzz/fuzz.mk`).
 #
-# The core library (common, codec, io) is compiled with clang and
+# The library (core and network layers: the record parsers of lib/sync and
+# lib/dock are fuzzed too) is compiled with clang and
 # coverage-instrumented (-fsanitize=fuzzer-no-link) so libFuzzer sees its
 # branches; address and undefined-behaviour sanitizers abort on the first
 # finding.  Then, for example:
@@ -10,11 +11,11 @@
 FUZZ_CC    ?= clang
 FUZZ_BUILD ?= build-fuzz
 SAN_FLAGS  := -fsanitize=address,undefined -fno-sanitize-recover=undefined
-CPPFLAGS   := -Iinclude -Ilib -Ilib/common -D_GNU_SOURCE -DFERRY_NO_NET
+CPPFLAGS   := -Iinclude -Ilib -Ilib/common -D_GNU_SOURCE
 CFLAGS     := -std=c11 -O1 -g -fno-omit-frame-pointer -pthread -Wall -Wextra -Wno-missing-field-initializers
-LIBS       := -lzstd -lxxhash -ljansson -lm
+LIBS       := -lzstd -lxxhash -ljansson -lm -lcurl -lcrypto
 
-LIB_SRC := $(wildcard lib/common/*.c lib/codec/*.c lib/io/*.c)
+LIB_SRC := $(wildcard lib/common/*.c lib/codec/*.c lib/io/*.c lib/store/*.c lib/sync/*.c lib/dock/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o)
 TARGETS := $(patsubst tests/fuzz/fuzz_%.c,$(FUZZ_BUILD)/fuzz_%,$(wildcard tests/fuzz/fuzz_*.c))
 
@@ -27,6 +28,6 @@ $(FUZZ_BUILD)/%.o: %.c $(wildcard include/*.h lib/*/*.h)
 	$(FUZZ_CC) $(CPPFLAGS) $(CFLAGS) $(SAN_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
 # (tests/tools/*.h: golden_model.h, fuzz_patch's base)
-$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_OBJ) $(wildcard tests/tools/*.h)
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_OBJ) $(wildcard tests/tools/*.h tests/fuzz/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CPPFLAGS) $(CFLAGS) $(SAN_FLAGS) -fsanitize=fuzzer -o $@ $< $(LIB_OBJ) $(LIBS)

@@ -1,0 +1,66 @@
+/* libFuzzer target for the dock's cursor decoder (dk_cursor_decode): the
+ * consumer's cursor object RUN/cursor is read back from the store, which
+ * anyone with write access to the bucket can replace.
+ * Each input is decoded twice: as it is, and with its trailing 16-byte
+ * checksum recomputed, so that the fuzzer gets past the checksum.
+ * Contract: a refusal is FERRY_ERR_DOCK_CURSOR (or NOMEM) with a message and
+ * no state left allocated; an accepted cursor has islands in ascending order
+ * with 1..FERRY_DOCK_MAX_RANGES sorted, disjoint ranges each, and encoding
+ * it again gives the same bytes.  A broken rule aborts.  Run id "r".
+ * Seeds: tests/fuzz/corpus/cursor (tests/golden-errors/batch/make.py);
+ * after `make fuzz`:
+ *   mkdir -p /tmp/fzu && ./build-fuzz/fuzz_cursor -max_total_time=600 /tmp/fzu tests/fuzz/corpus/cursor */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dock/dock_impl.h"
+#include "xxh.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void require(int ok)
+{
+    if (!ok) abort();
+}
+
+static void check(const uint8_t *data, size_t size)
+{
+    dk_state s;
+    int rc = dk_cursor_decode(data, size, "r", &s);
+    if (rc) {
+        require((rc == FERRY_ERR_DOCK_CURSOR || rc == FERRY_ERR_NOMEM) && ferry_last_error()[0]);
+        require(s.islands == NULL && s.n_islands == 0);
+        return;
+    }
+    for (size_t i = 0; i < s.n_islands; i++) {
+        const dk_island *is = &s.islands[i];
+        require(!i || is->id > s.islands[i - 1].id);
+        require(is->n >= 1 && is->n <= FERRY_DOCK_MAX_RANGES);
+        for (uint32_t j = 0; j < is->n; j++) {
+            require(is->r[j].lo <= is->r[j].hi);
+            require(!j || is->r[j].lo > is->r[j - 1].hi + 1);
+        }
+    }
+    ferry_buf out = {0};
+    uint64_t nonce = ferry__le64(data + 72);
+    require(dk_cursor_encode(&s, "r", nonce, &out) == FERRY_OK);
+    require(out.size == size && !memcmp(out.data, data, size));
+    ferry__buf_release(&out);
+    dk_state_release(&s);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    check(data, size);
+    if (size < 16) return 0;
+    uint8_t *fixed = malloc(size);
+    require(fixed != NULL);
+    memcpy(fixed, data, size);
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits(fixed, size - 16));
+    memcpy(fixed + size - 16, c.digest, 16);
+    check(fixed, size);
+    free(fixed);
+    return 0;
+}
