@@ -230,6 +230,9 @@ int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flag
     int rc = check_head(p);
     if (rc) return rc;
     const fs_manifest *L = &p->last;
+    if (L->version >= FS_VERSION_MAX) /* refused before anything is written */
+        return ferry__fail(FERRY_ERR_LIMIT, "run %s: HEAD is at version %llu, the highest the protocol allows (2^63 - 2): "
+                           "nothing can be published after it", p->run, (unsigned long long)L->version);
     fs_manifest m;
     memset(&m, 0, sizeof m);
     m.version = L->version + 1;

@@ -25,7 +25,11 @@ struct ferry_subscriber {
     fs_state cur;               /* what user/own holds (version 0 = none) */
     bool cur_unchecked;         /* memory mode: claimed by the caller, not yet compared */
     bool cur_off_lineage;       /* cur is not on HEAD's lineage: no chain from it */
-    uint64_t max_head;          /* highest HEAD version seen (never go back) */
+    uint64_t max_head;          /* highest version verified and applied (a HEAD
+                                   below it is refused).  Not the highest HEAD
+                                   merely read: one absurd HEAD (2^63 - 2 written
+                                   by hand) must not wedge the subscriber after
+                                   HEAD is restored. */
     int threads;
     uint32_t poll_ms, max_attempts;
     int no_compactions;

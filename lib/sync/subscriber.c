@@ -174,7 +174,6 @@ static int read_head(ferry_subscriber *s, fs_head *h, bool allow_below)
                            "recreated?): refused",
                            s->run, (unsigned long long)h->version,
                            (unsigned long long)(s->max_head > s->cur.version ? s->max_head : s->cur.version));
-    s->max_head = h->version;
     return FERRY_OK;
 }
 
@@ -342,6 +341,7 @@ static int sync_run(ferry_subscriber *s, int mode, uint64_t version, ferry_sync_
         rc = sub_exec(s, &w, &p, &t.m, ix.c, badkey, &lineage, &info->steps);
         if (!rc) {
             rc = sub_commit(s, &w);
+            if (!rc && s->cur.version > s->max_head) s->max_head = s->cur.version;
             break;
         }
         if (!fs_object_error(rc)) break;
