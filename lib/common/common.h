@@ -63,12 +63,25 @@ typedef struct ferry_rd {
 } ferry_rd;
 static inline size_t ferry__rd_left(const ferry_rd *r) { return (size_t)(r->end - r->p); }
 
-/* Writes the whole buffer to path atomically (path.tmp.PID, fsync, rename,
- * fsync of the directory).  On failure nothing is left at path or aside. */
+/* Writes the whole buffer to path atomically (a temporary file beside it,
+ * fsync, rename, fsync of the directory).  On failure nothing is left at
+ * path or aside. */
 int ferry__write_file_atomic(const char *path, const void *const *parts,
                              const size_t *sizes, size_t nparts);
-/* fsync of the directory holding path (makes a rename durable). */
-void ferry__fsync_dir_of(const char *path);
+/* fsync of the directory holding path (makes a rename durable); 0 or
+ * FERRY_ERR_IO with a message. */
+int ferry__fsync_dir_of(const char *path);
+/* Creates a new temporary file beside path, PATH.tmp.PID.RANDOM, with
+ * O_CREAT | O_EXCL | O_NOFOLLOW: a name planted in advance (a symbolic link
+ * to /etc/passwd, say) is never opened through; another random name is
+ * tried, 16 at most.  rw: O_RDWR, else O_WRONLY.  The name goes to tmp
+ * (cap bytes).  Returns the descriptor, or minus a FERRY_ERR_* code. */
+int ferry__tmp_create(const char *path, int rw, char *tmp, size_t cap);
+/* Finishes a temporary file of ferry__tmp_create: with rc 0, fsync, close,
+ * rename over path and fsync of the directory (each error checked); with rc
+ * nonzero (the writer failed) or on any error, closes and removes tmp.
+ * Returns rc or the first error. */
+int ferry__tmp_commit(int fd, const char *tmp, const char *path, int rc);
 /* Reads a whole file into a new buffer (bounded by max bytes). */
 int ferry__read_file(const char *path, size_t max, uint8_t **data, size_t *size);
 

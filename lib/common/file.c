@@ -4,10 +4,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static int write_all(int fd, const void *p, size_t n)
@@ -25,38 +26,67 @@ static int write_all(int fd, const void *p, size_t n)
     return 0;
 }
 
-void ferry__fsync_dir_of(const char *path)
+int ferry__fsync_dir_of(const char *path)
 {
-    char *copy = strdup(path);
-    if (!copy) return;
-    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
+    char dir[4096];
+    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir) return ferry__fail(FERRY_ERR_ARG, "%s: path too long", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return ferry__fail(FERRY_ERR_IO, "%s: cannot open its directory %s: %s", path, dir, strerror(errno));
+    int rc = fsync(fd) ? ferry__fail(FERRY_ERR_IO, "%s: fsync of its directory %s: %s", path, dir, strerror(errno)) : FERRY_OK;
+    close(fd);
+    return rc;
+}
+
+/* Random bits for temporary names (not secret: O_EXCL is what guards). */
+static uint64_t tmp_suffix(void)
+{
+    static _Atomic uint64_t counter;
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        r = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec;
     }
-    free(copy);
+    return r ^ counter++;
+}
+
+int ferry__tmp_create(const char *path, int rw, char *tmp, size_t cap)
+{
+    for (int attempt = 0; attempt < 16; attempt++) {
+        if (snprintf(tmp, cap, "%s.tmp.%ld.%016llx", path, (long)getpid(), (unsigned long long)tmp_suffix()) >= (int)cap)
+            return ferry__fail(FERRY_ERR_ARG, "%s: path too long", path);
+        int fd = open(tmp, (rw ? O_RDWR : O_WRONLY) | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd >= 0) return fd;
+        if (errno != EEXIST) return -ferry__fail(FERRY_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    }
+    return -ferry__fail(FERRY_ERR_IO, "%s: 16 temporary names beside it were all taken", path);
+}
+
+int ferry__tmp_commit(int fd, const char *tmp, const char *path, int rc)
+{
+    if (!rc && fsync(fd)) rc = ferry__fail(FERRY_ERR_IO, "%s: fsync: %s", tmp, strerror(errno));
+    if (close(fd) && !rc) rc = ferry__fail(FERRY_ERR_IO, "%s: close: %s", tmp, strerror(errno));
+    if (!rc && rename(tmp, path)) rc = ferry__fail(FERRY_ERR_IO, "%s: cannot rename into place: %s", path, strerror(errno));
+    if (rc) {
+        unlink(tmp);
+        return rc;
+    }
+    return ferry__fsync_dir_of(path);
 }
 
 int ferry__write_file_atomic(const char *path, const void *const *parts, const size_t *sizes, size_t nparts)
 {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return ferry__fail(FERRY_ERR_ARG, "%s: path too long", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return ferry__fail(FERRY_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    for (size_t i = 0; i < nparts; i++)
-        if (write_all(fd, parts[i], sizes[i])) goto fail;
-    if (fsync(fd)) goto fail;
-    if (close(fd)) { fd = -1; goto fail; }
-    fd = -1;
-    if (rename(tmp, path)) goto fail;
-    ferry__fsync_dir_of(path);
-    return FERRY_OK;
-fail:;
-    int e = errno;
-    if (fd >= 0) close(fd);
-    unlink(tmp);
-    return ferry__fail(FERRY_ERR_IO, "%s: cannot write: %s", path, strerror(e));
+    char tmp[4200];
+    int fd = ferry__tmp_create(path, 0, tmp, sizeof tmp);
+    if (fd < 0) return -fd;
+    int rc = FERRY_OK;
+    for (size_t i = 0; !rc && i < nparts; i++)
+        if (write_all(fd, parts[i], sizes[i])) rc = ferry__fail(FERRY_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
+    return ferry__tmp_commit(fd, tmp, path, rc);
 }
 
 int ferry__read_file(const char *path, size_t max, uint8_t **data, size_t *size)

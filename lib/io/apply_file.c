@@ -86,24 +86,14 @@ int ferry_apply_file(const ferry_model *base, const void *patch, size_t size, co
                      const char *path)
 {
     if (!base || !patch || !path) return ferry__fail(FERRY_ERR_ARG, "ferry_apply_file: NULL argument");
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return ferry__fail(FERRY_ERR_ARG, "%s: path too long", path);
+    char tmp[4200];
     file_sink f = {.path = tmp};
-    f.fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (f.fd < 0) return ferry__fail(FERRY_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    f.fd = ferry__tmp_create(path, 1, tmp, sizeof tmp);
+    if (f.fd < 0) return -f.fd;
     ferry__sink sk = {&f, fs_begin, fs_piece, fs_done};
     int rc = ferry__apply_to(base, patch, size, opts, &sk);
     for (int w = 0; f.buf && w < f.threads; w++) free(f.buf[w]);
     free(f.buf);
     free(f.off);
-    if (!rc && fsync(f.fd)) rc = ferry__fail(FERRY_ERR_IO, "%s: fsync: %s", tmp, strerror(errno));
-    if (close(f.fd) && !rc) rc = ferry__fail(FERRY_ERR_IO, "%s: close: %s", tmp, strerror(errno));
-    if (!rc && rename(tmp, path)) rc = ferry__fail(FERRY_ERR_IO, "%s: cannot rename into place: %s", path, strerror(errno));
-    if (rc) {
-        unlink(tmp);
-        return rc;
-    }
-    ferry__fsync_dir_of(path);
-    return FERRY_OK;
+    return ferry__tmp_commit(f.fd, tmp, path, rc);
 }

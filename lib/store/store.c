@@ -320,22 +320,13 @@ int ferry_store_get_file(ferry_store *s, const char *key, const char *path, ferr
     NEED(s && path);
     int rc = ferry_store_key_check(key);
     if (rc) return rc;
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%llu", path, (long)getpid(),
-                 (unsigned long long)ferry__rand_below(1000000)) >= (int)sizeof tmp)
-        return ferry__fail(FERRY_ERR_ARG, "%s: path too long", path);
-    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return ferry__fail(FERRY_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    char tmp[4200];
+    int fd = ferry__tmp_create(path, 1, tmp, sizeof tmp);
+    if (fd < 0) return -fd;
     ferry__sink sink = {.fd = fd, .max = UINT64_MAX};
     ferry_store_stat info = {0};
     rc = s->be->get(s, key, &sink, &info);
-    if (!rc && fsync(fd)) rc = ferry__fail(FERRY_ERR_IO, "%s: fsync: %s", tmp, strerror(errno));
-    if (close(fd) && !rc) rc = ferry__fail(FERRY_ERR_IO, "%s: close: %s", tmp, strerror(errno));
-    if (!rc && rename(tmp, path)) rc = ferry__fail(FERRY_ERR_IO, "%s: rename: %s", path, strerror(errno));
-    if (rc) {
-        unlink(tmp);
-        return rc;
-    }
+    if ((rc = ferry__tmp_commit(fd, tmp, path, rc))) return rc;
     if (st) *st = info;
     return FERRY_OK;
 }

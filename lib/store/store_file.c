@@ -46,6 +46,7 @@ static int io_fail(const ferry_store *s, const char *key, const char *op, int e)
     const char *why = e == ENOENT ? "no such object"
                     : e == ENOTDIR ? "a prefix of the key is an object (a file store cannot hold both 'a' and 'a/b')"
                     : e == EISDIR ? "the key is a directory prefix of other keys"
+                    : e == ELOOP ? "a symbolic link in the store (never followed: it could lead out of the root)"
                                   : strerror(e);
     return ferry__fail(code, "%s/%s: %s: %s", s->url, key, op, why);
 }
@@ -133,14 +134,43 @@ static int fd_etag(ferry_store *s, const char *key, int fd, const struct stat *s
     return rc;
 }
 
-/* Opens an existing object for reading; directories are not objects. */
+/* Opens the directory holding key, walking down from the root one segment
+ * at a time with O_NOFOLLOW: a symbolic link planted inside the store (to
+ * "/", say) is never followed, so no key reads or deletes anything outside
+ * the root.  *last points at the key's last segment.  Returns the
+ * directory's descriptor, or minus an error (the message names the key). */
+static int open_parent(ferry_store *s, const char *key, const char **last)
+{
+    int dfd = open(s->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return -io_fail(s, key, "open the root", errno);
+    const char *seg = key;
+    for (const char *slash; (slash = strchr(seg, '/')); seg = slash + 1) {
+        char name[256]; /* key segments are at most 255 bytes */
+        memcpy(name, seg, (size_t)(slash - seg));
+        name[slash - seg] = 0;
+        int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int e = errno;
+        struct stat sb; /* Linux says ENOTDIR for a link with O_DIRECTORY */
+        if (sub < 0 && e == ENOTDIR && !fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) && S_ISLNK(sb.st_mode)) e = ELOOP;
+        close(dfd);
+        if (sub < 0) return -io_fail(s, key, "open", e);
+        dfd = sub;
+    }
+    *last = seg;
+    return dfd;
+}
+
+/* Opens an existing object for reading; directories and symbolic links
+ * are not objects. */
 static int open_obj(ferry_store *s, const char *key, int *fd_out, struct stat *st)
 {
-    char path[PATH_CAP];
-    int rc = obj_path(s, key, path);
-    if (rc) return rc;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return errno == EISDIR ? io_fail(s, key, "open", ENOENT) : io_fail(s, key, "open", errno);
+    const char *last;
+    int dfd = open_parent(s, key, &last);
+    if (dfd < 0) return -dfd;
+    int fd = openat(dfd, last, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int oe = errno;
+    close(dfd);
+    if (fd < 0) return oe == EISDIR ? io_fail(s, key, "open", ENOENT) : io_fail(s, key, "open", oe);
     if (fstat(fd, st)) {
         int e = errno;
         close(fd);
@@ -166,9 +196,16 @@ static int mkdirs(ferry_store *s, const char *key)
     size_t rl = strlen(s->root);
     for (char *p = path + rl + 1; (p = strchr(p, '/')); p++) {
         *p = 0;
-        if (mkdir(path, 0755) && errno != EEXIST) {
+        if (mkdir(path, 0755) == 0) {
+            /* a new directory is durable once its parent's entry is */
+            if ((rc = ferry__fsync_dir_of(path))) return ferry__context(rc, "%s/%s: mkdir", s->url, key);
+        } else if (errno != EEXIST) {
             int e = errno;
             return io_fail(s, key, "mkdir", e);
+        } else {
+            struct stat sb; /* an existing directory, not a link to one elsewhere */
+            if (lstat(path, &sb)) return io_fail(s, key, "lstat", errno);
+            if (!S_ISDIR(sb.st_mode)) return io_fail(s, key, "mkdir", S_ISLNK(sb.st_mode) ? ELOOP : ENOTDIR);
         }
         *p = '/';
     }
@@ -203,7 +240,7 @@ static int file_put(ferry_store *s, const char *key, const void *data, size_t si
                  atomic_fetch_add(&g_tmp_counter, 1u), (unsigned long long)ferry__rand_below(1ull << 40)) >=
         (int)sizeof tmp)
         return ferry__fail(FERRY_ERR_STORE_KEY, "%s/%s: path too long", s->url, key);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) return io_fail(s, key, "create temporary file", errno);
     const uint8_t *p = data;
     size_t done = 0;
@@ -225,13 +262,9 @@ static int file_put(ferry_store *s, const char *key, const void *data, size_t si
     if (close(fd)) { fd = -1; rc = io_fail(s, key, "close", errno); goto fail; }
     fd = -1;
     if (rename(tmp, path)) { rc = io_fail(s, key, "rename", errno); goto fail; }
-    char dir[PATH_CAP];
-    snprintf(dir, sizeof dir, "%.*s", dl, path);
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd); /* makes the rename durable; failure here loses nothing visible */
-        close(dfd);
-    }
+    /* makes the rename durable: an error here means the object may vanish
+     * at a crash, so the put is not reported done */
+    if ((rc = ferry__fsync_dir_of(path))) return ferry__context(rc, "%s/%s: put", s->url, key);
     return FERRY_OK;
 fail:
     if (fd >= 0) close(fd);
@@ -408,11 +441,17 @@ static int file_list(ferry_store *s, const char *prefix, ferry_store_listing *ou
 
 static int file_del(ferry_store *s, const char *key)
 {
-    char path[PATH_CAP];
-    int rc = obj_path(s, key, path);
-    if (rc) return rc;
-    if (unlink(path) && errno != ENOENT && errno != EISDIR && errno != ENOTDIR) return io_fail(s, key, "unlink", errno);
-    return FERRY_OK;
+    const char *last;
+    int dfd = open_parent(s, key, &last);
+    if (dfd < 0) {
+        if (-dfd != FERRY_ERR_STORE_NOT_FOUND) return -dfd;
+        ferry__clear_error(); /* deletes are idempotent */
+        return FERRY_OK;
+    }
+    int rc = FERRY_OK;
+    if (unlinkat(dfd, last, 0) && errno != ENOENT && errno != EISDIR && errno != ENOTDIR) rc = io_fail(s, key, "unlink", errno);
+    close(dfd);
+    return rc;
 }
 
 /* ---------------------------------------------------------------------
@@ -427,7 +466,7 @@ static int lock_store(ferry_store *s, const char *key, int *fd_out)
     char path[PATH_CAP];
     if (snprintf(path, sizeof path, "%s/" LOCK_NAME, s->root) >= (int)sizeof path)
         return ferry__fail(FERRY_ERR_STORE_KEY, "%s: root path too long", s->url);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) return ferry__fail(FERRY_ERR_IO, "%s: cannot open the lock %s: %s", s->url, path, strerror(errno));
     uint64_t deadline = ferry__deadline(s), wait = 1;
     while (flock(fd, LOCK_EX | LOCK_NB)) {

@@ -146,21 +146,6 @@ int fs_local_open(const char *path, const char *run, ferry_model **model, fs_sta
     return FERRY_OK;
 }
 
-static void fsync_dir_of(const char *path)
-{
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = 0;
-    else *slash = 0;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-}
-
 int fs_local_commit(const char *path, const char *run, const ferry_model *model, const char *staged_file,
                     const fs_state *from, const fs_state *to)
 {
@@ -170,7 +155,7 @@ int fs_local_commit(const char *path, const char *run, const ferry_model *model,
         /* The staged anchor was fsynced by the store's get_file. */
         if (rename(staged_file, path))
             return ferry__fail(FERRY_ERR_IO, "%s: cannot rename %s over it: %s", path, staged_file, strerror(errno));
-        fsync_dir_of(path);
+        if ((rc = ferry__fsync_dir_of(path))) return rc;
     } else if ((rc = ferry_model_save(model, path))) {
         return rc;
     }

@@ -348,6 +348,53 @@ static void test_atomic_replace(void)
     ferry_store_free(s);
 }
 
+/* Symbolic links planted inside the root are never followed (review of
+ * issue 16): a link "out" -> a directory outside the root must not let
+ * get, head, get_range, put or delete reach what is out there, and a link
+ * as the object itself is not an object. */
+static void test_symlinks_not_followed(void)
+{
+    ferry_store *s = open_root();
+    if (!s) return;
+    char outside[200], secret[260], link[260], victim[260];
+    snprintf(outside, sizeof outside, "%s-outside", g_root);
+    rm_rf(outside);
+    CHECK(mkdir(outside, 0755) == 0);
+    snprintf(secret, sizeof secret, "%s/secret", outside);
+    CHECK_OK(ferry_file_write(secret, "top secret", 10));
+    snprintf(link, sizeof link, "%s/ln", g_root);
+    CHECK(symlink(outside, link) == 0);
+    snprintf(victim, sizeof victim, "%s/obj", g_root);
+    CHECK(symlink(secret, victim) == 0);
+
+    void *d = NULL;
+    size_t n = 0;
+    ferry_store_stat st;
+    char buf[16];
+    CHECK(ferry_store_get(s, "ln/secret", &d, &n, NULL) != FERRY_OK && d == NULL);
+    CHECK(strstr(ferry_last_error(), "symbolic link") != NULL);
+    CHECK(ferry_store_head(s, "ln/secret", &st) != FERRY_OK);
+    CHECK(ferry_store_get_range(s, "ln/secret", 0, sizeof buf, buf, &n) != FERRY_OK);
+    CHECK(ferry_store_get(s, "obj", &d, &n, NULL) != FERRY_OK && d == NULL);
+    CHECK(ferry_store_put(s, "ln/new", "x", 1, NULL) != FERRY_OK);
+    char created[300];
+    snprintf(created, sizeof created, "%s/new", outside);
+    CHECK(access(created, F_OK) != 0);
+    ferry_store_delete(s, "ln/secret");
+    CHECK(access(secret, F_OK) == 0);
+    /* the link itself can be replaced by a real object */
+    CHECK_OK(ferry_store_put(s, "obj", "mine", 4, NULL));
+    CHECK_OK(ferry_store_get(s, "obj", &d, &n, NULL));
+    CHECK(n == 4 && !memcmp(d, "mine", 4));
+    ferry_free(d);
+    CHECK_OK(ferry_file_read(secret, 100, &d, &n));
+    CHECK(n == 10 && !memcmp(d, "top secret", 10));
+    ferry_free(d);
+    unlink(link);
+    rm_rf(outside);
+    ferry_store_free(s);
+}
+
 int main(void)
 {
     snprintf(g_root, sizeof g_root, "/tmp/ferry-store-test-%ld", (long)getpid());
@@ -366,6 +413,7 @@ int main(void)
     RUN(test_crashed_holder);
     RUN(test_contention);
     RUN(test_atomic_replace);
+    RUN(test_symlinks_not_followed);
     rm_rf(g_root);
     return CHECK_SUMMARY();
 }
