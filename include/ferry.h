@@ -241,6 +241,13 @@ typedef struct ferry_apply_options {
                        quarter of the model; 1 = no undo log: nothing
                        is written before everything verified (for a base that
                        others read while it is patched). */
+    uint64_t max_output_bytes; /* ferry_apply, ferry_apply_ex, ferry_apply_file:
+                       bound on the target model's tensor bytes, checked
+                       from the patch's table before any output is
+                       allocated or written (a tiny patch can declare a
+                       model of any size); over it: FERRY_ERR_LIMIT.
+                       0 = no bound.  The sync layer passes the manifest's
+                       model size; `ferry apply` has --max-output. */
 } ferry_apply_options;
 
 /* Encodes the patch A -> B into a new buffer (*patch, *size), released with

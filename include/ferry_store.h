@@ -206,12 +206,27 @@ FERRY_API int ferry_store_put_file(ferry_store *s, const char *key, const char *
 FERRY_API int ferry_store_get(ferry_store *s, const char *key, void **data, size_t *size,
                               ferry_store_stat *st);
 
-/* Streams an object into a local file, atomically (path.tmp, fsync,
- * rename): on failure nothing is left at path.  No size bound; a retry
+/* As ferry_store_get, bounded by max bytes for this call (the smaller of
+ * max and options.max_object_size; max 0 = options.max_object_size alone).
+ * For objects whose size is known in advance (a manifest declares it): an
+ * object larger than that fails with FERRY_ERR_LIMIT before any byte is
+ * transferred when the size is announced (file://, a Content-Length), else
+ * as soon as the bound is passed; it is never retried. */
+FERRY_API int ferry_store_get_max(ferry_store *s, const char *key, uint64_t max, void **data,
+                                  size_t *size, ferry_store_stat *st);
+
+/* Streams an object into a local file, atomically (a new temporary file
+ * beside path, opened with O_EXCL | O_NOFOLLOW, fsync, rename, fsync of the
+ * directory): on failure nothing is left at path.  No size bound; a retry
  * resumes where the previous attempt stopped if the object is unchanged
  * (same etag), else starts over. */
 FERRY_API int ferry_store_get_file(ferry_store *s, const char *key, const char *path,
                                    ferry_store_stat *st);
+/* As ferry_store_get_file, bounded by max bytes (0 = no bound): the
+ * download stops with FERRY_ERR_LIMIT as ferry_store_get_max does, and
+ * nothing is left at path. */
+FERRY_API int ferry_store_get_file_max(ferry_store *s, const char *key, const char *path, uint64_t max,
+                                       ferry_store_stat *st);
 
 /* Reads up to len bytes from offset into buf; *got receives the count,
  * which is less than len only at the end of the object (offset == size

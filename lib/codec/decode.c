@@ -434,12 +434,24 @@ static int target_layout(const dec *d, ferry_model **out)
     return rc;
 }
 
+/* The target's size against the caller's bound, from the table alone. */
+static int check_output_bound(const dec *d, uint64_t max)
+{
+    uint64_t total = 0;
+    for (size_t j = 0; max && j < d->t.n; j++)
+        if (d->t.e[j].kind != PK_REMOVED && (!ferry__add_u64(total, d->t.e[j].nbytes, &total) || total > max))
+            return ferry__fail(FERRY_ERR_LIMIT, "patch: the target model exceeds the bound of %llu bytes (max_output_bytes) "
+                               "at tensor '%s'", (unsigned long long)max, d->t.e[j].name);
+    return FERRY_OK;
+}
+
 int ferry__apply_to(const ferry_model *base, const void *patch, size_t size, const ferry_apply_options *opts,
                     const ferry__sink *sk)
 {
     dec d;
     ferry_model *layout = NULL;
     int rc = begin(&d, base, patch, size, opts);
+    if (!rc) rc = check_output_bound(&d, opts ? opts->max_output_bytes : 0);
     if (!rc) rc = check_whole_sizes(&d);
     if (!rc) rc = target_layout(&d, &layout);
     if (!rc) rc = sk->begin(sk->ctx, layout, d.threads);

@@ -295,13 +295,19 @@ int ferry_store_put_file(ferry_store *s, const char *key, const char *path,
 
 int ferry_store_get(ferry_store *s, const char *key, void **data, size_t *size, ferry_store_stat *st)
 {
+    return ferry_store_get_max(s, key, 0, data, size, st);
+}
+
+int ferry_store_get_max(ferry_store *s, const char *key, uint64_t max, void **data, size_t *size,
+                        ferry_store_stat *st)
+{
     NEED(s && data && size);
     *data = NULL;
     *size = 0;
     int rc = ferry_store_key_check(key);
     if (rc) return rc;
     ferry_buf buf = {0};
-    ferry__sink sink = {.buf = &buf, .fd = -1, .max = s->max_object};
+    ferry__sink sink = {.buf = &buf, .fd = -1, .max = max && max < s->max_object ? max : s->max_object};
     ferry_store_stat tmp = {0};
     rc = s->be->get(s, key, &sink, &tmp);
     if (!rc) rc = ferry__buf_append(&buf, "", 1); /* the NUL after the data */
@@ -317,13 +323,19 @@ int ferry_store_get(ferry_store *s, const char *key, void **data, size_t *size, 
 
 int ferry_store_get_file(ferry_store *s, const char *key, const char *path, ferry_store_stat *st)
 {
+    return ferry_store_get_file_max(s, key, path, 0, st);
+}
+
+int ferry_store_get_file_max(ferry_store *s, const char *key, const char *path, uint64_t max,
+                             ferry_store_stat *st)
+{
     NEED(s && path);
     int rc = ferry_store_key_check(key);
     if (rc) return rc;
     char tmp[4200];
     int fd = ferry__tmp_create(path, 1, tmp, sizeof tmp);
     if (fd < 0) return -fd;
-    ferry__sink sink = {.fd = fd, .max = UINT64_MAX};
+    ferry__sink sink = {.fd = fd, .max = max ? max : UINT64_MAX};
     ferry_store_stat info = {0};
     rc = s->be->get(s, key, &sink, &info);
     if ((rc = ferry__tmp_commit(fd, tmp, path, rc))) return rc;

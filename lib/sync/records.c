@@ -455,14 +455,15 @@ static int get_small(ferry_store *st, const char *key, const ferry_keys *keys, f
                      size_t *body_len, char etag[FERRY_STORE_ETAG_MAX])
 {
     ferry_store_stat ss;
-    int rc = ferry_store_get(st, key, data, size, &ss);
+    /* bounded in the GET itself: a larger object is refused before it is
+     * downloaded, and not read again */
+    int rc = ferry_store_get_max(st, key, FS_JSON_MAX, data, size, &ss);
+    if (rc == FERRY_ERR_LIMIT)
+        return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: larger than %zu bytes, too large for a protocol record", key, FS_JSON_MAX);
     if (rc) return rc;
     count(cnt, *size, true);
     bool is_signed;
-    if (*size > FS_JSON_MAX)
-        rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: %zu bytes is too large for a protocol record", key, *size);
-    else
-        rc = fs_sig_open(keys, FS_DOM_RECORD, key, *data, *size, body_len, &is_signed);
+    rc = fs_sig_open(keys, FS_DOM_RECORD, key, *data, *size, body_len, &is_signed);
     if (rc) {
         ferry_free(*data);
         *data = NULL;
@@ -548,7 +549,15 @@ int fs_index_read(ferry_store *st, const char *run, const ferry_keys *keys, fs_c
 int fs_object_get(ferry_store *st, const char *key, uint64_t want_size, const uint8_t *sha, fs_count *cnt, void **data,
                   size_t *size)
 {
-    int rc = ferry_store_get(st, key, data, size, NULL);
+    /* Never more than the manifest declares (a larger object stops the
+     * download with FERRY_ERR_LIMIT); a declared size the memory cannot
+     * hold is a rejected object too, so another path is tried. */
+    int rc = ferry_store_get_max(st, key, want_size ? want_size : 1, data, size, NULL);
+    if (rc == FERRY_ERR_NOMEM)
+        return ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: its manifest declares %llu bytes, more than this process can allocate",
+                           key, (unsigned long long)want_size);
+    if (rc == FERRY_ERR_LIMIT)
+        return ferry__context(rc, "%s: larger than the %llu bytes its manifest declares", key, (unsigned long long)want_size);
     if (rc) return rc;
     count(cnt, *size, false);
     uint8_t d[32];

@@ -76,9 +76,10 @@ static void advance(ferry_subscriber *s, sub_work *w, const fs_state *to)
 
 static void hexs(char out[33], const uint8_t h[16]) { fs_hex(out, h); }
 
-/* One delta (of a version, or compacted): fetch, check, apply. */
+/* One delta (of a version, or compacted): fetch, check, apply; the result
+ * is bounded by max_out bytes (its manifest's model size). */
 static int step_delta(ferry_subscriber *s, sub_work *w, const char *key, uint64_t size, bool has_sha, const uint8_t sha[32],
-                      const uint8_t target[16], const fs_state *to)
+                      uint64_t max_out, const uint8_t target[16], const fs_state *to)
 {
     void *patch = NULL;
     size_t n = 0;
@@ -103,7 +104,8 @@ static int step_delta(ferry_subscriber *s, sub_work *w, const char *key, uint64_
                            "(an object of another version?)",
                            key, a, b, (unsigned long long)to->version, c, d);
     }
-    ferry_apply_options ao = {.threads = s->threads, .base_hash = w->st.hash};
+    /* the result may not exceed the model size its manifest declares */
+    ferry_apply_options ao = {.threads = s->threads, .base_hash = w->st.hash, .max_output_bytes = max_out ? max_out : 1};
     if (w->writable) {
         rc = ferry_apply_inplace_ex(w->m, patch, n, &ao);
         if (rc != FERRY_ERR_SHAPE_MISMATCH) {
@@ -146,7 +148,12 @@ static int step_full(ferry_subscriber *s, sub_work *w, const fs_manifest *m)
     if (!rc) rc = stage_path(s, tmp, sizeof tmp, m);
     if (rc) return rc;
     ferry_store_stat ss;
-    if ((rc = ferry_store_get_file(s->st, key, tmp, &ss))) return rc;
+    /* at most the size the manifest declares: a larger object stops the
+     * download (FERRY_ERR_LIMIT, a rejected object) */
+    if ((rc = ferry_store_get_file_max(s->st, key, tmp, m->full_bytes ? m->full_bytes : 1, &ss)))
+        return rc == FERRY_ERR_LIMIT ? ferry__context(rc, "%s: larger than the %llu bytes its manifest declares", key,
+                                                      (unsigned long long)m->full_bytes)
+                                     : rc;
     s->cnt.bytes += ss.size;
     s->cnt.objects++;
     ferry_model *a = NULL;
@@ -232,7 +239,7 @@ static int step_chain(ferry_subscriber *s, sub_work *w, const fs_step *st, char 
         fs_state to = {m->version, "", {0}, m->cum};
         memcpy(to.id, m->id, FS_ID_CAP);
         memcpy(to.hash, m->model_hash, 16);
-        if ((rc = step_delta(s, w, key, m->delta_bytes, m->has_delta_sha, m->delta_sha, m->model_hash, &to))) {
+        if ((rc = step_delta(s, w, key, m->delta_bytes, m->has_delta_sha, m->delta_sha, m->model_bytes, m->model_hash, &to))) {
             snprintf(badkey, FS_KEY_CAP, "%s", key);
             goto out;
         }
@@ -277,7 +284,9 @@ int sub_exec(ferry_subscriber *s, sub_work *w, const fs_plan *p, const fs_manife
             fs_state to = {c->to, "", {0}, c->to_cum};
             memcpy(to.id, c->to_id, FS_ID_CAP);
             memcpy(to.hash, c->target_hash, 16);
-            if ((rc = step_delta(s, w, badkey, c->bytes, c->has_sha, c->sha, c->target_hash, &to))) return rc;
+            if ((rc = step_delta(s, w, badkey, c->bytes, c->has_sha, c->sha,
+                                  c->to == target->version ? target->model_bytes : UINT64_MAX, c->target_hash, &to)))
+                return rc;
             badkey[0] = 0;
             (*steps)++;
         }

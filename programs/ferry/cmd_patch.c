@@ -1,4 +1,5 @@
 /* ferry diff / apply / inspect. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,8 @@ typedef struct args {
     const char *out;
     bool json, quiet, cast;
     long level, threads;
+    bool has_max_out;
+    unsigned long long max_out; /* apply --max-output */
 } args;
 
 /* Returns -1 when parsing succeeded, else the exit status to return. */
@@ -33,6 +36,12 @@ static int parse(const char *cmd, int argc, char **argv, args *a, int want_pos, 
             long *dst = s[2] == 'l' ? &a->level : &a->threads;
             if (++i == argc || !cli_parse_int(argv[i], s[2] == 'l' ? 1 : 0, s[2] == 'l' ? 19 : 256, dst))
                 return cli_usage_error(cmd, "%s needs a number in range", s);
+        } else if (!strcmp(cmd, "apply") && !strcmp(s, "--max-output")) {
+            char *end = NULL;
+            if (++i == argc || argv[i][0] < '0' || argv[i][0] > '9' ||
+                ((a->max_out = strtoull(argv[i], &end, 10)), *end) || a->max_out == ULLONG_MAX)
+                return cli_usage_error(cmd, "%s needs a number of bytes", s);
+            a->has_max_out = true;
         } else if (s[0] == '-' && s[1]) return cli_usage_error(cmd, "unknown option '%s'", s);
         else if (a->npos == want_pos) return cli_usage_error(cmd, "unexpected argument '%s'", s);
         else a->pos[a->npos++] = s;
@@ -99,14 +108,18 @@ out:
 
 static void apply_help(void)
 {
-    puts("usage: ferry apply BASE PATCH -o OUT [--threads N] [--json] [-q]\n\n"
+    puts("usage: ferry apply BASE PATCH -o OUT [--threads N] [--max-output BYTES] [--json] [-q]\n\n"
          "Applies PATCH to checkpoint BASE and writes the result to OUT as one\n"
          ".safetensors file holding exactly the target's tensors (names, dtypes,\n"
          "shapes, bits) and __metadata__.  Refuses a BASE whose hash is not the\n"
-         "patch's base hash; streams the result into OUT.tmp.PID with bounded\n"
+         "patch's base hash; streams the result into a new OUT.tmp.PID.RANDOM with bounded\n"
          "memory, verifies every tensor and the whole model against the target\n"
          "hashes, and only then renames it to OUT.\n\n"
-         "  --threads N   worker threads (default 1)");
+         "  --threads N   worker threads (default 1)\n"
+         "  --max-output BYTES  refuse (before writing anything) a patch whose\n"
+         "                target model has more tensor bytes than this (a tiny\n"
+         "                patch can declare any size); default 4 x BASE's\n"
+         "                tensor bytes, at least 1 GiB; 0 = no bound");
 }
 
 int cmd_apply(int argc, char **argv)
@@ -121,7 +134,9 @@ int cmd_apply(int argc, char **argv)
     if ((rc = ferry_model_open(a.pos[0], &base))) { cli_fail("apply", rc, a.pos[0]); goto done; }
     if ((rc = ferry_file_read(a.pos[1], PATCH_READ_MAX, &patch, &size))) { cli_fail("apply", rc, a.pos[1]); goto done; }
     double t0 = cli_now();
-    ferry_apply_options o = {.threads = (int)a.threads};
+    uint64_t bn = ferry_model_nbytes(base), dflt = bn > (UINT64_MAX >> 3) ? UINT64_MAX : 4 * bn;
+    ferry_apply_options o = {.threads = (int)a.threads,
+                             .max_output_bytes = a.has_max_out ? a.max_out : dflt > (1ull << 30) ? dflt : 1ull << 30};
     if ((rc = ferry_apply_file(base, patch, size, &o, a.out))) { cli_fail("apply", rc, a.pos[1]); goto done; }
     double ms = (cli_now() - t0) * 1e3;
     if (a.json)

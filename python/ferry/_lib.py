@@ -45,6 +45,7 @@ class ApplyOptions(ctypes.Structure):
         ("threads", ctypes.c_int),
         ("base_hash", c_u8p),
         ("undo_limit", ctypes.c_uint64),
+        ("max_output_bytes", ctypes.c_uint64),
     ]
 
 
