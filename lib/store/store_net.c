@@ -395,12 +395,15 @@ static CURLcode attempt(ferry_store *s, CURL *c, xfer *x, struct curl_slist *hdr
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
     curl_easy_setopt(c, CURLOPT_URL, q->url);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    /* A request that starts over TLS is never redirected to plain http (a
+     * redirect must not downgrade an https store to cleartext). */
+    bool tls = !strncmp(q->url, "https://", 8);
 #if LIBCURL_VERSION_NUM >= 0x075500
     curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, tls ? "https" : "http,https");
 #else
     curl_easy_setopt(c, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
-    curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+    curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS, tls ? (long)CURLPROTO_HTTPS : (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
 #endif
     curl_easy_setopt(c, CURLOPT_USERAGENT, "ferry/" FERRY_VERSION_STRING);
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)(remaining_ms ? remaining_ms : 1));

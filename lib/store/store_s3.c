@@ -15,6 +15,7 @@
 #include "store_impl.h"
 
 #include <curl/curl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -544,6 +545,27 @@ const ferry__backend ferry__s3_backend = {
  * Open: bucket, prefix, region, endpoint, credentials
  * ------------------------------------------------------------------- */
 
+/* Whether an endpoint's host (after "http://") is this machine. */
+static bool loopback_host(const char *h)
+{
+    static const char *const lo[] = {"127.", "localhost:", "localhost/", "[::1]"};
+    for (size_t i = 0; i < sizeof lo / sizeof *lo; i++)
+        if (!strncmp(h, lo[i], strlen(lo[i]))) return true;
+    return !strcmp(h, "localhost");
+}
+
+/* A session token travels in a header that SigV4 does not protect from
+ * being read: over plain http anyone on the path can reuse it until it
+ * expires.  Said once per process on stderr (the library has no log hook);
+ * loopback endpoints (test servers) are exempt.  docs/STORE.md. */
+static void warn_cleartext_token(const char *url, const char *ep, size_t el)
+{
+    static atomic_flag said = ATOMIC_FLAG_INIT;
+    if (atomic_flag_test_and_set(&said)) return;
+    fprintf(stderr, "ferry: warning: %s: the AWS session token is sent over plain http to %.*s (no TLS): anyone on the "
+                    "path can read and reuse it; use an https:// endpoint\n", url, (int)(el > 200 ? 200 : el), ep);
+}
+
 static const char *env(const char *name)
 {
     const char *v = getenv(name);
@@ -658,6 +680,7 @@ int ferry__s3_init(ferry_store *s, const char *rest, const ferry_store_options *
         n = strlen(tok) + 32;
         if (!(s->token_header = ferry__malloc(n))) return FERRY_ERR_NOMEM;
         snprintf(s->token_header, n, "x-amz-security-token: %s", tok);
+        if (!strncmp(ep, "http://", 7) && !loopback_host(ep + 7)) warn_cleartext_token(s->url, ep, el);
     }
     return FERRY_OK;
 }

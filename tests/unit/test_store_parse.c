@@ -13,6 +13,9 @@ int main(void)
 #else
 #include <stdlib.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "check.h"
 #include "ferry_store.h"
 #include "store/store_impl.h"
@@ -394,8 +397,53 @@ static void test_http_urls(void)
     CHECK_RC(ferry_store_open("gopher://h/", NULL, &s), FERRY_ERR_STORE_URL);
 }
 
+/* A session token sent to an S3 endpoint over plain http is said once on
+ * stderr (review of issue 16: it went silently); https and loopback
+ * endpoints are quiet.  In a child process, whose stderr goes to a file:
+ * the warning is once per process. */
+static void test_token_over_http_warns(void)
+{
+    char path[200];
+    snprintf(path, sizeof path, "%s/ferry-token-warn.%ld", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (long)getpid());
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        clear_env();
+        if (!freopen(path, "w", stderr)) _exit(2);
+        const char *eps[] = {"https://s3.example.com", "http://127.0.0.1:9", "http://localhost:9", "http://s3.example.com:9000",
+                             "http://s3.example.com:9000"};
+        for (int i = 0; i < 5; i++) {
+            ferry_store_options o = {.endpoint = eps[i], .access_key = "AK", .secret_key = "SK", .session_token = "TOK"};
+            ferry_store *st = NULL;
+            if (ferry_store_open("s3://bkt", &o, &st)) _exit(3);
+            ferry_store_free(st);
+            fprintf(stderr, "after %d\n", i);
+        }
+        ferry_store_options o = {.endpoint = "http://s3.example.com", .access_key = "AK", .secret_key = "SK"};
+        ferry_store *st = NULL;
+        if (ferry_store_open("s3://other", &o, &st)) _exit(3);
+        ferry_store_free(st);
+        fflush(stderr);
+        _exit(0);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    void *d = NULL;
+    size_t n = 0;
+    CHECK_OK(ferry_file_read(path, 1 << 16, &d, &n));
+    const char *t = d ? d : "";
+    const char *w = strstr(t, "session token is sent over plain http to http://s3.example.com:9000");
+    CHECK(w != NULL);
+    CHECK(w && strstr(t, "after 2") < w && strstr(w, "after 3") != NULL); /* at the first http non-loopback open */
+    const char *first = strstr(t, "ferry: warning");
+    CHECK(first && !strstr(first + 1, "ferry: warning")); /* once */
+    ferry_free(d);
+    unlink(path);
+}
+
 int main(void)
 {
+    RUN(test_token_over_http_warns);
     RUN(test_list_valid);
     RUN(test_list_hostile);
     RUN(test_list_mutations);
