@@ -207,8 +207,12 @@ static int step_chain(ferry_subscriber *s, sub_work *w, const fs_step *st, char 
                       uint32_t *steps)
 {
     uint64_t n = st->to - st->from;
-    fs_manifest *list = ferry__calloc((size_t)n, sizeof *list);
-    if (!list) return FERRY_ERR_NOMEM;
+    fs_manifest *list = n <= SIZE_MAX / sizeof *list ? ferry__calloc((size_t)n, sizeof *list) : NULL;
+    if (!list) { /* versions numbered beyond reason: a rejected lineage, not the end of the sync */
+        fs_key_version(badkey, s->run, st->to, st->to_id, FS_OBJ_DELTA);
+        return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "run %s: a chain of %llu deltas to version %llu cannot be held in memory",
+                           s->run, (unsigned long long)n, (unsigned long long)st->to);
+    }
     int rc = FERRY_OK;
     fs_ref at = {st->to, ""};
     memcpy(at.id, st->to_id, FS_ID_CAP);
