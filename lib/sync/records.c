@@ -556,8 +556,10 @@ int fs_object_get(ferry_store *st, const char *key, uint64_t want_size, const ui
     if (rc == FERRY_ERR_NOMEM)
         return ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: its manifest declares %llu bytes, more than this process can allocate",
                            key, (unsigned long long)want_size);
-    if (rc == FERRY_ERR_LIMIT)
-        return ferry__context(rc, "%s: larger than the %llu bytes its manifest declares", key, (unsigned long long)want_size);
+    if (rc == FERRY_ERR_LIMIT) /* with a signed digest to check, a forgery (as below) */
+        return sha ? ferry__fail(FERRY_ERR_SIG_DIGEST, "%s: larger than the %llu bytes its signed manifest declares (replaced)", key,
+                                 (unsigned long long)want_size)
+                   : ferry__context(rc, "%s: larger than the %llu bytes its manifest declares", key, (unsigned long long)want_size);
     if (rc) return rc;
     count(cnt, *size, false);
     uint8_t d[32];

@@ -149,11 +149,11 @@ static int step_full(ferry_subscriber *s, sub_work *w, const fs_manifest *m)
     if (rc) return rc;
     ferry_store_stat ss;
     /* at most the size the manifest declares: a larger object stops the
-     * download (FERRY_ERR_LIMIT, a rejected object) */
+     * download (FERRY_ERR_LIMIT, a rejected object; a forgery if signed) */
     if ((rc = ferry_store_get_file_max(s->st, key, tmp, m->full_bytes ? m->full_bytes : 1, &ss)))
-        return rc == FERRY_ERR_LIMIT ? ferry__context(rc, "%s: larger than the %llu bytes its manifest declares", key,
-                                                      (unsigned long long)m->full_bytes)
-                                     : rc;
+        return rc != FERRY_ERR_LIMIT ? rc
+               : ferry__fail(want ? FERRY_ERR_SIG_DIGEST : FERRY_ERR_LIMIT, "%s: larger than the %llu bytes its %smanifest declares",
+                             key, (unsigned long long)m->full_bytes, want ? "signed " : "");
     s->cnt.bytes += ss.size;
     s->cnt.objects++;
     ferry_model *a = NULL;

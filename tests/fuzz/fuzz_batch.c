@@ -7,7 +7,8 @@
  * Contract: a refusal is one of the dock's content codes (MAGIC, FORMAT,
  * TRUNCATED, LENGTH, HEADER, CHECKSUM, RUN) with a message; an accepted
  * batch has a payload inside the input, exactly as long as the input
- * after the header, and encoding it again gives the same bytes.  A broken
+ * after the header (and the signature of a signed one), and encoding an
+ * unsigned one again gives the same bytes.  A broken
  * rule aborts.  Seeds: tests/fuzz/corpus/batch
  * (tests/golden-errors/batch/make.py); after `make fuzz`:
  *   mkdir -p /tmp/fzb && ./build-fuzz/fuzz_batch -max_total_time=600 /tmp/fzb tests/fuzz/corpus/batch */
@@ -34,9 +35,11 @@ static void check(const uint8_t *data, size_t size)
         require(rc >= FERRY_ERR_DOCK_MAGIC && rc <= FERRY_ERR_DOCK_RUN && ferry_last_error()[0]);
         return;
     }
-    require(size == FERRY_DOCK_HEADER_SIZE + h.size);
+    require(size == FERRY_DOCK_HEADER_SIZE + h.size + (h.signature ? FERRY_DOCK_SIG_SIZE : 0));
     require((const uint8_t *)h.payload == data + FERRY_DOCK_HEADER_SIZE);
+    require(!h.signature || (const uint8_t *)h.signature == data + FERRY_DOCK_HEADER_SIZE + h.size);
     require(ferry_dock_decode(data, size, 1 << 20, h.run, &h) == FERRY_OK);
+    if (h.signature) return; /* the encoder writes unsigned batches (signing is the dock's) */
     void *again = NULL;
     size_t n = 0;
     require(ferry_dock_encode(h.run, h.version, h.island, h.seq, h.put_time_ms, h.payload, (size_t)h.size, &again, &n) ==

@@ -127,8 +127,10 @@ static void batches(void)
     bad_batch("run-length-zero", FERRY_ERR_DOCK_HEADER, "DOCK_HEADER", cur, n), free(cur);
     EDIT(b, n, ferry__put16(x + 28, 65), seal_batch(x, n));
     bad_batch("run-length-65", FERRY_ERR_DOCK_HEADER, "DOCK_HEADER", cur, n), free(cur);
+    EDIT(b, n, x[30] = 2, seal_batch(x, n));
+    bad_batch("flags-undefined-bit", FERRY_ERR_DOCK_HEADER, "DOCK_HEADER", cur, n), free(cur);
     EDIT(b, n, x[30] = 1, seal_batch(x, n));
-    bad_batch("flags-set", FERRY_ERR_DOCK_HEADER, "DOCK_HEADER", cur, n), free(cur);
+    bad_batch("signed-flag-without-signature", FERRY_ERR_DOCK_TRUNCATED, "DOCK_TRUNCATED", cur, n), free(cur);
     EDIT(b, n, x[48] = '/', seal_batch(x, n));
     bad_batch("run-char-slash", FERRY_ERR_DOCK_HEADER, "DOCK_HEADER", cur, n), free(cur);
     EDIT(b, n, x[60] = 'z', seal_batch(x, n));

@@ -141,9 +141,9 @@ static void test_publish_past_last_version(void)
     ferry_store *st = new_store(dir);
     CHECK_OK(publish_upto(st, "top", 4, 1));
     fs_head h;
-    CHECK_OK(fs_head_read(st, "top", NULL, &h, NULL));
+    CHECK_OK(fs_head_read(st, "top", NULL, NULL, &h, NULL));
     fs_manifest m;
-    CHECK_OK(fs_manifest_read(st, "top", 1, h.id, NULL, &m));
+    CHECK_OK(fs_manifest_read(st, "top", NULL, 1, h.id, NULL, &m));
     char k1[FS_KEY_CAP], kv[FS_KEY_CAP];
     fs_key_version(k1, "top", 1, m.id, FS_OBJ_FULL);
     void *full = NULL;
@@ -174,7 +174,7 @@ static void test_publish_past_last_version(void)
     CHECK_RC(ferry_publish(pub, next, &got), FERRY_ERR_LIMIT);
     CHECK(strstr(ferry_last_error(), "2^63 - 2") != NULL);
     fs_head after;
-    CHECK_OK(fs_head_read(st, "top", NULL, &after, NULL));
+    CHECK_OK(fs_head_read(st, "top", NULL, NULL, &after, NULL));
     CHECK(after.version == V);
     ferry_store_listing *l = NULL;
     CHECK_OK(ferry_store_list(st, "top/v/", &l));
@@ -194,7 +194,7 @@ static void obj_key(ferry_store *st, const char *run, uint64_t v, int obj, char 
 {
     fs_head h;
     key[0] = 0;
-    if (fs_head_read(st, run, NULL, &h, NULL) || fs_find_manifest(st, run, &h, v, NULL, m)) return;
+    if (fs_head_read(st, run, NULL, NULL, &h, NULL) || fs_find_manifest(st, run, NULL, &h, v, NULL, m)) return;
     fs_key_version(key, run, v, m->id, obj);
 }
 
