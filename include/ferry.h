@@ -198,7 +198,8 @@ FERRY_API const char *ferry_model_metadata_get(const ferry_model *m, const char 
 FERRY_API uint64_t ferry_model_nbytes(const ferry_model *m);
 
 /* Writes a single .safetensors file (tensors in name order, header padded
- * with spaces to a multiple of 8), atomically: PATH.tmp.PID, fsync, rename.
+ * with spaces to a multiple of 8), atomically: a new PATH.tmp.PID.RANDOM
+ * (O_EXCL | O_NOFOLLOW), fsync, rename, fsync of the directory.
  * On failure nothing is left at path. */
 FERRY_API int ferry_model_save(const ferry_model *m, const char *path);
 
@@ -269,8 +270,8 @@ FERRY_API int ferry_apply_ex(const ferry_model *base, const void *patch, size_t 
 /* Applies a patch to base and writes the result to path as one .safetensors
  * file (as ferry_model_save would), streaming: memory stays bounded (a few
  * MiB per thread) whatever the model's size.  The file is written aside
- * (path.tmp.PID), every tensor and the model are verified against the
- * patch's target hashes, and only then is it renamed over path; on any
+ * (a new path.tmp.PID.RANDOM, O_EXCL | O_NOFOLLOW), every tensor and the
+ * model are verified against the patch's target hashes, and only then is it renamed over path; on any
  * failure nothing is left behind and an existing file at path is kept. */
 FERRY_API int ferry_apply_file(const ferry_model *base, const void *patch, size_t size,
                                const ferry_apply_options *opts, const char *path);

@@ -64,8 +64,8 @@ static int write_state(const char *path, const char *run, const fs_state *cur, c
     return rc;
 }
 
-/* A process killed while it wrote PATH leaves PATH.tmp.PID (ferry_model_save),
- * PATH.ferry.json.tmp.PID (the state file) or PATH.ferry-anchor.PID.ID (a
+/* A process killed while it wrote PATH leaves PATH.tmp.PID.RANDOM (ferry_model_save),
+ * PATH.ferry.json.tmp.PID.RANDOM (the state file) or PATH.ferry-anchor.PID.ID (a
  * staged anchor) beside it.  They are never
  * read; those of processes that no longer exist are removed here. */
 static void remove_stale(const char *path)
