@@ -271,8 +271,9 @@ FERRY_API int ferry_apply_ex(const ferry_model *base, const void *patch, size_t 
  * file (as ferry_model_save would), streaming: memory stays bounded (a few
  * MiB per thread) whatever the model's size.  The file is written aside
  * (a new path.tmp.PID.RANDOM, O_EXCL | O_NOFOLLOW), every tensor and the
- * model are verified against the patch's target hashes, and only then is it renamed over path; on any
- * failure nothing is left behind and an existing file at path is kept. */
+ * model are verified against the patch's target hashes, and only then is
+ * it renamed over path; on any failure nothing is left behind and an
+ * existing file at path is kept. */
 FERRY_API int ferry_apply_file(const ferry_model *base, const void *patch, size_t size,
                                const ferry_apply_options *opts, const char *path);
 
