@@ -185,7 +185,8 @@ int ferry_store_get_file_parallel(ferry_store *s, const char *key, const char *p
     if (o.resume) state_load(&p);
     /* without a prior state the part file starts empty: no stale bytes */
     bool resumed = memchr(p.done, '1', (size_t)nch) != NULL;
-    p.fd = open(part, O_RDWR | O_CREAT | (resumed ? 0 : O_TRUNC) | O_CLOEXEC, 0644);
+    /* O_NOFOLLOW: a link planted at PATH.part must not redirect the write */
+    p.fd = open(part, O_RDWR | O_CREAT | (resumed ? 0 : O_TRUNC) | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (p.fd < 0) rc = ferry__fail(FERRY_ERR_IO, "%s: cannot open: %s", part, strerror(errno));
     else if (ftruncate(p.fd, (off_t)first.size)) rc = ferry__fail(FERRY_ERR_IO, "%s: truncate: %s", part, strerror(errno));
     if (!rc && o.resume) state_save(&p);

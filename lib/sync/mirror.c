@@ -32,15 +32,15 @@ typedef struct mirror {
  * DST receives. */
 static int get_record(mirror *mr, const char *key, void **text, size_t *n, size_t *body)
 {
-    int rc = ferry_store_get(mr->src, key, text, n, NULL);
+    /* bounded in the GET: a larger record is refused unread (docs/PROTOCOL.md "Bounds") */
+    int rc = ferry_store_get_max(mr->src, key, FS_JSON_MAX, text, n, NULL);
+    if (rc == FERRY_ERR_LIMIT)
+        return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: larger than %zu bytes, too large for a protocol record", key, FS_JSON_MAX);
     if (rc) return rc;
     mr->cnt.bytes += *n;
     mr->cnt.manifests++;
     bool is_signed;
-    if (*n > FS_JSON_MAX)
-        rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: %zu bytes is too large for a protocol record", key, *n);
-    else
-        rc = fs_sig_open(mr->o->keys, FS_DOM_RECORD, key, *text, *n, body, &is_signed);
+    rc = fs_sig_open(mr->o->keys, FS_DOM_RECORD, key, *text, *n, body, &is_signed);
     if (rc) {
         ferry_free(*text);
         *text = NULL;
