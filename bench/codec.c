@@ -6,8 +6,10 @@
  * Read top to bottom:
  *   1. options and the list of pairs;
  *   2. one pair: open both models, build the pair view;
- *   3. ferry (ferry_diff / ferry_apply, timed, target hash checked);
- *   4. the four peers (encode, decode, compare with NEW);
+ *   3. ferry (ferry_diff / ferry_apply / ferry_apply_inplace, one thread,
+ *      timed, target hash checked);
+ *   4. the seven peers (encode, decode in place, compare with NEW; one
+ *      thread, timed like ferry);
  *   5. the order-0 bound; 6. zstd --patch-from and xdelta3;
  *   7. the tables, the summary and the JSON file.
  * Any failure (a missing file, a peer that does not round-trip, an apply
@@ -31,11 +33,12 @@ static const char usage[] =
     "usage: codec [options] [OLD NEW ...]\n"
     "\n"
     "Measures, for each checkpoint pair OLD -> NEW (.safetensors, same tensors):\n"
-    "  ferry    patch size of ferry_diff (default options), encode and apply\n"
-    "           time (median of --reps runs); the applied model's hash must be NEW's\n"
-    "  trl pulse skyrl slime\n"
-    "           the four peer formats (our implementations, DESIGN.md), each\n"
-    "           encoded and decoded back to NEW exactly\n"
+    "  ferry    patch size of ferry_diff (default options, one thread), encode,\n"
+    "           apply and in-place apply time (median of --reps runs); the applied\n"
+    "           model's hash must be NEW's\n"
+    "  trl pulse skyrl slime prime vllm verl\n"
+    "           the seven peer formats (our implementations, DESIGN.md), each\n"
+    "           encoded and decoded in place back to NEW exactly (median of --reps)\n"
     "  order0   order-0 entropy bound: sum over tensors of n*H(k/n) + k*H(delta)\n"
     "  zstd     zstd -19 --patch-from=OLD NEW  (generic baseline)\n"
     "  xdelta3  xdelta3 -e -s OLD NEW           (generic baseline)\n"
@@ -47,7 +50,7 @@ static const char usage[] =
     "  --data DIR       data directory (default $FERRY_DATA, else ../shared/data)\n"
     "  --pairs LIST     only these pairs: comma-separated SET or SET:A-B (pairs\n"
     "                   whose steps lie in A..B), e.g. rl-b:0-1,rl-a\n"
-    "  --reps N         timing repetitions for ferry (default 5)\n"
+    "  --reps N         timing repetitions for ferry and the peers (default 5)\n"
     "  --no-generic     skip the zstd and xdelta3 baselines\n"
     "  --json PATH      also write the results as JSON\n"
     "  --keep DIR       keep every patch as DIR/SET_OLD-NEW.FORMAT (to inspect them)\n"
@@ -56,6 +59,8 @@ static const char usage[] =
     "  -h, --help       this text\n"
     "\n"
     "Exit status 0 when every pair was measured and every patch verified, else 1.\n";
+
+#define BENCH_MAX_REPS 1000
 
 typedef struct pair_spec {
     char *label;          /* "rl-a:000->001", or the two paths' basenames */
@@ -294,6 +299,7 @@ typedef struct pair_result {
     uint64_t ferry_size;
     double ferry_enc_s, ferry_app_s; /* medians */
     double ferry_enc_min_s, ferry_app_min_s; /* fastest runs (less hit by a busy machine) */
+    double ferry_inp_s;        /* in place (ferry_apply_inplace_ex, one thread), median */
     int peer_ok[PEER_COUNT];
     uint64_t peer_size[PEER_COUNT];
     double peer_enc_s[PEER_COUNT], peer_dec_s[PEER_COUNT];
@@ -342,10 +348,11 @@ static int run_ferry(const char *label, const ferry_model *a, const ferry_model 
 {
     uint8_t want[16], got[16];
     if (ferry_model_hash(b, want)) return bench_fail(err, "ferry_model_hash(NEW): %s", ferry_last_error());
-    double *te = calloc((size_t)reps, sizeof *te), *ta = calloc((size_t)reps, sizeof *ta);
+    double *te = calloc((size_t)reps, sizeof *te), *ta = calloc((size_t)reps, sizeof *ta),
+           *ti = calloc((size_t)reps, sizeof *ti);
     void *patch = NULL;
     size_t size = 0;
-    int rc = (!te || !ta) ? bench_fail(err, "out of memory") : 0;
+    int rc = (!te || !ta || !ti) ? bench_fail(err, "out of memory") : 0;
     for (int i = 0; i < reps && !rc; i++) {
         void *p;
         size_t n;
@@ -375,6 +382,24 @@ static int run_ferry(const char *label, const ferry_model *a, const ferry_model 
         }
         ferry_model_free(m);
     }
+    /* In place, into an owned copy of OLD (made and reset outside the timing);
+     * the caller vouches for the base hash, as a receiver that verified its
+     * last apply does, and as the peers' decoders do not check one at all. */
+    ferry_model *c = NULL;
+    uint8_t ha[16];
+    if (!rc && (ferry_model_hash(a, ha) || bench_model_copy(a, &c)))
+        rc = bench_fail(err, "copy of OLD: %s", ferry_last_error());
+    for (int i = 0; i < reps && !rc; i++) {
+        if (i) bench_model_reset(c, a);
+        double t0 = bench_now();
+        int frc = ferry_apply_inplace_ex(c, patch, size, &(ferry_apply_options){.threads = 1, .base_hash = ha});
+        ti[i] = bench_now() - t0;
+        if (frc) rc = bench_fail(err, "ferry_apply_inplace: %s: %s", ferry_strerror(frc), ferry_last_error());
+        else if (ferry_model_hash(c, got) || memcmp(got, want, 16))
+            rc = bench_fail(err, "ferry_apply_inplace: the model's hash is not NEW's");
+    }
+    ferry_model_free(c);
+    if (!rc) r->ferry_inp_s = bench_median(ti, (size_t)reps);
     if (!rc) {
         r->ferry_ok = 1;
         r->ferry_size = size;
@@ -387,6 +412,7 @@ static int run_ferry(const char *label, const ferry_model *a, const ferry_model 
     ferry_free(patch);
     free(te);
     free(ta);
+    free(ti);
     return rc;
 }
 
@@ -394,17 +420,28 @@ static int run_ferry(const char *label, const ferry_model *a, const ferry_model 
  * 4. Peers: encode, decode from OLD alone, compare with NEW
  * ===================================================================== */
 static int run_peer(const char *label, const peer_format *pf, const peer_ctx *ctx, const bench_pair *pair,
-                    const bench_pair *base, uint8_t *const *out, pair_result *r, size_t k, bench_err *err)
+                    const bench_pair *base, uint8_t *const *out, int reps, pair_result *r, size_t k,
+                    bench_err *err)
 {
     bench_buf patch = {0};
-    double t0 = bench_now();
-    if (pf->encode(ctx, pair, &patch, err)) { bench_buf_free(&patch); return -1; }
-    r->peer_enc_s[k] = bench_now() - t0;
+    double te[BENCH_MAX_REPS], td[BENCH_MAX_REPS];
+    int rc = 0;
+    for (int i = 0; i < reps && !rc; i++) {
+        bench_buf_free(&patch);
+        double t0 = bench_now();
+        rc = pf->encode(ctx, pair, &patch, err);
+        te[i] = bench_now() - t0;
+    }
+    if (rc) { bench_buf_free(&patch); return -1; }
+    r->peer_enc_s[k] = bench_median(te, (size_t)reps);
     if (g_corrupt && strcmp(g_corrupt, pf->name) == 0 && patch.size) patch.data[patch.size / 2] ^= 1;
-    for (size_t i = 0; i < base->count; i++) memcpy(out[i], base->t[i].old, (size_t)base->t[i].nbytes);
-    t0 = bench_now();
-    int rc = pf->decode(ctx, base, patch.data, patch.size, out, err);
-    r->peer_dec_s[k] = bench_now() - t0;
+    for (int i = 0; i < reps && !rc; i++) { /* in place into a copy of OLD, reset outside the timing */
+        for (size_t j = 0; j < base->count; j++) memcpy(out[j], base->t[j].old, (size_t)base->t[j].nbytes);
+        double t0 = bench_now();
+        rc = pf->decode(ctx, base, patch.data, patch.size, out, err);
+        td[i] = bench_now() - t0;
+    }
+    if (!rc) r->peer_dec_s[k] = bench_median(td, (size_t)reps);
     for (size_t i = 0; i < pair->count && !rc; i++) {
         const bench_tensor *t = &pair->t[i];
         if (memcmp(out[i], t->cur, (size_t)t->nbytes) == 0) continue;
@@ -477,7 +514,7 @@ static int measure_pair(const pair_spec *ps, const options *o, pair_result *r)
 
     peer_ctx ctx = {g_tmpdir};
     for (size_t k = 0; k < PEER_COUNT; k++) {
-        if (run_peer(ps->label, &peer_formats[k], &ctx, &pair, &base, out, r, k, &err)) {
+        if (run_peer(ps->label, &peer_formats[k], &ctx, &pair, &base, out, o->reps, r, k, &err)) {
             fprintf(stderr, "codec: %s: %s: round-trip failed: %s\n", ps->label, peer_formats[k].name, err.msg);
             failures++;
         }
@@ -550,6 +587,70 @@ static void print_size(uint64_t v, int ok)
     else printf(" %10s", "FAIL");
 }
 
+/* Fastest peer at encode (enc = 1) or at in-place decode; -1 if none. */
+static int fastest_peer(const pair_result *r, int enc)
+{
+    int best = -1;
+    for (int k = 0; k < PEER_COUNT; k++) {
+        const double *v = enc ? r->peer_enc_s : r->peer_dec_s;
+        if (r->peer_ok[k] && (best < 0 || v[k] < v[best])) best = k;
+    }
+    return best;
+}
+
+/* Link speeds of the end-to-end table, Gbit/s. */
+static const double e2e_gbits[3] = {1, 10, 100};
+
+/* Seconds to ship size bytes over a link of g Gbit/s, then decode. */
+static double e2e_s(uint64_t size, double decode_s, double g) { return (double)size * 8 / (g * 1e9) + decode_s; }
+
+static void print_speed(const pair_spec *ps, const pair_result *res, size_t n, const options *o, int lw)
+{
+    printf("\nSeconds, one thread, median of %d runs: encode (enc) and in-place decode (dec: ferry_apply_inplace;\n"
+           "each peer's decoder scattering into a copy of OLD); ferry's apply into new memory in 'apply'\n\n", o->reps);
+    printf("%-*s %4s %9s", lw, "pair", "", "ferry");
+    for (int k = 0; k < PEER_COUNT; k++) printf(" %9s", peer_formats[k].name);
+    printf(" %9s | %14s %14s\n", "apply", "ferry/fastest", "(peer)");
+    for (size_t i = 0; i < n; i++) {
+        const pair_result *r = &res[i];
+        for (int enc = 1; enc >= 0; enc--) {
+            printf("%-*s %4s %9.4f", lw, enc ? ps[i].label : "", enc ? "enc" : "dec",
+                   enc ? r->ferry_enc_s : r->ferry_inp_s);
+            for (int k = 0; k < PEER_COUNT; k++) printf(" %9.4f", enc ? r->peer_enc_s[k] : r->peer_dec_s[k]);
+            int f = fastest_peer(r, enc);
+            double mine = enc ? r->ferry_enc_s : r->ferry_inp_s, theirs = f < 0 ? 0 : enc ? r->peer_enc_s[f] : r->peer_dec_s[f];
+            if (enc) printf(" %9.4f |", r->ferry_app_s);
+            else printf(" %9s |", "");
+            if (r->ferry_ok && f >= 0 && theirs > 0) printf(" %14.3f %14s\n", mine / theirs, peer_formats[f].name);
+            else printf(" %14s %14s\n", "-", "-");
+        }
+    }
+    printf("\nEnd to end, seconds = bytes / link + in-place decode (one thread); lowest marked *\n\n");
+    printf("%-*s %9s %9s", lw, "pair", "Gbit/s", "ferry");
+    for (int k = 0; k < PEER_COUNT; k++) printf(" %9s", peer_formats[k].name);
+    printf("\n");
+    for (size_t i = 0; i < n; i++) {
+        const pair_result *r = &res[i];
+        for (int g = 0; g < 3; g++) {
+            double v[PEER_COUNT + 1];
+            int ok[PEER_COUNT + 1], low = -1;
+            v[0] = e2e_s(r->ferry_size, r->ferry_inp_s, e2e_gbits[g]);
+            ok[0] = r->ferry_ok;
+            for (int k = 0; k < PEER_COUNT; k++) {
+                v[k + 1] = e2e_s(r->peer_size[k], r->peer_dec_s[k], e2e_gbits[g]);
+                ok[k + 1] = r->peer_ok[k];
+            }
+            for (int k = 0; k <= PEER_COUNT; k++) if (ok[k] && (low < 0 || v[k] < v[low])) low = k;
+            printf("%-*s %9g", lw, g ? "" : ps[i].label, e2e_gbits[g]);
+            for (int k = 0; k <= PEER_COUNT; k++) {
+                if (ok[k]) printf(" %8.4f%c", v[k], k == low ? '*' : ' ');
+                else printf(" %9s", "FAIL");
+            }
+            printf("\n");
+        }
+    }
+}
+
 static void print_tables(const pair_spec *ps, const pair_result *res, size_t n, const options *o)
 {
     int lw = 13;
@@ -558,12 +659,14 @@ static void print_tables(const pair_spec *ps, const pair_result *res, size_t n, 
     printf("Patch sizes in bytes (ferry: ferry_diff default options; peers: our implementations,\n"
            "each decoded back to NEW; order0: per-tensor order-0 bound; zstd/xdelta3: generic\n"
            "baselines on the raw files, not peers)\n\n");
-    printf("%-*s %10s %8s %10s %10s %10s %10s %10s %10s |%10s %10s\n", lw, "pair", "model", "changed",
-           "ferry", "trl", "pulse", "skyrl", "slime", "order0", "zstd-19", "xdelta3");
+    printf("%-*s %10s %8s %10s", lw, "pair", "model", "changed", "ferry");
+    for (int k = 0; k < PEER_COUNT; k++) printf(" %10s", peer_formats[k].name);
+    printf(" %10s |%10s %10s\n", "order0", "zstd-19", "xdelta3");
     for (size_t i = 0; i < n; i++) {
         const pair_result *r = &res[i];
         printf("%-*s %10" PRIu64, lw, ps[i].label, r->model_bytes);
-        if (r->o0_ok && r->nwords) printf(" %7.3f%%", 100.0 * (double)r->changed / (double)r->nwords);
+        if (r->o0_ok && r->nwords) printf(" %7.*f%%", r->changed * 100 < r->nwords ? 4 : 3,
+                                          100.0 * (double)r->changed / (double)r->nwords);
         else printf(" %8s", "-");
         print_size(r->ferry_size, r->ferry_ok);
         for (int k = 0; k < PEER_COUNT; k++) print_size(r->peer_size[k], r->peer_ok[k]);
@@ -596,6 +699,7 @@ static void print_tables(const pair_spec *ps, const pair_result *res, size_t n, 
                    (double)r->model_bytes / r->ferry_app_s / 1e9);
         else printf(" %10s %10s\n", "-", "-");
     }
+    print_speed(ps, res, n, o, lw);
 }
 
 typedef struct summary {
@@ -764,8 +868,8 @@ int main(int argc, char **argv)
         case 'r': {
             char *end;
             long v = strtol(optarg, &end, 10);
-            if (*end || v < 1 || v > 1000) {
-                fprintf(stderr, "codec: --reps wants an integer in 1..1000, not '%s'\n", optarg);
+            if (*end || v < 1 || v > BENCH_MAX_REPS) {
+                fprintf(stderr, "codec: --reps wants an integer in 1..%d, not '%s'\n", BENCH_MAX_REPS, optarg);
                 return 1;
             }
             o.reps = (int)v;

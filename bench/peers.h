@@ -772,9 +772,383 @@ static inline int slime_decode(const peer_ctx *ctx, const bench_pair *base, cons
 }
 
 /* =====================================================================
+ * Flat int32 indices (prime-rl and vLLM): index[j] = the word position of
+ * the j-th change.  A tensor of more than 2^31 words cannot be described.
+ * ===================================================================== */
+
+static inline int peer_put_idx32(bench_buf *out, const bench_tensor *t, const uint64_t *pos, uint64_t k,
+                                 bench_err *err)
+{
+    if (t->nwords > (uint64_t)INT32_MAX + 1)
+        return bench_fail(err, "tensor '%s': %" PRIu64 " words, over int32 indices", t->name, t->nwords);
+    if (bench_buf_reserve(out, (size_t)k * 4)) return bench_fail(err, "out of memory");
+    uint8_t *o = out->data + out->size;
+    for (uint64_t j = 0; j < k; j++) bench_put_le(o + 4 * j, pos[j], 4);
+    out->size += (size_t)k * 4;
+    return 0;
+}
+
+/* Scatters k values to k int32 indices (index_copy_): each must be in the
+ * tensor; order and duplicates are the sender's business, as in the peers. */
+static inline int peer_scatter_idx32(const bench_tensor *t, uint8_t *dst, const uint8_t *idx,
+                                     const uint8_t *vals, uint64_t k, bench_err *err)
+{
+    const unsigned w = t->width;
+    for (uint64_t j = 0; j < k; j++) {
+        uint64_t p = bench_get_le(idx + 4 * j, 4);
+        if (p >= t->nwords)
+            return bench_fail(err, "tensor '%s': index %" PRIu64 " out of range", t->name, p);
+        if (w == 2) memcpy(dst + 2 * p, vals + 2 * j, 2);
+        else memcpy(dst + p * w, vals + j * w, w);
+    }
+    return 0;
+}
+
+/* A safetensors file held in memory: u64 header length, JSON header with
+ * {"dtype","shape","data_offsets"} per entry, data.  Finds one 1-D entry of
+ * the given dtype and element count; *p points at its bytes. */
+static inline int peer_st_entry(const json_t *hdr, const uint8_t *data, size_t dsize, const char *name,
+                                ferry_dtype dt, uint64_t count, size_t elem, const uint8_t **p, bench_err *err)
+{
+    const json_t *e = json_object_get(hdr, name);
+    const json_t *d = json_object_get(e, "dtype"), *sh = json_object_get(e, "shape"),
+                 *of = json_object_get(e, "data_offsets");
+    ferry_dtype got;
+    if (!json_is_string(d) || ferry_dtype_parse(json_string_value(d), &got) || got != dt)
+        return bench_fail(err, "entry '%s' missing or not of dtype %s", name, ferry_dtype_name(dt));
+    if (!json_is_array(sh) || json_array_size(sh) != 1 || !json_is_integer(json_array_get(sh, 0)) ||
+        (uint64_t)json_integer_value(json_array_get(sh, 0)) != count)
+        return bench_fail(err, "entry '%s': shape is not [%" PRIu64 "]", name, count);
+    if (!json_is_array(of) || json_array_size(of) != 2 || !json_is_integer(json_array_get(of, 0)) ||
+        !json_is_integer(json_array_get(of, 1)))
+        return bench_fail(err, "entry '%s': data_offsets missing", name);
+    json_int_t a = json_integer_value(json_array_get(of, 0)), b = json_integer_value(json_array_get(of, 1));
+    if (a < 0 || b < a || (uint64_t)b > dsize || (uint64_t)(b - a) != count * elem)
+        return bench_fail(err, "entry '%s': data_offsets out of range or of the wrong size", name);
+    *p = data + a;
+    return 0;
+}
+
+static inline int peer_st_split(const uint8_t *p, size_t n, json_t **hdr, const uint8_t **data, size_t *dsize,
+                                bench_err *err)
+{
+    if (n < 8) return bench_fail(err, "safetensors shorter than its header length");
+    uint64_t hl = bench_get_le(p, 8);
+    if (hl > n - 8) return bench_fail(err, "safetensors header length past the end");
+    json_error_t je;
+    *hdr = json_loadb((const char *)p + 8, (size_t)hl, 0, &je);
+    if (!json_is_object(*hdr)) {
+        json_decref(*hdr);
+        return bench_fail(err, "safetensors header is not a JSON object");
+    }
+    *data = p + 8 + hl;
+    *dsize = n - 8 - (size_t)hl;
+    return 0;
+}
+
+/* =====================================================================
+ * prime-rl sparse update ("prime-rl-sparse-update" v1).
+ *
+ * Layout: u32 manifest length | manifest JSON
+ *   {"format":"prime-rl-sparse-update","version":1,"step":V,"base_step":B,
+ *    "tensors":[{"name","shape","dtype","checksum"}]}   (changed tensors;
+ *    checksum = XXH3-128 hex of the new tensor, checked after apply)
+ * | one zstd frame (level 3, zstd's default) of a safetensors file holding
+ *   NAME.indices (I32, flat word indices) and NAME.values (absolute new
+ *   values) per changed tensor, laid out as TRL's file.
+ * The decoder refuses a base_step other than its base's version.
+ * ===================================================================== */
+
+static inline int prime_encode(const peer_ctx *ctx, const bench_pair *pair, bench_buf *out, bench_err *err)
+{
+    (void)ctx;
+    json_t *hdr = json_object(), *list = json_array();
+    trl_entry *e = calloc(2 * pair->count + 1, sizeof *e);
+    size_t ne = 0;
+    int rc = (!hdr || !list || !e) ? bench_fail(err, "out of memory") : 0;
+    for (size_t i = 0; i < pair->count && !rc; i++) {
+        const bench_tensor *t = &pair->t[i];
+        uint64_t *pos, k;
+        if (bench_changed(t, &pos, &k)) { rc = bench_fail(err, "out of memory"); break; }
+        if (k == 0) continue;
+        trl_entry *ix = &e[ne++], *va = &e[ne++];
+        ix->name = trl_join(t->name, ".indices");
+        ix->dtype = FERRY_I32;
+        ix->count = k;
+        va->name = trl_join(t->name, ".values");
+        va->dtype = trl_value_dtype(t);
+        va->count = k;
+        if (!ix->name || !va->name) rc = bench_fail(err, "out of memory");
+        if (!rc) rc = peer_put_idx32(&ix->bytes, t, pos, k, err);
+        if (!rc && peer_put_values(&va->bytes, t, pos, k)) rc = bench_fail(err, "out of memory");
+        free(pos);
+        char hex[33];
+        skyrl_hash_hex(t->cur, t->nbytes, hex);
+        json_t *m = json_object();
+        json_object_set_new(m, "name", json_string(t->name));
+        json_object_set_new(m, "shape", peer_json_shape(t));
+        json_object_set_new(m, "dtype", json_string(ferry_dtype_name(t->dtype)));
+        json_object_set_new(m, "checksum", json_string(hex));
+        if (!rc && json_array_append_new(list, m)) rc = bench_fail(err, "out of memory");
+    }
+    bench_buf st = {0}, body = {0};
+    if (!rc) rc = trl_serialize(e, ne, &st, err);
+    if (!rc) rc = peer_zstd_append(&body, st.data, st.size, 3, err);
+    bench_buf_free(&st);
+    for (size_t i = 0; i < ne; i++) { free(e[i].name); bench_buf_free(&e[i].bytes); }
+    free(e);
+    if (!rc) {
+        json_object_set_new(hdr, "format", json_string("prime-rl-sparse-update"));
+        json_object_set_new(hdr, "version", json_integer(1));
+        json_object_set_new(hdr, "step", json_integer(pair->version));
+        json_object_set_new(hdr, "base_step", json_integer(pair->base_version));
+    }
+    return peer_finish(out, hdr, list, &body, rc, err);
+}
+
+static inline int prime_apply_one(const bench_pair *base, uint8_t *const *out, const json_t *m,
+                                  const json_t *st, const uint8_t *data, size_t dsize, bench_err *err)
+{
+    const char *name = NULL, *dt = NULL, *sum = NULL;
+    if (peer_json_str(m, "name", &name, err) || peer_json_str(m, "dtype", &dt, err) ||
+        peer_json_str(m, "checksum", &sum, err))
+        return -1;
+    long bi = bench_pair_find(base, name);
+    if (bi < 0) return bench_fail(err, "prime: tensor '%s' not in the base", name);
+    const bench_tensor *t = &base->t[bi];
+    if (peer_json_shape_check(m, t, err)) return -1;
+    if (strcmp(dt, ferry_dtype_name(t->dtype))) return bench_fail(err, "prime: tensor '%s': dtype differs", name);
+    char en[FERRY_MAX_NAME + 16];
+    snprintf(en, sizeof en, "%s.indices", name);
+    const json_t *ie = json_object_get(json_object_get(st, en), "shape");
+    if (!json_is_array(ie) || json_array_size(ie) != 1 || !json_is_integer(json_array_get(ie, 0)))
+        return bench_fail(err, "prime: tensor '%s': no indices entry", name);
+    json_int_t k = json_integer_value(json_array_get(ie, 0));
+    if (k < 0 || (uint64_t)k > t->nwords) return bench_fail(err, "prime: tensor '%s': bad count", name);
+    const uint8_t *ip = NULL, *vp = NULL;
+    if (peer_st_entry(st, data, dsize, en, FERRY_I32, (uint64_t)k, 4, &ip, err)) return -1;
+    snprintf(en, sizeof en, "%s.values", name);
+    if (peer_st_entry(st, data, dsize, en, trl_value_dtype(t), (uint64_t)k, t->width, &vp, err)) return -1;
+    if (peer_scatter_idx32(t, out[bi], ip, vp, (uint64_t)k, err)) return -1;
+    char got[33];
+    skyrl_hash_hex(out[bi], t->nbytes, got);
+    return strcmp(got, sum) ? bench_fail(err, "prime: tensor '%s': checksum mismatch after apply", name) : 0;
+}
+
+static inline int prime_decode(const peer_ctx *ctx, const bench_pair *base, const uint8_t *patch,
+                               size_t size, uint8_t *const *out, bench_err *err)
+{
+    (void)ctx;
+    json_t *hdr = NULL, *st = NULL;
+    size_t at = 0;
+    if (peer_split_header(patch, size, &hdr, &at, err)) return -1;
+    json_t *list = json_object_get(hdr, "tensors"), *fmt = json_object_get(hdr, "format"),
+           *bs = json_object_get(hdr, "base_step");
+    int rc = json_is_array(list) && json_is_string(fmt) &&
+                     !strcmp(json_string_value(fmt), "prime-rl-sparse-update") &&
+                     json_integer_value(json_object_get(hdr, "version")) == 1 && json_is_integer(bs)
+                 ? 0
+                 : bench_fail(err, "prime: manifest is not prime-rl-sparse-update v1");
+    if (!rc && json_integer_value(bs) != base->base_version)
+        rc = bench_fail(err, "prime: base_step %" JSON_INTEGER_FORMAT " is not the base's %ld",
+                        json_integer_value(bs), base->base_version);
+    uint64_t max = 1u << 20; /* a COO of every word plus header room bounds the file */
+    for (size_t i = 0; i < base->count; i++) max += base->t[i].nwords * (4 + base->t[i].width) + 4096;
+    uint8_t *raw = NULL;
+    size_t rsize = 0, used = 0;
+    if (!rc) rc = peer_zstd_frame(patch + at, size - at, (size_t)max, &raw, &rsize, &used, err);
+    if (!rc && at + used != size) rc = bench_fail(err, "prime: bytes after the zstd frame");
+    const uint8_t *data = NULL;
+    size_t dsize = 0;
+    if (!rc) rc = peer_st_split(raw, rsize, &st, &data, &dsize, err);
+    if (!rc && json_object_size(st) != 2 * json_array_size(list))
+        rc = bench_fail(err, "prime: the file has entries the manifest does not name");
+    for (size_t i = 0; !rc && i < json_array_size(list); i++)
+        rc = prime_apply_one(base, out, json_array_get(list, i), st, data, dsize, err);
+    json_decref(st);
+    json_decref(hdr);
+    free(raw);
+    return rc;
+}
+
+/* =====================================================================
+ * vLLM sparse_nccl: per changed tensor int32 flat indices then the values
+ * (same dtype), raw: what goes over NCCL, applied with index_copy_.  The
+ * names, dtypes, shapes and counts travel in the update_weights call; they
+ * are counted here as u32 length + compact JSON
+ *   {"format":"sparse_nccl","tensors":[{"name","dtype","shape","num_changed"}]}.
+ * ===================================================================== */
+
+static inline int vllm_encode(const peer_ctx *ctx, const bench_pair *pair, bench_buf *out, bench_err *err)
+{
+    (void)ctx;
+    json_t *hdr = json_object(), *list = json_array();
+    bench_buf body = {0};
+    int rc = (!hdr || !list) ? bench_fail(err, "out of memory") : 0;
+    for (size_t i = 0; i < pair->count && !rc; i++) {
+        const bench_tensor *t = &pair->t[i];
+        uint64_t *pos, k;
+        if (bench_changed(t, &pos, &k)) { rc = bench_fail(err, "out of memory"); break; }
+        if (k == 0) continue;
+        rc = peer_put_idx32(&body, t, pos, k, err);
+        if (!rc && peer_put_values(&body, t, pos, k)) rc = bench_fail(err, "out of memory");
+        free(pos);
+        json_t *m = json_object();
+        json_object_set_new(m, "name", json_string(t->name));
+        json_object_set_new(m, "dtype", json_string(ferry_dtype_name(t->dtype)));
+        json_object_set_new(m, "shape", peer_json_shape(t));
+        json_object_set_new(m, "num_changed", json_integer((json_int_t)k));
+        if (!rc && json_array_append_new(list, m)) rc = bench_fail(err, "out of memory");
+    }
+    if (!rc) json_object_set_new(hdr, "format", json_string("sparse_nccl"));
+    return peer_finish(out, hdr, list, &body, rc, err);
+}
+
+/* One header entry of vLLM or verl: the base tensor it names, checked. */
+static inline const bench_tensor *peer_entry_tensor(const char *who, const bench_pair *base, const json_t *m,
+                                                    long *bi, bench_err *err)
+{
+    const char *name = NULL, *dt = NULL;
+    if (peer_json_str(m, "name", &name, err) || peer_json_str(m, "dtype", &dt, err)) return NULL;
+    *bi = bench_pair_find(base, name);
+    if (*bi < 0) { bench_fail(err, "%s: tensor '%s' not in the base", who, name); return NULL; }
+    const bench_tensor *t = &base->t[*bi];
+    if (peer_json_shape_check(m, t, err)) return NULL;
+    if (strcmp(dt, ferry_dtype_name(t->dtype))) { bench_fail(err, "%s: tensor '%s': dtype differs", who, name); return NULL; }
+    return t;
+}
+
+static inline int vllm_decode(const peer_ctx *ctx, const bench_pair *base, const uint8_t *patch,
+                              size_t size, uint8_t *const *out, bench_err *err)
+{
+    (void)ctx;
+    json_t *hdr = NULL;
+    size_t at = 0;
+    if (peer_split_header(patch, size, &hdr, &at, err)) return -1;
+    json_t *list = json_object_get(hdr, "tensors"), *fmt = json_object_get(hdr, "format");
+    int rc = json_is_array(list) && json_is_string(fmt) && !strcmp(json_string_value(fmt), "sparse_nccl")
+                 ? 0
+                 : bench_fail(err, "vllm: header is not sparse_nccl");
+    for (size_t i = 0; !rc && i < json_array_size(list); i++) {
+        const json_t *m = json_array_get(list, i);
+        long bi;
+        uint64_t k = 0;
+        const bench_tensor *t = peer_entry_tensor("vllm", base, m, &bi, err);
+        if (!t || peer_json_u64(m, "num_changed", &k, err)) { rc = -1; break; }
+        if (k > t->nwords || k * (4 + t->width) > size - at) {
+            rc = bench_fail(err, "vllm: tensor '%s': %" PRIu64 " changes past the end", t->name, k);
+            break;
+        }
+        rc = peer_scatter_idx32(t, out[bi], patch + at, patch + at + 4 * k, k, err);
+        at += (size_t)(k * (4 + t->width));
+    }
+    if (!rc && at != size) rc = bench_fail(err, "vllm: bytes after the last tensor");
+    json_decref(hdr);
+    return rc;
+}
+
+/* =====================================================================
+ * verl delta_sharded, positions in 24 bits: each FSDP rank diffs its own
+ * flat shard and sends (position, value) pairs, positions relative to the
+ * shard in 3 bytes.  Shards are taken as 2^24-word pieces of each tensor
+ * (the most a 24-bit position reaches); raw, as sent over NCCL.
+ * Layout: u32 length | compact JSON
+ *   {"format":"delta_sharded","pos_bits":24,"tensors":[{"name","dtype",
+ *     "shape","shard_changes":[k0,k1,...]}]}
+ * | per tensor, per shard: k_s 3-byte positions, then k_s raw values.
+ * ===================================================================== */
+#define VERL_SHARD_LOG2 24
+
+static inline int verl_encode(const peer_ctx *ctx, const bench_pair *pair, bench_buf *out, bench_err *err)
+{
+    (void)ctx;
+    json_t *hdr = json_object(), *list = json_array();
+    bench_buf body = {0};
+    int rc = (!hdr || !list) ? bench_fail(err, "out of memory") : 0;
+    for (size_t i = 0; i < pair->count && !rc; i++) {
+        const bench_tensor *t = &pair->t[i];
+        uint64_t *pos, k;
+        if (bench_changed(t, &pos, &k)) { rc = bench_fail(err, "out of memory"); break; }
+        if (k == 0) continue;
+        json_t *counts = json_array();
+        if (!counts || bench_buf_reserve(&body, (size_t)k * (3 + t->width))) rc = bench_fail(err, "out of memory");
+        uint64_t nsh = (t->nwords + (1u << VERL_SHARD_LOG2) - 1) >> VERL_SHARD_LOG2;
+        for (uint64_t s = 0, j = 0; s < nsh && !rc; s++) {
+            uint64_t j0 = j;
+            while (j < k && (pos[j] >> VERL_SHARD_LOG2) == s) {
+                bench_put_le(body.data + body.size, pos[j] & ((1u << VERL_SHARD_LOG2) - 1), 3);
+                body.size += 3;
+                j++;
+            }
+            peer_put_values(&body, t, pos + j0, j - j0); /* reserved above */
+            json_array_append_new(counts, json_integer((json_int_t)(j - j0)));
+        }
+        free(pos);
+        json_t *m = json_object();
+        json_object_set_new(m, "name", json_string(t->name));
+        json_object_set_new(m, "dtype", json_string(ferry_dtype_name(t->dtype)));
+        json_object_set_new(m, "shape", peer_json_shape(t));
+        json_object_set_new(m, "shard_changes", counts);
+        if (!rc && json_array_append_new(list, m)) rc = bench_fail(err, "out of memory");
+    }
+    if (!rc) {
+        json_object_set_new(hdr, "format", json_string("delta_sharded"));
+        json_object_set_new(hdr, "pos_bits", json_integer(24));
+    }
+    return peer_finish(out, hdr, list, &body, rc, err);
+}
+
+static inline int verl_decode(const peer_ctx *ctx, const bench_pair *base, const uint8_t *patch,
+                              size_t size, uint8_t *const *out, bench_err *err)
+{
+    (void)ctx;
+    json_t *hdr = NULL;
+    size_t at = 0;
+    if (peer_split_header(patch, size, &hdr, &at, err)) return -1;
+    json_t *list = json_object_get(hdr, "tensors"), *fmt = json_object_get(hdr, "format");
+    int rc = json_is_array(list) && json_is_string(fmt) && !strcmp(json_string_value(fmt), "delta_sharded") &&
+                     json_integer_value(json_object_get(hdr, "pos_bits")) == 24
+                 ? 0
+                 : bench_fail(err, "verl: header is not delta_sharded with 24-bit positions");
+    for (size_t i = 0; !rc && i < json_array_size(list); i++) {
+        const json_t *m = json_array_get(list, i);
+        long bi;
+        const bench_tensor *t = peer_entry_tensor("verl", base, m, &bi, err);
+        const json_t *counts = t ? json_object_get(m, "shard_changes") : NULL;
+        uint64_t nsh = t ? (t->nwords + (1u << VERL_SHARD_LOG2) - 1) >> VERL_SHARD_LOG2 : 0;
+        if (!t || !json_is_array(counts) || json_array_size(counts) != nsh) {
+            rc = t ? bench_fail(err, "verl: tensor '%s': shard_changes missing or not one per shard", t->name) : -1;
+            break;
+        }
+        const unsigned w = t->width;
+        uint8_t *dst = out[bi];
+        for (uint64_t s = 0; s < nsh && !rc; s++) {
+            json_t *c = json_array_get(counts, s);
+            uint64_t base_w = s << VERL_SHARD_LOG2, shard = t->nwords - base_w;
+            if (shard > (1u << VERL_SHARD_LOG2)) shard = 1u << VERL_SHARD_LOG2;
+            json_int_t k = json_is_integer(c) ? json_integer_value(c) : -1;
+            if (k < 0 || (uint64_t)k > shard || (uint64_t)k * (3 + w) > size - at) {
+                rc = bench_fail(err, "verl: tensor '%s': shard %" PRIu64 " count bad or past the end", t->name, s);
+                break;
+            }
+            const uint8_t *pp = patch + at, *vp = pp + 3 * (size_t)k;
+            for (json_int_t j = 0; j < k; j++) {
+                uint64_t p = (uint64_t)pp[3 * j] | (uint64_t)pp[3 * j + 1] << 8 | (uint64_t)pp[3 * j + 2] << 16;
+                if (p >= shard) { rc = bench_fail(err, "verl: tensor '%s': position out of range", t->name); break; }
+                memcpy(dst + (base_w + p) * w, vp + (size_t)j * w, w);
+            }
+            at += (size_t)k * (3 + w);
+        }
+    }
+    if (!rc && at != size) rc = bench_fail(err, "verl: bytes after the last tensor");
+    json_decref(hdr);
+    return rc;
+}
+
+/* =====================================================================
  * The list the driver iterates over.
  * ===================================================================== */
-#define PEER_COUNT 4
+#define PEER_COUNT 7
 static const peer_format peer_formats[PEER_COUNT] = {
     {"trl", "TRL gap_delta: safetensors NAME.idx (u16/u32 gaps) + NAME.val, uncompressed",
      trl_encode, trl_decode},
@@ -784,6 +1158,12 @@ static const peer_format peer_formats[PEER_COUNT] = {
      skyrl_encode, skyrl_decode},
     {"slime", "slime deltas_zstd: u16/u32 gaps + values, zstd-1 per tensor",
      slime_encode, slime_decode},
+    {"prime", "prime-rl sparse update v1: manifest + safetensors of int32 indices + values, zstd-3",
+     prime_encode, prime_decode},
+    {"vllm", "vLLM sparse_nccl: int32 flat indices + values, raw",
+     vllm_encode, vllm_decode},
+    {"verl", "verl delta_sharded: 24-bit positions per 2^24-word shard + values, raw",
+     verl_encode, verl_decode},
 };
 
 #endif /* BENCH_PEERS_H */

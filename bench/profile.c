@@ -68,23 +68,10 @@ int main(int argc, char **argv)
     size_t psize = 0;
     if (!m_diff && !m_fp32 && (rc = ferry_diff(a, b, &(ferry_diff_options){.threads = threads, .base_hash = ha}, &patch, &psize)))
         die("diff", rc);
-    if (m_inplace) { /* an owned copy of OLD, made outside the timing */
-        if ((rc = ferry_model_create(&c))) die("copy", rc);
-        for (size_t i = 0; i < ferry_model_count(a); i++) {
-            const ferry_tensor *t = ferry_model_tensor(a, i);
-            if ((rc = ferry_model_add(c, t->name, t->dtype, t->ndim, t->shape, t->data, t->nbytes, FERRY_ADD_COPY))) die("copy", rc);
-        }
-        for (size_t i = 0; i < ferry_model_metadata_count(a); i++) {
-            const char *k, *v;
-            ferry_model_metadata(a, i, &k, &v);
-            if ((rc = ferry_model_set_metadata(c, k, v))) die("copy", rc);
-        }
-    }
+    if (m_inplace && (rc = bench_model_copy(a, &c))) die("copy", rc); /* made outside the timing */
     double gb = (double)ferry_model_nbytes(b) / 1e9, best = 1e30;
     for (int r = 0; r < reps; r++) {
-        if (m_inplace && r) /* back to OLD */
-            for (size_t i = 0; i < ferry_model_count(a); i++)
-                memcpy(ferry_model_data_mut(c, i), ferry_model_tensor(a, i)->data, ferry_model_tensor(a, i)->nbytes);
+        if (m_inplace && r) bench_model_reset(c, a); /* back to OLD */
         ferry_diff_options d = {.threads = threads, .base_hash = ha, .cast_bf16 = m_fp32};
         ferry_apply_options o = {.threads = threads, .base_hash = ha};
         void *p = NULL;

@@ -27,7 +27,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 
-#include "ferry.h"
+#include "bench_util.h"
 
 static double now(void)
 {
@@ -262,20 +262,9 @@ int main(int argc, char **argv)
         }
         /* in place: into an owned copy of OLD (made outside the timing) */
         ferry_model *c;
-        ferry_model_create(&c);
-        for (size_t i = 0; i < ferry_model_count(a); i++) {
-            const ferry_tensor *t = ferry_model_tensor(a, i);
-            if ((rc = ferry_model_add(c, t->name, t->dtype, t->ndim, t->shape, t->data, t->nbytes, FERRY_ADD_COPY))) die("copy", rc);
-        }
-        for (size_t i = 0; i < ferry_model_metadata_count(a); i++) {
-            const char *k, *v;
-            ferry_model_metadata(a, i, &k, &v);
-            ferry_model_set_metadata(c, k, v);
-        }
+        if ((rc = bench_model_copy(a, &c))) die("copy", rc);
         for (int r = 0; r < reps; r++) {
-            if (r) /* back to OLD, outside the timing */
-                for (size_t i = 0; i < ferry_model_count(a); i++)
-                    memcpy(ferry_model_data_mut(c, i), ferry_model_tensor(a, i)->data, ferry_model_tensor(a, i)->nbytes);
+            if (r) bench_model_reset(c, a); /* back to OLD, outside the timing */
             double t0 = now();
             if ((rc = ferry_apply_inplace_ex(c, patch, psize, &(ferry_apply_options){.threads = th, .base_hash = ha})))
                 die("apply in place", rc);
