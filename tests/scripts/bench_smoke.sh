@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Smoke test of bench/codec on one small pair (rl-b step 000 -> 001): it must
 # exit 0, ferry's apply must hash to NEW, and each peer format (trl, pulse,
-# skyrl, slime) and generic baseline (zstd, xdelta3) must round-trip to NEW.
-# The same on a synthetic pair of edge cases (F32/F64/U8/F4/0-D/empty
-# tensors, a gap over 65535, row deltas over 255, columns over 65535).
+# skyrl, slime, prime, vllm, verl) and generic baseline (zstd, xdelta3) must
+# round-trip to NEW.  The same on a synthetic pair of edge cases
+# (F32/F64/U8/F4/0-D/empty tensors, a gap over 65535, row deltas over 255,
+# columns over 65535, a tensor of more than 2^24 words: two verl shards).
 # Also: the checks must bite: a bit flipped in a peer's patch (--corrupt) and
 # a pair of two different models must each make it exit non-zero.
 # Prints "N passed, N failed"; builds the bench program if it is missing.
@@ -39,11 +40,11 @@ if [ ! -x "$codec" ]; then
 fi
 
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-formats="ferry trl pulse skyrl slime zstd xdelta3"
+formats="ferry trl pulse skyrl slime prime vllm verl zstd xdelta3"
 generic=""
 if ! command -v zstd >/dev/null || ! command -v xdelta3 >/dev/null; then
     echo "bench_smoke: zstd or xdelta3 not installed: skipping the generic baselines" >&2
-    generic="--no-generic"; formats="ferry trl pulse skyrl slime"
+    generic="--no-generic"; formats="ferry trl pulse skyrl slime prime vllm verl"
 fi
 
 "$codec" --reps 1 $generic --json "$tmp/out.json" "$old" "$new" >"$tmp/stdout" 2>"$tmp/stderr"
@@ -77,8 +78,8 @@ def save(path, ts):
     h += b" " * ((8 - len(h) % 8) % 8)
     open(path, "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 A, B = {}, {}
-def add(name, dt, shape, width, n, changes):
-    a = bytearray(rnd.getrandbits(8) for _ in range(n * width))
+def add(name, dt, shape, width, n, changes, zeros=False):
+    a = bytearray(n * width) if zeros else bytearray(rnd.getrandbits(8) for _ in range(n * width))
     if dt in ("F32", "F64"):  # finite floats
         fmt = "<f" if dt == "F32" else "<d"
         for i in range(n): a[i*width:(i+1)*width] = struct.pack(fmt, rnd.uniform(-1, 1))
@@ -96,17 +97,18 @@ add("h.f64", "F64", [4], 8, 4, [2])
 add("i.empty", "BF16", [0, 5], 2, 0, [])
 add("j.3d", "BF16", [4, 3, 5], 2, 60, [29, 45])
 add("k.same", "BF16", [7], 2, 7, [])
+add("l.big", "U8", [(1 << 24) + 16], 1, (1 << 24) + 16, [5, (1 << 24) - 1, (1 << 24) + 3], zeros=True)
 save(sys.argv[1] + "/step-000.safetensors", A)
 save(sys.argv[1] + "/step-001.safetensors", B)
 PY
 "$codec" --reps 1 --no-generic "$tmp/synth/step-000.safetensors" "$tmp/synth/step-001.safetensors" \
     >/dev/null 2>"$tmp/stderr4"
 rc=$?
-[ $rc -eq 0 ] && grep -q "ferry ok trl ok pulse ok skyrl ok slime ok" "$tmp/stderr4"
+[ $rc -eq 0 ] && grep -q "ferry ok trl ok pulse ok skyrl ok slime ok prime ok vllm ok verl ok" "$tmp/stderr4"
 check "edge-case pair (dtypes, wide gaps/rows/cols) round-trips" $?
 [ $rc -eq 0 ] || sed 's/^/    | /' "$tmp/stderr4"
 
-for p in trl pulse skyrl slime; do
+for p in trl pulse skyrl slime prime vllm verl; do
     "$codec" --reps 1 --no-generic --corrupt "$p" "$old" "$new" >/dev/null 2>"$tmp/stderr3"
     rc=$?
     [ $rc -ne 0 ] && grep -q ": $p: round-trip failed" "$tmp/stderr3"
