@@ -1,14 +1,15 @@
-/* The patch container, format versions 1 and 2 (docs/FORMAT.md is normative). */
+/* The patch container, format versions 1 to 3 (docs/FORMAT.md is normative). */
 #ifndef FERRY_PATCH_H
 #define FERRY_PATCH_H
 #include "common.h"
 
 #define PATCH_MAGIC "FERRYPAT"
-/* Version 2 is version 1 plus chunk codec 3; ferry writes 2 only for
- * patches that use codec 3, so every other patch stays readable by
- * version-1 readers. */
+/* Version 2 is version 1 plus chunk codec 3, version 3 adds chunk codec 4;
+ * ferry writes the lowest version whose codecs the patch uses (so a patch
+ * without codec-4 chunks stays readable by older readers, and older
+ * readers refuse one with them: FERRY_ERR_PATCH_VERSION). */
 #define PATCH_VERSION 1
-#define PATCH_VERSION_MAX 2
+#define PATCH_VERSION_MAX 3
 #define PATCH_HEADER_SIZE 64
 #define PATCH_TRAILER_SIZE 16
 /* The decompressed table is bounded so a hostile size cannot make the

@@ -61,6 +61,15 @@ uint32_t sp_choose_top(const sp_dtype *t, const uint8_t *a, size_t n)
     }
 }
 
+void sp_sample_classes(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, uint64_t est[SP_NCLASS])
+{
+    uint64_t hits[SP_NCLASS] = {0}, samples = 0;
+    size_t step = n / 4096 ? n / 4096 : 1;
+    for (size_t i = 0; i < n; i += step, samples++) hits[sp_class(t, top, sp_load(a, i, t->W))]++;
+    for (int c = 0; c < SP_NCLASS; c++)
+        est[c] = samples ? ((2 * hits[c] + 1) * (uint64_t)n + 2 * samples - 1) / (2 * samples) : 1;
+}
+
 void sp_scan_unlazy(sp_scratch *s, size_t k)
 {
     if (!s->lazy) return;

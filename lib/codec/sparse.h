@@ -25,9 +25,13 @@
 #define SP_NDCLASS 16 /* exponent buckets of float dtypes (deltas) */
 
 /* Chunk codecs (first byte of a chunk). */
-enum { SP_CODEC_EMPTY = 0, SP_CODEC_ADAPTIVE = 1, SP_CODEC_RANS = 2, SP_CODEC_RANS32 = 3 };
+enum { SP_CODEC_EMPTY = 0, SP_CODEC_ADAPTIVE = 1, SP_CODEC_RANS = 2, SP_CODEC_RANS32 = 3, SP_CODEC_COUNTED = 4 };
+#define SP_CODEC_MAX SP_CODEC_COUNTED
 /* The first patch format version whose chunks may use a codec. */
-static inline unsigned sp_codec_version(unsigned codec) { return codec == SP_CODEC_RANS32 ? 2 : 1; }
+static inline unsigned sp_codec_version(unsigned codec)
+{
+    return codec == SP_CODEC_COUNTED ? 3 : codec == SP_CODEC_RANS32 ? 2 : 1;
+}
 
 typedef struct sp_dtype {
     unsigned W;          /* word bits: 8, 16, 32, 64 */
@@ -249,6 +253,82 @@ static inline bool sp_num_get(rc_dec *d, sp_num *m, uint64_t *v)
     return true;
 }
 
+/* ---- codec 4: rank gaps of a known rate ----
+ *
+ * A class with k changes among about n words has gaps close to geometric
+ * with p = k/n; codec 4 codes them with that distribution, fixed, instead of
+ * learning one (the learning is what costs in a sparse chunk, where a class
+ * has a few dozen changes).  Both ends estimate n from the same sample of
+ * base words as `top` (sp_sample_classes), so it costs no bytes.  All
+ * arithmetic is on integers: encoder and decoder must agree to the bit on
+ * every probability, whatever their libm.
+ *
+ * A gap g = b * 2^r + rest, with r the smallest with q^(2^r) <= 1/2
+ * (q = 1 - p): b in unary, each step with P(another) = q^(2^r); then the r
+ * bits of rest, most significant first, the one at level s (splitting 2^s
+ * values in halves) with P(lower half) = 1 / (1 + q^(2^(s-1))).  That is
+ * the geometric distribution exactly, up to 16-bit probabilities. */
+typedef struct sp_geo {
+    unsigned r;
+    uint16_t more;        /* P(unary bit 0 = stop), 1/65536 */
+    uint16_t half[33];    /* half[s]: P(bit 0) at level s = 1..r */
+} sp_geo;
+
+static inline uint16_t sp_geo_prob(uint64_t p16)
+{
+    return (uint16_t)(p16 < 32 ? 32 : p16 > RC_ONE - 32 ? RC_ONE - 32 : p16);
+}
+
+/* k changes among about n words (0 < k < n < 2^32). */
+static inline void sp_geo_init(sp_geo *g, uint64_t k, uint64_t n)
+{
+    uint64_t Q[34];
+    Q[0] = ((n - k) << 32) / n; /* q in Q32 (< 2^32 as k >= 1) */
+    unsigned r = 0;
+    while (Q[r] >= ((uint64_t)1 << 31) && r < 32) {
+        Q[r + 1] = (Q[r] * Q[r]) >> 32;
+        r++;
+    }
+    g->r = r;
+    g->more = sp_geo_prob((((uint64_t)1 << 32) - Q[r]) >> 16);
+    for (unsigned s = 1; s <= r; s++) g->half[s] = sp_geo_prob(((uint64_t)1 << 48) / (((uint64_t)1 << 32) + Q[s - 1]));
+}
+
+static inline void sp_geo_put(rc_enc *e, const sp_geo *g, uint64_t v)
+{
+    for (uint64_t b = v >> g->r; b; b--) rc_encode(e, &(rc_prob){g->more, 0}, 1);
+    rc_encode(e, &(rc_prob){g->more, 0}, 0);
+    for (unsigned s = g->r; s >= 1; s--) rc_encode(e, &(rc_prob){g->half[s], 0}, (unsigned)(v >> (s - 1)) & 1u);
+}
+
+/* False when the gap would reach max or beyond. */
+static inline bool sp_geo_get(rc_dec *d, const sp_geo *g, uint64_t max, uint64_t *v)
+{
+    uint64_t b = 0;
+    for (;;) {
+        rc_prob p = {g->more, 0};
+        if (!rc_decode(d, &p)) break;
+        if (++b > (max >> g->r) || d->overrun) return false;
+    }
+    uint64_t x = b << g->r;
+    for (unsigned s = g->r; s >= 1; s--) {
+        rc_prob p = {g->half[s], 0};
+        x |= (uint64_t)rc_decode(d, &p) << (s - 1);
+    }
+    *v = x;
+    return x < max;
+}
+
+/* The population codec 4 assumes for a class of k changes and estimated
+ * size est: at least 2k, so that a class the sample undercounts is coded as
+ * dense (p <= 1/2), never as all-changed. */
+static inline uint64_t sp_counted_population(uint64_t est, uint64_t k) { return est > 2 * k ? est : 2 * k; }
+
+/* Estimated words per class of a chunk, from the sample that sp_choose_top
+ * reads (every max(1, n/4096)-th word): est[c] = ceil((hits + 1/2) * n /
+ * samples), so that a class the sample misses still gets a small count. */
+void sp_sample_classes(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, uint64_t est[SP_NCLASS]);
+
 /* Deltas: the sign with context (delta class, sign of the base word), then
  * the magnitude - 1 with the delta class's own integer model. */
 typedef struct sp_models {
@@ -259,11 +339,13 @@ typedef struct sp_models {
 } sp_models;
 void sp_models_reset(sp_models *m);
 
-int sp_adaptive_encode(const sp_dtype *t, uint32_t top, sp_scratch *s, size_t k,
+/* Codec 1, or codec 4 when est (the estimated class populations) is not
+ * NULL: the same stream but for the rank gaps. */
+int sp_adaptive_encode(const sp_dtype *t, uint32_t top, const uint64_t *est, sp_scratch *s, size_t k,
                        sp_models *m, ferry_buf *out);
 /* Fills s->order/s->start (ranks), walks, then s->val; *k changes. */
-int sp_adaptive_decode(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, const uint8_t *src, size_t len,
-                       sp_scratch *s, sp_models *m, size_t *k);
+int sp_adaptive_decode(const sp_dtype *t, uint32_t top, const uint64_t *est, const uint8_t *a, size_t n,
+                       const uint8_t *src, size_t len, sp_scratch *s, sp_models *m, size_t *k);
 
 /* ---- static rANS coding (large chunks): codec 2 or 3 ---- */
 int sp_rans_encode(const sp_dtype *t, uint32_t top, unsigned codec, sp_scratch *s, size_t k, ferry_buf *out);

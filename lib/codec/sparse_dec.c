@@ -13,8 +13,8 @@ static bool get_delta(rc_dec *d, const sp_dtype *t, sp_models *m, uint32_t dc, u
     return sp_undelta(t, x, neg, v + 1, y);
 }
 
-int sp_adaptive_decode(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, const uint8_t *src, size_t len,
-                       sp_scratch *s, sp_models *m, size_t *kout)
+int sp_adaptive_decode(const sp_dtype *t, uint32_t top, const uint64_t *est, const uint8_t *a, size_t n,
+                       const uint8_t *src, size_t len, sp_scratch *s, sp_models *m, size_t *kout)
 {
     rc_dec d;
     rc_dec_init(&d, src, len);
@@ -36,9 +36,11 @@ int sp_adaptive_decode(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t
         if (rc) return rc;
         for (; next <= c; next++) s->start[next] = (uint32_t)k;
         sp_num *g = &m->gap[c];
+        sp_geo geo = {0};
+        if (est) sp_geo_init(&geo, kc, sp_counted_population(est[c], kc));
         uint64_t r = 0;
         for (uint64_t q = 0; q < kc; q++) {
-            if (!sp_num_get(&d, g, &v)) return sp_corrupt("bad gap");
+            if (est ? !sp_geo_get(&d, &geo, n, &v) : !sp_num_get(&d, g, &v)) return sp_corrupt("bad gap");
             r = q == 0 ? v : r + v + 1;
             if (v >= n || r >= n) return sp_corrupt("gap past the end of the chunk");
             s->order[k++] = (uint32_t)r;
@@ -72,7 +74,12 @@ int sp_decode_chunk(const sp_dtype *t, const uint8_t *a, size_t n, const uint8_t
     if (top > t->exp_mask) return sp_corrupt("class origin out of range");
     int rc = sp_scratch_fit(&c->s, 4096);
     if (rc) return rc;
-    if (src[0] == SP_CODEC_ADAPTIVE) return sp_adaptive_decode(t, top, a, n, src + head, len - head, &c->s, &c->m, k);
-    if (src[0] > SP_CODEC_RANS32 || sp_codec_version(src[0]) > version) return sp_corrupt("unknown chunk codec");
+    if (src[0] > SP_CODEC_MAX || sp_codec_version(src[0]) > version) return sp_corrupt("unknown chunk codec");
+    if (src[0] == SP_CODEC_ADAPTIVE || src[0] == SP_CODEC_COUNTED) {
+        uint64_t est[SP_NCLASS];
+        if (src[0] == SP_CODEC_COUNTED) sp_sample_classes(t, top, a, n, est);
+        return sp_adaptive_decode(t, top, src[0] == SP_CODEC_COUNTED ? est : NULL, a, n, src + head, len - head, &c->s,
+                                  &c->m, k);
+    }
     return sp_rans_decode(t, top, src[0], a, n, src + head, len - head, &c->s, k);
 }

@@ -1,6 +1,7 @@
 /* Sparse chunk encoder: scan the chunk, then code it with the adaptive
  * binary coder (few changes) or static rANS (many changes; codec 3 with
  * vector-friendly interleaving for the most). */
+#include <math.h>
 #include <stdlib.h>
 #include "model.h"
 #include "sparse.h"
@@ -36,7 +37,7 @@ static void put_delta(rc_enc *e, const sp_dtype *t, sp_models *m, uint32_t dc, u
     sp_num_put(e, &m->mag[dc], mag - 1);
 }
 
-int sp_adaptive_encode(const sp_dtype *t, uint32_t top, sp_scratch *s, size_t k,
+int sp_adaptive_encode(const sp_dtype *t, uint32_t top, const uint64_t *est, sp_scratch *s, size_t k,
                        sp_models *m, ferry_buf *out)
 {
     rc_enc e;
@@ -55,10 +56,13 @@ int sp_adaptive_encode(const sp_dtype *t, uint32_t top, sp_scratch *s, size_t k,
         first = false;
         prev_c = c;
         sp_num *g = &m->gap[c];
+        sp_geo geo = {0};
+        if (est) sp_geo_init(&geo, hi - lo, sp_counted_population(est[c], hi - lo));
         uint32_t last = 0;
         for (uint32_t j = lo; j < hi; j++) {
-            uint32_t r = s->order[j];
-            sp_num_put(&e, g, j == lo ? r : r - last - 1);
+            uint32_t r = s->order[j], v = j == lo ? r : r - last - 1;
+            if (est) sp_geo_put(&e, &geo, v);
+            else sp_num_put(&e, g, v);
             last = r;
         }
     }
@@ -103,6 +107,66 @@ int sp_encode_chunk(const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t
     return sp_encode_chunk_as(part ? SP_CHOOSE_PART : 0, t, a, b, n, c, out, changed, bh);
 }
 
+/* Estimated bits of the positions of the chunk's changes with class origin
+ * top: sum over classes of n H(k/n), with n from the sample
+ * (sp_sample_classes) and k from the changed words' exponents. */
+static double positions_cost(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, const uint32_t *kexp)
+{
+    uint64_t est[SP_NCLASS], kc[SP_NCLASS] = {0};
+    sp_sample_classes(t, top, a, n, est);
+    for (uint32_t e = 0; e <= t->exp_mask; e++) {
+        int32_t d = (int32_t)top - (int32_t)e;
+        kc[d <= 0 ? 0 : d >= SP_NCLASS - 1 ? SP_NCLASS - 1 : d] += kexp[e];
+    }
+    double bits = 0;
+    for (int c = 0; c < SP_NCLASS; c++) {
+        if (!kc[c]) continue;
+        double nn = (double)sp_counted_population(est[c], kc[c]), p = (double)kc[c] / nn;
+        bits += nn * -(p * log2(p) + (1 - p) * log2(1 - p)) + 16; /* + the class's count */
+    }
+    return bits;
+}
+
+/* For a sparse chunk, the class origin that codes its positions in the
+ * fewest bits: the default one (99% of the words below) lumps the smallest
+ * weights, which flip the most, into the last class; at low change rates a
+ * lower origin, which spreads them out, is often better (it is written in
+ * the chunk, so any choice decodes).  s holds the scan at `top`. */
+static uint32_t sparse_top(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, const sp_scratch *s, size_t k)
+{
+    if (!t->exp_mask || t->exp_mask > 0xFF) return top;
+    uint32_t kexp[256] = {0};
+    for (size_t j = 0; j < k; j++) kexp[(s->old[j] >> t->exp_shift) & t->exp_mask]++;
+    uint32_t best = top;
+    double best_bits = positions_cost(t, top, a, n, kexp);
+    for (uint32_t sh = 1; sh < SP_NCLASS && sh <= top; sh++) {
+        double b = positions_cost(t, top - sh, a, n, kexp);
+        if (b < best_bits) { best_bits = b; best = top - sh; }
+    }
+    return best;
+}
+
+/* Codec 4, or codec 1 where that is smaller (a class whose sampled size is
+ * far from the truth can make codec 4 the larger), into out. */
+static int encode_counted(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_coder *c, size_t k,
+                          size_t head_at, ferry_buf *out)
+{
+    uint64_t est[SP_NCLASS];
+    sp_sample_classes(t, top, a, n, est);
+    size_t at = out->size;
+    int rc = sp_adaptive_encode(t, top, est, &c->s, k, &c->m, out);
+    if (rc) return rc;
+    ferry_buf alt = {0};
+    rc = sp_adaptive_encode(t, top, NULL, &c->s, k, &c->m, &alt);
+    if (!rc && alt.size < out->size - at) {
+        out->data[head_at] = SP_CODEC_ADAPTIVE;
+        out->size = at;
+        rc = ferry__buf_append(out, alt.data, alt.size);
+    }
+    ferry__buf_release(&alt);
+    return rc;
+}
+
 int sp_encode_chunk_as(unsigned codec, const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t n, sp_coder *c,
                        ferry_buf *out, uint64_t *changed, uint8_t (*bh)[16])
 {
@@ -114,13 +178,29 @@ int sp_encode_chunk_as(unsigned codec, const sp_dtype *t, const uint8_t *a, cons
     uint8_t head[2] = {SP_CODEC_EMPTY, (uint8_t)top};
     if (k == 0) return ferry__buf_append(out, head, 1);
     size_t min32 = codec == SP_CHOOSE_PART ? SP_RANS32_MIN_PART : SP_RANS32_MIN_CHANGES;
-    head[0] = k >= min32 ? SP_CODEC_RANS32 : k >= SP_RANS_MIN_CHANGES ? SP_CODEC_RANS : SP_CODEC_ADAPTIVE;
+    head[0] = k >= min32 ? SP_CODEC_RANS32 : k >= SP_RANS_MIN_CHANGES ? SP_CODEC_RANS : SP_CODEC_COUNTED;
     if (codec && codec != SP_CHOOSE_PART) head[0] = (uint8_t)codec;
+    if (head[0] == SP_CODEC_COUNTED || head[0] == SP_CODEC_ADAPTIVE) {
+        sp_scan_unlazy(&c->s, k);
+        uint32_t top2 = sparse_top(t, top, a, n, &c->s, k);
+        if (top2 != top) {
+            top = top2;
+            head[1] = (uint8_t)top;
+            if ((rc = scan_and_hash(t, top, a, b, n, c, &k, bh))) return rc;
+            sp_scan_unlazy(&c->s, k);
+        }
+    }
     /* top fits a byte for every dtype but F64, whose 11-bit exponent
      * takes a second byte */
+    size_t head_at = out->size;
     if ((rc = ferry__buf_append(out, head, 2))) return rc;
     if (t->exp_mask > 0xFF && (rc = ferry__buf_append(out, &(uint8_t){(uint8_t)(top >> 8)}, 1))) return rc;
+    if (head[0] == SP_CODEC_COUNTED && codec == SP_CODEC_COUNTED) { /* forced: no fallback */
+        uint64_t est[SP_NCLASS];
+        sp_sample_classes(t, top, a, n, est);
+        return sp_adaptive_encode(t, top, est, &c->s, k, &c->m, out);
+    }
+    if (head[0] == SP_CODEC_COUNTED) return encode_counted(t, top, a, n, c, k, head_at, out);
     if (head[0] != SP_CODEC_ADAPTIVE) return sp_rans_encode(t, top, head[0], &c->s, k, out);
-    sp_scan_unlazy(&c->s, k);
-    return sp_adaptive_encode(t, top, &c->s, k, &c->m, out);
+    return sp_adaptive_encode(t, top, NULL, &c->s, k, &c->m, out);
 }

@@ -3,7 +3,7 @@
  * the portable one on every input, valid or hostile.
  *
  * The input's first 12 bytes pick a chunk: dtype (BF16, F16, I16, F32),
- * codec (adaptive, rANS, rANS in 32 lanes), the number of words, how many
+ * codec (adaptive, rANS, rANS in 32 lanes, counted gaps), the number of words, how many
  * change and how far, and a seed; base and target words are made from the
  * seed.  The chunk is encoded with that codec, then:
  *   - decoded at every level (FERRY_NO_SIMD = 0, avx512, 1): each must give
@@ -46,7 +46,7 @@ static void decode(const sp_dtype *t, const uint8_t *a, size_t n, const uint8_t 
     static sp_coder c; /* reused: the decoders must not depend on stale scratch */
     setenv("FERRY_NO_SIMD", level, 1);
     r->k = 0;
-    r->rc = sp_decode_chunk(t, a, n, src, len, 2, &c, &r->k);
+    r->rc = sp_decode_chunk(t, a, n, src, len, 3, &c, &r->k);
     snprintf(r->msg, sizeof r->msg, "%s", r->rc ? ferry_last_error() : "");
     if (r->rc) return;
     r->pos = malloc(r->k * 4 + 1);
@@ -78,7 +78,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 12) return 0;
     static const ferry_dtype dts[] = {FERRY_BF16, FERRY_F16, FERRY_I16, FERRY_F32};
     sp_dtype t = sp_dtype_of(dts[data[0] & 3]);
-    unsigned codec = 1 + (data[0] >> 2) % 3;
+    unsigned codec = 1 + (data[0] >> 2) % 4;
     size_t n = 1 + ((size_t)data[1] | (size_t)(data[2] & 0x0F) << 8) * 4; /* 1..16381 words */
     unsigned density = data[3];                                          /* changes: density / 256 */
     unsigned spread = data[4] & 15;                                      /* deltas up to 2^spread */

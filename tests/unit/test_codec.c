@@ -1,6 +1,7 @@
 /* Patch codec: lossless round trips on real checkpoints and on every dtype,
  * structure changes, verified in-place apply, and rejection of wrong bases
  * and damaged patches. */
+#include <math.h>
 #include <stdint.h>
 #include <unistd.h>
 #include "check.h"
@@ -52,7 +53,7 @@ static void round_trip(const ferry_model *a, const ferry_model *b, size_t *patch
     CHECK(out && same_model(out, b));
     ferry_patch_info *pi = NULL;
     CHECK_OK(ferry_patch_inspect(p, n, &pi));
-    CHECK(ferry_patch_info_format(pi) == 1 || ferry_patch_info_format(pi) == 2); /* 2: codec 3 in use */
+    CHECK(ferry_patch_info_format(pi) >= 1 && ferry_patch_info_format(pi) <= 3); /* 2: codec 3, 3: codec 4 in use */
     ferry_patch_info_free(pi);
     ferry_model *c = clone(a);
     int rc = ferry_apply_inplace(c, p, n);
@@ -327,12 +328,78 @@ static void test_chunk_codec_choice(void)
         uint8_t bh[4][16];
         sp_src src = {(const uint8_t *)y, 0};
         CHECK_OK(sp_encode_chunk(&t, (const uint8_t *)x, &src, N, part, &enc, &out, &changed, bh));
-        CHECK(changed == want && out.size > 0 && out.data[0] == (part ? SP_CODEC_RANS32 : SP_CODEC_ADAPTIVE));
+        /* codec 4, or codec 1 where that came out smaller */
+        CHECK(changed == want && out.size > 0 &&
+              (part ? out.data[0] == SP_CODEC_RANS32 : out.data[0] == SP_CODEC_COUNTED || out.data[0] == SP_CODEC_ADAPTIVE));
         size_t k = 0;
-        CHECK_OK(sp_decode_chunk(&t, (const uint8_t *)x, N, out.data, out.size, 2, &dec, &k));
+        CHECK_OK(sp_decode_chunk(&t, (const uint8_t *)x, N, out.data, out.size, 3, &dec, &k));
         CHECK(k == want);
         for (size_t j = 0; j < k && j < want; j++) CHECK(dec.s.val[j] == y[dec.s.pos[j]] && x[dec.s.pos[j]] != y[dec.s.pos[j]]);
         free(out.data);
+    }
+    sp_coder_release(&enc);
+    sp_coder_release(&dec);
+    free(x);
+    free(y);
+}
+
+/* Codec 4 on a sparse chunk shaped like an RL step at a low learning rate
+ * (weights ~ N(0, 0.02), flips more likely the smaller |w|, +-1 ULP): the
+ * encoder picks it, it is smaller than codec 1 on the same chunk, it
+ * decodes exactly, and a version-2 reader refuses it.  Then codec 4 forced
+ * on every word width round-trips. */
+static void test_counted_codec(void)
+{
+    enum { N = 1 << 18 };
+    static sp_coder enc, dec;
+    uint16_t *x = malloc(2 * N), *y = malloc(2 * N);
+    size_t want = 0;
+    for (int i = 0; i < N; i++) {
+        double u1 = ((rnd() >> 11) + 1.0) / 9007199254740993.0, u2 = (rnd() >> 11) / 9007199254740992.0;
+        float w = (float)(0.02 * sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
+        uint32_t bits;
+        memcpy(&bits, &w, 4);
+        x[i] = y[i] = (uint16_t)(bits >> 16);
+        if (rnd() % 1000000 < (uint64_t)(2e-5 / (fabs(w) + 1e-4) * 1e6)) { /* ~0.5% of words */
+            y[i] = (uint16_t)(x[i] + ((rnd() & 1) ? 1 : -1));
+            want += y[i] != x[i];
+        }
+    }
+    sp_dtype t = sp_dtype_of(FERRY_BF16);
+    sp_src src = {(const uint8_t *)y, 0};
+    uint8_t bh[4][16];
+    ferry_buf chosen = {0}, one = {0};
+    uint64_t changed = 0;
+    CHECK_OK(sp_encode_chunk(&t, (const uint8_t *)x, &src, N, false, &enc, &chosen, &changed, bh));
+    CHECK(changed == want && want > 100 && want < 4000 && chosen.data[0] == SP_CODEC_COUNTED);
+    CHECK_OK(sp_encode_chunk_as(SP_CODEC_ADAPTIVE, &t, (const uint8_t *)x, &src, N, &enc, &one, &changed, bh));
+    CHECK(one.data[0] == SP_CODEC_ADAPTIVE && chosen.size < one.size);
+    fprintf(stderr, "     %zu changes of %d words: codec 4 %zu bytes, codec 1 %zu\n", want, N, chosen.size, one.size);
+    size_t k = 0;
+    CHECK_OK(sp_decode_chunk(&t, (const uint8_t *)x, N, chosen.data, chosen.size, 3, &dec, &k));
+    CHECK(k == want);
+    for (size_t j = 0; j < k && j < want; j++) CHECK(dec.s.val[j] == y[dec.s.pos[j]] && x[dec.s.pos[j]] != y[dec.s.pos[j]]);
+    CHECK(sp_decode_chunk(&t, (const uint8_t *)x, N, chosen.data, chosen.size, 2, &dec, &k) == FERRY_ERR_PATCH_CORRUPT);
+    free(chosen.data);
+    free(one.data);
+    static const ferry_dtype dts[] = {FERRY_U8, FERRY_BF16, FERRY_F32, FERRY_F64, FERRY_I16};
+    for (size_t d = 0; d < sizeof dts / sizeof *dts; d++) {
+        t = sp_dtype_of(dts[d]);
+        size_t w = t.W / 8, n = 5000;
+        uint8_t *a = malloc(n * w), *b = malloc(n * w);
+        for (size_t i = 0; i < n * w; i++) a[i] = (uint8_t)rnd();
+        memcpy(b, a, n * w);
+        for (size_t i = 0; i < n; i += 1 + rnd() % 300) b[i * w] ^= 1;
+        ferry_buf out = {0};
+        sp_src sb = {b, 0};
+        CHECK_OK(sp_encode_chunk_as(SP_CODEC_COUNTED, &t, a, &sb, n, &enc, &out, &changed, bh));
+        CHECK(out.data[0] == SP_CODEC_COUNTED);
+        CHECK_OK(sp_decode_chunk(&t, a, n, out.data, out.size, 3, &dec, &k));
+        CHECK(k == changed);
+        for (size_t j = 0; j < k; j++) CHECK(sp_load(b, dec.s.pos[j], t.W) == dec.s.val[j]);
+        free(out.data);
+        free(a);
+        free(b);
     }
     sp_coder_release(&enc);
     sp_coder_release(&dec);
@@ -708,6 +775,7 @@ int main(void)
     RUN(test_rans_every_width);
     RUN(test_rans32_every_width);
     RUN(test_chunk_codec_choice);
+    RUN(test_counted_codec);
     RUN(test_threads_and_known_hash);
     RUN(test_fp32_gate);
     RUN(test_apply_file);

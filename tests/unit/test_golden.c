@@ -136,7 +136,7 @@ static void test_fuzz_base_is_golden_a(void)
     ferry_model_free(a);
 }
 
-static void check_apply(const char *from, const char *to, const char *patch, int inplace_rc)
+static void check_apply(const char *from, const char *to, const char *patch, int inplace_rc, unsigned version)
 {
     ferry_model *a = open_golden(from), *b = open_golden(to), *out = NULL;
     char path[256];
@@ -156,7 +156,7 @@ static void check_apply(const char *from, const char *to, const char *patch, int
         CHECK_OK(ferry_patch_inspect(p, n, &pi));
         ferry_patch_info_hashes(pi, hb, ht);
         CHECK(hash_of(a, ha) && hash_of(b, hbb) && !memcmp(ha, hb, 16) && !memcmp(hbb, ht, 16));
-        CHECK(ferry_patch_info_format(pi) == 1);
+        CHECK(ferry_patch_info_format(pi) == version);
         ferry_patch_info_free(pi);
     }
     ferry_model_free(out);
@@ -167,9 +167,14 @@ static void check_apply(const char *from, const char *to, const char *patch, int
 
 static void test_golden_patches_apply(void)
 {
-    check_apply("a.safetensors", "b.safetensors", "ab.patch", FERRY_ERR_SHAPE_MISMATCH);
-    check_apply("b.safetensors", "a.safetensors", "ba.patch", FERRY_ERR_SHAPE_MISMATCH);
-    check_apply("a.safetensors", "c.safetensors", "ac.patch", FERRY_OK);
+    /* what ferry writes today: version 3 (codec 4 in its sparse chunks) */
+    check_apply("a.safetensors", "b.safetensors", "ab.patch", FERRY_ERR_SHAPE_MISMATCH, 3);
+    check_apply("b.safetensors", "a.safetensors", "ba.patch", FERRY_ERR_SHAPE_MISMATCH, 3);
+    check_apply("a.safetensors", "c.safetensors", "ac.patch", FERRY_OK, 3);
+    /* what ferry wrote before codec 4 (version 1, codec 1): still read */
+    check_apply("a.safetensors", "b.safetensors", "v1/ab.patch", FERRY_ERR_SHAPE_MISMATCH, 1);
+    check_apply("b.safetensors", "a.safetensors", "v1/ba.patch", FERRY_ERR_SHAPE_MISMATCH, 1);
+    check_apply("a.safetensors", "c.safetensors", "v1/ac.patch", FERRY_OK, 1);
 }
 
 /* tests/golden/real.txt: OLD NEW BYTES XXH3-128 per line. */
