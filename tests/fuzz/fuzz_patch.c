@@ -146,7 +146,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         require(pi == NULL && ferry_last_error()[0] != 0 && patch_code(irc) && irc != FERRY_ERR_BASE_MISMATCH &&
                 irc != FERRY_ERR_TARGET_MISMATCH);
     } else {
-        require(ferry_patch_info_format(pi) == 1 || ferry_patch_info_format(pi) == 2);
+        require(ferry_patch_info_format(pi) >= 1 && ferry_patch_info_format(pi) <= 3);
         ferry_patch_info_hashes(pi, hb, ht);
         uint64_t bytes = 0;
         for (size_t i = 0; i < ferry_patch_info_count(pi); i++) {

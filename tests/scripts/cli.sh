@@ -135,8 +135,8 @@ check "golden: ferry diff writes exactly tests/golden/ab.patch" cmp "$tmp/golden
 round_trip golden-back "$G/b.safetensors" "$G/a.safetensors"
 round_trip rl-b "$DATA/rl-b/step-000.safetensors" "$DATA/rl-b/step-001.safetensors"
 round_trip rl-a-far "$DATA/rl-a/step-000.safetensors" "$DATA/rl-a/step-008.safetensors"
-check "inspect --json: format 1, totals consistent with the tensor list" "$PY" -c \
-    'import json,sys; d=json.load(open(sys.argv[1])); t=d["totals"]; sys.exit(0 if t["changed"] > 0 and d["format"] == 1 and len(d["tensors"]) == t["tensors"] else 1)' \
+check "inspect --json: format 1..3, totals consistent with the tensor list" "$PY" -c \
+    'import json,sys; d=json.load(open(sys.argv[1])); t=d["totals"]; sys.exit(0 if t["changed"] > 0 and d["format"] in (1, 2, 3) and len(d["tensors"]) == t["tensors"] else 1)' \
     "$tmp/inspect.json"
 
 # ---------------------------------------------------------------- failures
