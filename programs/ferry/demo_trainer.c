@@ -467,7 +467,8 @@ static int publish(trainer *t, demo_leg *leg, demo_step *ds)
     }
     /* keep the store bounded: versions a reader can no longer need */
     if (info.version % 25 == 0) {
-        ferry_gc_options g = {.keep = 2u * (t->o->anchor_every ? t->o->anchor_every : 10) + t->o->max_staleness + 2, .grace_s = -1};
+        ferry_gc_options g = {.keep = 2u * (t->o->anchor_every ? t->o->anchor_every : 10) + t->o->max_staleness + 2, .grace_s = -1,
+                              .keys = t->sign};
         ferry_gc_report rep;
         if ((rc = ferry_gc(t->st, t->policy_run, &g, &rep))) return tfail("GC of old versions", rc);
     }
