@@ -2,10 +2,12 @@
 # demo.sh — the main job in one command: installs what is missing
 # (scripts/install-deps.sh), builds the CLI, and runs `ferry demo`: one
 # trainer and 3 rollout islands (separate processes) that share only a
-# file:// store in a temporary directory, training the reference policy
-# (examples/rl, 1M parameters) with GRPO on digit reversal.  Prints a row
-# per step (version, reward, changed %, patch vs full-checkpoint bytes,
-# publish and sync ms, staleness, drops), a summary, and the path of an
+# file:// store in a temporary directory, post-training the reference
+# policy (examples/rl, 1M parameters) with GRPO on digit reversal from a
+# pre-trained start (cached in ~/.cache/ferry) at a small learning rate.
+# Prints a row per step (version, reward, changed %, patch vs a full
+# checkpoint, publish/sync/time-to-fresh ms, time waiting for weights,
+# staleness, drops), a summary led by its headline, and the path of an
 # HTML report.
 #
 #   scripts/demo.sh [ferry demo options...]      e.g. --mode sequential, --islands 4,
@@ -14,7 +16,7 @@
 # BUILD (default build) selects the build directory.  Exit status: ferry demo's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-case "${1:-}" in -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; echo; BUILD=${BUILD:-build}
+case "${1:-}" in -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; echo; BUILD=${BUILD:-build}
     [ -x "$BUILD/ferry" ] && exec "$BUILD/ferry" demo --help; exit 0 ;; esac
 BUILD=${BUILD:-build}
 # The demo needs the store, sync and dock layers (libcurl, OpenSSL) but not

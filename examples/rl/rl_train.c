@@ -52,6 +52,7 @@
 #include "grpo.h"
 #include "policy.h"
 #include "rollout.h"
+#include "sft.h"
 #include "task.h"
 #include "traj.h"
 
@@ -64,6 +65,7 @@ typedef struct opts {
     rl_task task;
     rl_policy_config net;
     rl_adamw_config adam;
+    rl_sft_config warmup;  /* steps 0: none */
     const char *init_path, *save_path;
 } opts;
 
@@ -93,6 +95,10 @@ static void usage(FILE *f)
 "  --save PATH           write the final FP32 masters to PATH (.safetensors;\n"
 "                        a pre-trained policy for --init here or in loco_train)\n"
 "  --quiet               only the summary\n"
+"  --warmup-steps N      first, N steps of supervised warm-up (sft.h) on the\n"
+"                        task's answers: the pre-trained start (default 0)\n"
+"  --warmup-lr X         its AdamW learning rate (default 1e-3)\n"
+"  --warmup-prompts P    its prompts per step (default 64)\n"
 "\n"
 "task:\n"
 "  --task reverse|copy|sort   (default reverse)\n"
@@ -118,7 +124,9 @@ static int parse_args(int argc, char **argv, opts *o)
 {
     *o = (opts){.steps = 200, .prompts = 16, .group = 8, .seed = 1,
                 .task = rl_task_default(), .net = rl_policy_config_default(),
-                .adam = rl_adamw_config_default()};
+                .adam = rl_adamw_config_default(),
+                .warmup = {.steps = 0, .prompts = 64, .adam = rl_adamw_config_default()}};
+    o->warmup.adam.lr = 1e-3f;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0, takes = 1;
@@ -137,6 +145,9 @@ static int parse_args(int argc, char **argv, opts *o)
         }
         else if (!strcmp(a, "--level")) bad = rl_arg_int(v, 0, 19, &o->level);
         else if (!strcmp(a, "--init")) o->init_path = v;
+        else if (!strcmp(a, "--warmup-steps")) bad = rl_arg_u32(v, 0, 1000000, &o->warmup.steps);
+        else if (!strcmp(a, "--warmup-lr")) bad = rl_arg_float(v, &o->warmup.adam.lr);
+        else if (!strcmp(a, "--warmup-prompts")) bad = rl_arg_u32(v, 1, 65536, &o->warmup.prompts);
         else if (!strcmp(a, "--save")) o->save_path = v;
         else if (!rl_arg_common(a, v, &o->task, &o->net, &o->adam, &bad)) bad = 1;
         if (bad) {
@@ -248,6 +259,12 @@ static int run_setup(run *r, const opts *o)
             fprintf(stderr, "rl_train: --init: %s\n", err);
             return 1;
         }
+    }
+    if (o->warmup.steps) {
+        double loss = 0, t0 = now_ms();
+        if ((rc = rl_sft_run(&r->master, &o->task, o->seed, &o->warmup, &loss))) return fail("warm-up", rc);
+        fprintf(stderr, "rl_train: warm-up: %u steps in %.1f s, last loss %.4f\n", o->warmup.steps,
+                (now_ms() - t0) / 1e3, loss);
     }
     if ((rc = rl_adamw_init(&r->adam, r->master.nparams, &o->adam))) return fail("adamw", rc);
     size_t n = r->master.nparams;

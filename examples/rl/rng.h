@@ -20,7 +20,7 @@
 
 /* Stream domains: the first coordinate, so that e.g. prompt 3 of step 5 and
  * sample 3 of step 5 never share a stream. */
-enum { RL_RNG_INIT = 1, RL_RNG_PROMPT = 2, RL_RNG_SAMPLE = 3, RL_RNG_TEST = 99 };
+enum { RL_RNG_INIT = 1, RL_RNG_PROMPT = 2, RL_RNG_SAMPLE = 3, RL_RNG_SFT = 4, RL_RNG_TEST = 99 };
 
 typedef struct rl_rng {
     uint64_t s[4];

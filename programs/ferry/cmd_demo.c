@@ -36,8 +36,16 @@ int cmd_demo(int argc, char **argv)
 #include "demo.h"
 #include "ferry_store.h"
 
-#define DEFAULT_STEPS 120
-#define DEFAULT_LR 5e-4f
+/* The RL run's defaults: post-training from a pre-trained start (see
+ * docs/DEMO.md, "Choosing the settings", for what was tried). */
+#define DEFAULT_STEPS 150
+#define DEFAULT_LR 5e-5f
+#define DEFAULT_BETA1 0.9f
+#define DEFAULT_EPS 1e-3f
+#define DEFAULT_LR_WARMUP 10
+#define DEFAULT_WARMUP_STEPS 20
+#define DEFAULT_WARMUP_PROMPTS 64
+#define DEFAULT_WARMUP_LR 1e-3f
 
 static void demo_help(void)
 {
@@ -46,7 +54,9 @@ static void demo_help(void)
 "\n"
 "A decoupled RL run on this machine: one trainer (this process: FP32 master\n"
 "weights, AdamW, GRPO) and N rollout islands (separate processes holding BF16\n"
-"weights) that share nothing but an object store.  The trainer publishes every\n"
+"weights) that share nothing but an object store.  As RL post-training does,\n"
+"it starts from a pre-trained policy (a supervised warm-up, cached) and moves\n"
+"it at a small learning rate.  The trainer publishes every\n"
 "policy version through the sync layer as a ferry patch (an anchor every K\n"
 "versions); islands sync, sample trajectories of a digit-reversal task with\n"
 "their BF16 weights and put version-tagged batches through the dock; the\n"
@@ -86,11 +96,25 @@ static void demo_help(void)
 "  --json                JSON lines instead of the table\n"
 "  --quiet               only the summary\n"
 "\n"
+"starting policy (RL post-training starts from a pre-trained model):\n"
+"  --warmup-steps N      supervised warm-up steps that make it from the seeded\n"
+"                        weights (default %d; 0: start from random weights)\n"
+"  --warmup-lr X         its learning rate (default %g)\n"
+"  --warmup-prompts P    its prompts per step (default %d)\n"
+"  --cache DIR           where the warm-up is cached, keyed by its settings and\n"
+"                        verified by hash when reused (default\n"
+"                        $XDG_CACHE_HOME/ferry or ~/.cache/ferry)\n"
+"  --no-cache            always run the warm-up\n"
+"\n"
 "workload (examples/rl):\n"
 "  --prompts P           prompts per trainer step, split among the islands\n"
 "                        (default 16)\n"
 "  --group G             samples per prompt (default 8)\n"
-"  --lr X                AdamW learning rate (default %g)\n"
+"  --lr X                AdamW learning rate of the RL run (default %g)\n"
+"  --lr-warmup N         steps of linear learning-rate warm-up (default %d)\n"
+"  --beta1 X             AdamW beta1 (default %g)\n"
+"  --eps X               AdamW epsilon (default %g): weights whose gradients\n"
+"                        are far below it move less than the learning rate\n"
 "  --task reverse|copy|sort  (default reverse)\n"
 "  --digits K            prompt length (default 6)\n"
 "  --dim H               hidden width (default %u: %s parameters)\n"
@@ -104,7 +128,8 @@ static void demo_help(void)
 "  --timeout SEC         fail a step that gets no batch for SEC s (default 120)\n"
 "\n"
 "Exit status 0 when every step completed, 1 on failure, 2 on bad options.\n",
-           DEMO_MAX_ISLANDS, DEFAULT_STEPS, (double)DEFAULT_LR, d.hidden, "1,001,298");
+           DEMO_MAX_ISLANDS, DEFAULT_STEPS, DEFAULT_WARMUP_STEPS, (double)DEFAULT_WARMUP_LR, DEFAULT_WARMUP_PROMPTS,
+           (double)DEFAULT_LR, DEFAULT_LR_WARMUP, (double)DEFAULT_BETA1, (double)DEFAULT_EPS, d.hidden, "1,001,298");
 }
 
 static int parse_double(const char *s, double *out)
@@ -119,9 +144,10 @@ static int parse_double(const char *s, double *out)
 
 typedef struct cli_opts {
     demo_options d;
-    const char *store, *report;
+    const char *store, *report, *cache;
     double adaptive;
-    int no_baseline, keep, unsigned_run;
+    int no_baseline, keep, unsigned_run, no_cache;
+    rl_sft_config warmup;   /* the base policy's warm-up; steps 0: start from random weights */
 } cli_opts;
 
 /* 0: run, 1: help printed, 2: usage error printed. */
@@ -143,6 +169,12 @@ static int parse_args(int argc, char **argv, cli_opts *c)
     o->restart_after = 3;
     o->timeout_s = 120;
     o->lr = DEFAULT_LR;
+    o->beta1 = DEFAULT_BETA1;
+    o->eps = DEFAULT_EPS;
+    o->lr_warmup = DEFAULT_LR_WARMUP;
+    c->warmup = (rl_sft_config){.steps = DEFAULT_WARMUP_STEPS, .prompts = DEFAULT_WARMUP_PROMPTS,
+                                .adam = rl_adamw_config_default()};
+    c->warmup.adam.lr = DEFAULT_WARMUP_LR;
     o->task = rl_task_default();
     o->net = rl_policy_config_default();
     for (int i = 1; i < argc; i++) {
@@ -158,12 +190,15 @@ static int parse_args(int argc, char **argv, cli_opts *c)
         if (!strcmp(a, "--keep")) { c->keep = 1; continue; }
         if (!strcmp(a, "--no-baseline")) { c->no_baseline = 1; continue; }
         if (!strcmp(a, "--unsigned")) { c->unsigned_run = 1; continue; }
+        if (!strcmp(a, "--no-cache")) { c->no_cache = 1; continue; }
         if (strncmp(a, "--", 2)) return cli_usage_error("demo", "unexpected argument '%s'", a);
         if (!v) {
             static const char *const k_valued[] = {"--store", "--report", "--islands", "--steps", "--mode", "--max-staleness",
                                                    "--seed", "--adaptive", "--max-skip", "--kill-island-at", "--restart-after",
                                                    "--prompts", "--group", "--lr", "--task", "--digits", "--dim", "--sync",
-                                                   "--anchor-every", "--queue", "--timeout"};
+                                                   "--anchor-every", "--queue", "--timeout", "--warmup-steps",
+                                                   "--warmup-lr", "--warmup-prompts", "--cache", "--beta1", "--eps",
+                                                   "--lr-warmup"};
             for (size_t j = 0; j < sizeof k_valued / sizeof k_valued[0]; j++)
                 if (!strcmp(a, k_valued[j])) return cli_usage_error("demo", "option '%s' needs a value", a);
             return cli_usage_error("demo", "unknown option '%s'", a);
@@ -186,6 +221,13 @@ static int parse_args(int argc, char **argv, cli_opts *c)
         else if (!strcmp(a, "--prompts")) bad = !cli_parse_int(v, 1, 65536, &l), o->prompts = (uint32_t)l;
         else if (!strcmp(a, "--group")) bad = !cli_parse_int(v, 1, 1024, &l), o->group = (uint32_t)l;
         else if (!strcmp(a, "--lr")) bad = parse_double(v, &x) || x <= 0 || x > 1, o->lr = (float)x;
+        else if (!strcmp(a, "--beta1")) bad = parse_double(v, &x) || x < 0 || x >= 1, o->beta1 = (float)x;
+        else if (!strcmp(a, "--lr-warmup")) bad = !cli_parse_int(v, 0, 1000000, &l), o->lr_warmup = (uint32_t)l;
+        else if (!strcmp(a, "--eps")) bad = parse_double(v, &x) || x <= 0 || x > 1, o->eps = (float)x;
+        else if (!strcmp(a, "--warmup-steps")) bad = !cli_parse_int(v, 0, 1000000, &l), c->warmup.steps = (uint32_t)l;
+        else if (!strcmp(a, "--warmup-lr")) bad = parse_double(v, &x) || x <= 0 || x > 1, c->warmup.adam.lr = (float)x;
+        else if (!strcmp(a, "--warmup-prompts")) bad = !cli_parse_int(v, 1, 65536, &l), c->warmup.prompts = (uint32_t)l;
+        else if (!strcmp(a, "--cache")) c->cache = v;
         else if (!strcmp(a, "--task")) bad = rl_task_parse(v, &o->task.kind) != 0;
         else if (!strcmp(a, "--digits")) {
             bad = !cli_parse_int(v, 1, RL_TASK_MAX_LEN, &l);
@@ -246,8 +288,8 @@ void demo_print_leg_start(const demo_options *o, const demo_leg *leg, const char
         for (uint32_t i = 0; i < o->islands; i++) printf(" %u=pid %ld", i, pids[i]);
         printf("\n");
         if (!o->quiet)
-            printf("%5s %5s %7s %8s %9s %9s %6s %7s %7s %5s %5s\n", "step", "ver", "reward", "changed%", "patch_B", "full_B", "ratio",
-                   "pub_ms", "sync_ms", "stale", "drop");
+            printf("%5s %5s %7s %6s %9s %6s %7s %7s %8s %6s %5s %4s\n", "step", "ver", "reward", "chg%", "patch_B", "ratio",
+                   "pub_ms", "sync_ms", "fresh_ms", "wait%", "stale", "drop");
     }
     fflush(stdout);
 }
@@ -260,25 +302,29 @@ void demo_print_step(const demo_options *o, const demo_leg *leg, const demo_step
         printf(",\"step\":%u,\"version\":%" PRIu64 ",\"reward\":%.4f,\"batches\":%u,\"prompts\":%u,"
                "\"staleness_min\":%" PRIu64 ",\"staleness_max\":%" PRIu64 ",\"dropped\":%" PRIu64 ",\"discarded\":%" PRIu64
                ",\"published\":%s,\"new_version\":%" PRIu64 ",\"changed_pct\":%.3f,\"patch_bytes\":%" PRIu64
-               ",\"anchor_bytes\":%" PRIu64 ",\"full_bytes\":%" PRIu64 ",\"publish_ms\":%.2f,\"sync_ms\":%.2f,\"t_s\":%.3f}\n",
+               ",\"anchor_bytes\":%" PRIu64 ",\"full_bytes\":%" PRIu64 ",\"patch_pct\":%.3f,\"publish_ms\":%.2f,\"sync_ms\":%.2f,"
+               "\"fresh_version\":%" PRIu64 ",\"fresh_ms\":%.1f,\"wait_share\":%.4f,\"step_ms\":%.1f,\"t_s\":%.3f}\n",
                s->step, s->version, s->reward, s->batches, s->prompts, s->stale_min, s->stale_max, s->dropped, s->discarded,
                s->published ? "true" : "false", s->published ? s->pub_version : s->version, 100 * s->changed, s->delta_bytes,
-               s->anchor_bytes, leg->full_bytes, s->pub_ms, s->sync_ms, s->t_s);
+               s->anchor_bytes, leg->full_bytes, leg->full_bytes ? 100.0 * (double)s->delta_bytes / (double)leg->full_bytes : 0,
+               s->pub_ms, s->sync_ms, s->fresh_version, s->ver_fresh_ms, s->wait_share, s->step_ms, s->t_s);
     } else if (!o->quiet) {
-        char stale[24], patch[24], ratio[16], pub[16];
+        char stale[24], patch[24], ratio[16], pub[16], fresh[16];
         if (s->stale_min == s->stale_max) snprintf(stale, sizeof stale, "%" PRIu64, s->stale_min);
         else snprintf(stale, sizeof stale, "%" PRIu64 "-%" PRIu64, s->stale_min, s->stale_max);
         if (s->published) {
             snprintf(patch, sizeof patch, "%" PRIu64, s->delta_bytes);
-            snprintf(ratio, sizeof ratio, "%.1f%%", leg->full_bytes ? 100.0 * (double)s->delta_bytes / (double)leg->full_bytes : 0);
+            snprintf(ratio, sizeof ratio, "%.2f%%", leg->full_bytes ? 100.0 * (double)s->delta_bytes / (double)leg->full_bytes : 0);
             snprintf(pub, sizeof pub, "%.1f", s->pub_ms);
         } else {
             snprintf(patch, sizeof patch, "(held)");
             snprintf(ratio, sizeof ratio, "-");
             snprintf(pub, sizeof pub, "-");
         }
-        printf("%5u %5" PRIu64 " %7.4f %8.2f %9s %9" PRIu64 " %6s %7s %7.1f %5s %5" PRIu64 "%s\n", s->step, s->version, s->reward,
-               100 * s->changed, patch, leg->full_bytes, ratio, pub, s->sync_ms, stale, s->dropped,
+        if (s->ver_fresh_ms >= 0) snprintf(fresh, sizeof fresh, "%.1f", s->ver_fresh_ms);
+        else snprintf(fresh, sizeof fresh, "-");
+        printf("%5u %5" PRIu64 " %7.4f %6.2f %9s %6s %7s %7.1f %8s %6.1f %5s %4" PRIu64 "%s\n", s->step, s->version, s->reward,
+               100 * s->changed, patch, ratio, pub, s->sync_ms, fresh, 100 * s->wait_share, stale, s->dropped,
                s->anchor_bytes ? "  +anchor" : "");
     }
     fflush(stdout);
@@ -303,9 +349,21 @@ void demo_print_event(const demo_options *o, const demo_leg *leg, const demo_eve
     fflush(stdout);
 }
 
+/* Mean patch of the versions the steps published, as a share of a full
+ * BF16 checkpoint (anchors, which also carry a full checkpoint, apart). */
+static double patch_mean(const demo_leg *leg, uint64_t *count)
+{
+    uint64_t n = 0, bytes = 0;
+    for (size_t i = 0; i < leg->nsteps; i++)
+        if (leg->steps[i].published) n++, bytes += leg->steps[i].delta_bytes;
+    if (count) *count = n;
+    return n && leg->full_bytes ? (double)bytes / ((double)n * (double)leg->full_bytes) : 0;
+}
+
 static void print_summary(const demo_options *o, const demo_leg *leg)
 {
-    uint64_t full_equiv = leg->versions * leg->full_bytes, ferry = leg->delta_total + leg->anchor_total;
+    uint64_t full_equiv = leg->versions * leg->full_bytes, ferry = leg->delta_total + leg->anchor_total, npatch = 0;
+    double pm = patch_mean(leg, &npatch);
     uint64_t maxst = 0, restarts = 0;
     for (int i = 0; i < FERRY_DOCK_HIST; i++)
         if (leg->stale_hist[i]) maxst = (uint64_t)i;
@@ -317,11 +375,14 @@ static void print_summary(const demo_options *o, const demo_leg *leg)
                "\"window\":%d,\"versions\":%" PRIu64 ",\"anchors\":%" PRIu64 ",\"delta_bytes\":%" PRIu64 ",\"anchor_bytes\":%" PRIu64
                ",\"full_bytes\":%" PRIu64 ",\"full_checkpoint_bytes\":%" PRIu64 ",\"fetched_bytes\":%" PRIu64 ",\"admitted\":%" PRIu64
                ",\"dropped\":%" PRIu64 ",\"duplicates\":%" PRIu64 ",\"rejected\":%" PRIu64 ",\"discarded\":%" PRIu64
-               ",\"leftover\":%" PRIu64 ",\"produced\":%" PRIu64 ",\"max_staleness_seen\":%" PRIu64 ",\"staleness_hist\":[",
+               ",\"leftover\":%" PRIu64 ",\"produced\":%" PRIu64 ",\"max_staleness_seen\":%" PRIu64 ",\"patch_mean_pct\":%.3f,"
+               "\"patches\":%" PRIu64 ",\"fresh_mean_ms\":%.1f,\"fresh_max_ms\":%.1f,\"fresh_known\":%" PRIu64 ",\"wait_share\":%.4f,"
+               "\"reward_gain\":%.4f,\"staleness_hist\":[",
                leg->adaptive, leg->nsteps, leg->seconds, leg->seconds > 0 ? (double)leg->nsteps / leg->seconds : 0, leg->reward_first,
                leg->reward_last, leg->window, leg->versions, leg->anchors, leg->delta_total, leg->anchor_total, leg->full_bytes,
                full_equiv, leg->fetched_total, leg->admitted, leg->dropped, leg->duplicates, leg->rejected, leg->discarded,
-               leg->leftover, leg->produced, maxst);
+               leg->leftover, leg->produced, maxst, 100 * pm, npatch, leg->fresh_mean_ms, leg->fresh_max_ms, leg->fresh_known,
+               leg->wait_share, leg->reward_last - leg->reward_first);
         for (uint64_t i = 0; i <= maxst; i++) printf("%s%" PRIu64, i ? "," : "", leg->stale_hist[i]);
         printf("],\"restarts\":%" PRIu64 ",\"restarted_batches\":%" PRIu64 ",\"traj_hash\":\"%s\",\"masters_hash\":\"%s\"}\n",
                restarts, leg->restarted_batches, leg->traj_hash, leg->masters_hash);
@@ -333,21 +394,29 @@ static void print_summary(const demo_options *o, const demo_leg *leg)
     mb(b, sizeof b, leg->anchor_total);
     mb(c, sizeof c, full_equiv);
     mb(d, sizeof d, leg->fetched_total);
-    printf("-- %s: %zu steps in %.1f s (%.2f steps/s); mean reward %.3f (first %d steps) -> %.3f (last %d)\n", leg->name,
-           leg->nsteps, leg->seconds, leg->seconds > 0 ? (double)leg->nsteps / leg->seconds : 0, leg->reward_first, leg->window,
+    /* the headline: what a reader would quote */
+    printf("== %s: each version shipped as %.1f%% of a full checkpoint (%.0fx smaller);\n"
+           "   islands fresh %.0f ms after publish; reward %.3f -> %.3f; %.1f%% of time waiting for weights\n",
+           leg->name, 100 * pm, pm > 0 ? 1 / pm : 0, leg->fresh_mean_ms, leg->reward_first, leg->reward_last,
+           100 * leg->wait_share);
+    printf("   %zu steps in %.1f s (%.2f steps/s); mean reward %.3f (first %d steps) -> %.3f (last %d)\n", leg->nsteps,
+           leg->seconds, leg->seconds > 0 ? (double)leg->nsteps / leg->seconds : 0, leg->reward_first, leg->window,
            leg->reward_last, leg->window);
-    printf("   policy: %" PRIu64 " versions; deltas %s + %" PRIu64 " anchors %s uploaded, against %s of full checkpoints "
-           "(%.1fx less); islands fetched %s\n",
+    printf("   time-to-fresh policy (publish start -> last island synced, verified): mean %.1f ms,\n"
+           "     max %.1f ms, over %" PRIu64 " versions\n",
+           leg->fresh_mean_ms, leg->fresh_max_ms, leg->fresh_known);
+    printf("   policy: %" PRIu64 " versions: deltas %s + %" PRIu64 " anchors %s, against %s as full\n"
+           "     checkpoints (%.1fx less); islands fetched %s\n",
            leg->versions, a, leg->anchors, b, c, ferry ? (double)full_equiv / (double)ferry : 0, d);
-    printf("   batches: %" PRIu64 " put by the islands, %" PRIu64 " consumed (staleness", leg->produced, leg->admitted - leg->discarded);
+    printf("   batches: %" PRIu64 " put, %" PRIu64 " consumed (staleness", leg->produced, leg->admitted - leg->discarded);
     for (uint64_t i = 0; i <= maxst; i++) printf(" %" PRIu64 ":%" PRIu64, i, leg->stale_hist[i]);
-    printf("), %" PRIu64 " dropped as stale, %" PRIu64 " duplicates, %" PRIu64 " rejected, %" PRIu64 " discarded, %" PRIu64
+    printf("), %" PRIu64 " dropped as stale,\n     %" PRIu64 " duplicates, %" PRIu64 " rejected, %" PRIu64 " discarded, %" PRIu64
            " unused at the end\n",
            leg->dropped, leg->duplicates, leg->rejected, leg->discarded, leg->leftover);
     if (restarts)
-        printf("   churn: %" PRIu64 " island restart(s); %" PRIu64 " batches from restarted islands consumed after the restart\n", restarts,
+        printf("   churn: %" PRIu64 " island restart(s); %" PRIu64 " batches from restarted islands consumed\n     after the restart\n", restarts,
                leg->restarted_batches);
-    printf("   hashes: trajectories %s, final masters %s\n", leg->traj_hash, leg->masters_hash);
+    printf("   hashes: trajectories %s\n           final masters %s\n", leg->traj_hash, leg->masters_hash);
     fflush(stdout);
 }
 
@@ -387,6 +456,18 @@ static void machine_line(char *buf, size_t cap)
     snprintf(buf, cap, "%ld cores, %s", sysconf(_SC_NPROCESSORS_ONLN), model);
 }
 
+/* --cache DIR, else $XDG_CACHE_HOME/ferry, else $HOME/.cache/ferry; ""
+ * with --no-cache (or no home): the warm-up runs every time. */
+static void default_cache_dir(const cli_opts *c, char *buf, size_t cap)
+{
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    buf[0] = 0;
+    if (c->no_cache) return;
+    if (c->cache) snprintf(buf, cap, "%s", c->cache);
+    else if (xdg && *xdg) snprintf(buf, cap, "%s/ferry", xdg);
+    else if (home && *home) snprintf(buf, cap, "%s/.cache/ferry", home);
+}
+
 int cmd_demo(int argc, char **argv)
 {
     cli_opts c;
@@ -424,6 +505,8 @@ int cmd_demo(int argc, char **argv)
     if (c.report) snprintf(report, sizeof report, "%s", c.report);
     else snprintf(report, sizeof report, "%s/report.html", work);
 
+    rl_policy base; /* the starting policy, released at the end */
+    memset(&base, 0, sizeof base);
     ferry_store *st = NULL;
     ferry_store_options so = {.create = 1, .deadline_ms = 60000};
     int rc = ferry_store_open(url, &so, &st);
@@ -460,11 +543,27 @@ int cmd_demo(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
-    rl_policy tmp_pol;
-    memset(&tmp_pol, 0, sizeof tmp_pol);
-    size_t params = 0;
-    if (!rl_policy_create(&tmp_pol, &o->net)) params = tmp_pol.nparams;
-    rl_policy_release(&tmp_pol);
+    /* the pre-trained starting policy (cached), unless --warmup-steps 0 */
+    demo_base bi;
+    memset(&bi, 0, sizeof bi);
+    char cache_dir[4096] = "", base_line[4400] = "seeded random weights (--warmup-steps 0)";
+    if ((rc = rl_policy_create(&base, &o->net))) {
+        cli_fail("demo", rc, "policy");
+        goto out;
+    }
+    size_t params = base.nparams;
+    if (c.warmup.steps) {
+        default_cache_dir(&c, cache_dir, sizeof cache_dir);
+        if (demo_base_policy(&base, &o->task, o->seed, &c.warmup, cache_dir, &bi)) goto out;
+        o->base_w = base.w;
+        if (bi.reused)
+            snprintf(base_line, sizeof base_line, "pre-trained by %u supervised warm-up steps, reused (hash verified) from\n    %s",
+                     c.warmup.steps, bi.path);
+        else
+            snprintf(base_line, sizeof base_line, "pre-trained by %u supervised warm-up steps (%u prompts, lr %g) in %.1f s%s%s",
+                     c.warmup.steps, c.warmup.prompts, (double)c.warmup.adam.lr, bi.seconds, bi.path[0] ? "; cached in\n    " : "",
+                     bi.path);
+    }
     char machine[256];
     machine_line(machine, sizeof machine);
     const char *mode = o->mode == DEMO_ASYNC ? "async" : "sequential";
@@ -477,21 +576,32 @@ int cmd_demo(int argc, char **argv)
                mode, o->max_staleness, o->islands, o->steps, o->prompts, o->group, o->seed, params, rl_task_name(o->task.kind),
                o->task.prompt_len, (double)o->lr, o->full_sync ? "full" : "patch", c.adaptive, o->anchor_every);
         json_str(stdout, machine);
+        printf(",\"signed\":%s,\"beta1\":%g,\"eps\":%g,\"lr_warmup\":%u,\"warmup_steps\":%u,\"warmup_prompts\":%u,\"warmup_lr\":%g,\"base_reused\":%s,"
+               "\"warmup_s\":%.3f,\"base_hash\":\"%s\",\"base_path\":",
+               o->key_dir ? "true" : "false", (double)o->beta1, (double)o->eps, o->lr_warmup, c.warmup.steps, c.warmup.prompts, (double)c.warmup.adam.lr,
+               bi.reused ? "true" : "false", bi.seconds, bi.hash);
+        json_str(stdout, bi.path);
         printf("}\n");
     } else {
-        printf("ferry demo: 1 trainer + %u rollout islands (separate processes) sharing only the store %s\n", o->islands,
+        printf("ferry demo: 1 trainer + %u rollout islands (separate processes) sharing only the store\n  %s\n", o->islands,
                o->store_url);
         char pc[32];
         commas(pc, sizeof pc, params);
-        printf("  policy: %s parameters (FP32 masters + AdamW lr %g on the trainer, BF16 on the islands); task: %s %u digits;\n"
-               "  %u steps of %u prompts x %u samples; mode %s", pc, (double)o->lr, rl_task_name(o->task.kind),
-               o->task.prompt_len, o->steps, o->prompts, o->group, mode);
+        printf("  policy: %s parameters: FP32 masters + AdamW on the trainer, BF16 on the islands\n", pc);
+        printf("  start: %s\n", base_line);
+        printf("  RL: %u steps of %u prompts x %u samples, task %s %u digits, AdamW lr %g (warm-up %u\n"
+               "  steps, eps %g); mode %s",
+               o->steps, o->prompts, o->group, rl_task_name(o->task.kind), o->task.prompt_len, (double)o->lr, o->lr_warmup,
+               (double)o->eps, mode);
         if (o->mode == DEMO_ASYNC) printf(" (max staleness %" PRIu64 ")", o->max_staleness);
-        printf("; islands sync by %s; seed %" PRIu64 "\n", o->full_sync ? "full checkpoints" : "ferry patches", o->seed);
-        printf("  columns: ver = policy version the step trained on; changed%% = BF16 words that differ from the last\n"
-               "  published version; patch_B / full_B = the new version's ferry delta / a full BF16 checkpoint;\n"
-               "  pub_ms = publish (diff + upload); sync_ms = islands' last sync (fetch + apply + verify);\n"
-               "  stale = trainer version - batch version of the step's batches; drop = batches dropped as stale\n");
+        printf("; seed %" PRIu64 "\n  islands sync by %s; versions and batches %s\n", o->seed,
+               o->full_sync ? "full checkpoints" : "ferry patches", o->key_dir ? "signed (Ed25519)" : "unsigned (--unsigned)");
+        printf("  columns: ver = policy version the step trained on; chg%% = BF16 words of the new version that\n"
+               "  differ from the last published one; patch_B, ratio = its ferry delta, and that against a full\n"
+               "  BF16 checkpoint; pub_ms = publish (diff + upload); sync_ms = islands' last sync (fetch + apply\n"
+               "  + verify); fresh_ms = time-to-fresh-policy of the newest version all islands hold (publish start\n"
+               "  -> last island synced and verified); wait%% = islands' time waiting for weights during the step;\n"
+               "  stale = trainer version - batch version; drop = batches dropped as stale\n");
     }
     fflush(stdout);
 
@@ -515,7 +625,7 @@ int cmd_demo(int argc, char **argv)
         demo_report_info info = {.title = "ferry demo", .store_url = o->store_url, .mode = mode, .max_staleness = o->max_staleness,
                                  .islands = o->islands, .prompts = o->prompts, .group = o->group, .seed = o->seed,
                                  .params = params, .task = rl_task_name(o->task.kind), .digits = o->task.prompt_len,
-                                 .lr = o->lr, .machine = machine, .full_sync = o->full_sync};
+                                 .lr = o->lr, .base = base_line, .machine = machine, .full_sync = o->full_sync};
         if ((rc = demo_report_write(report, &info, legs, nlegs))) {
             cli_fail("demo", rc, report);
         } else {
@@ -531,6 +641,7 @@ int cmd_demo(int argc, char **argv)
     }
     for (size_t i = 0; i < nlegs; i++) demo_leg_release(&legs[i]);
 out:
+    rl_policy_release(&base);
     ferry_store_free(st);
     if (made_store) {
         if (c.keep) {

@@ -20,9 +20,10 @@
  * else they read from the store.  The workload itself is examples/rl
  * (policy.h, rollout.h, grpo.h, adamw.h, traj.h).
  *
- * Files: cmd_demo.c (options, trainer, supervisor, output), demo_island.c
- * (the island), demo_report.c (the HTML report), demo_common.c (the
- * objects above).
+ * Files: cmd_demo.c (options, output), demo_trainer.c (trainer,
+ * supervisor), demo_island.c (the island), demo_report.c (the HTML
+ * report), demo_common.c (the objects above), demo_base.c (the pre-trained
+ * starting policy and its cache).
  */
 #ifndef FERRY_DEMO_H
 #define FERRY_DEMO_H
@@ -34,6 +35,7 @@
 #include "ferry.h"
 #include "ferry_dock.h"
 #include "policy.h"
+#include "sft.h"
 #include "task.h"
 
 enum { DEMO_SEQUENTIAL = 1, DEMO_ASYNC = 2 };
@@ -72,6 +74,7 @@ int demo_config_format(const demo_config *c, char *buf, size_t cap);
 int demo_config_parse(const char *text, demo_config *c);
 
 /* Status line of an island. */
+#define DEMO_FRESH_HIST 8
 typedef struct demo_island_status {
     long pid;
     uint64_t version;       /* held */
@@ -83,7 +86,20 @@ typedef struct demo_island_status {
     char path[128];         /* the sync's path ("chain 4..5", "anchor 1 + chain 1..7") */
     char join[128];         /* the path of this process's first sync: how it joined */
     uint64_t join_version;  /* the version it joined at */
+    /* the last DEMO_FRESH_HIST syncs that moved the version: the version
+     * reached and the wall time (ms since the epoch) at which it was held,
+     * verified — the trainer's time-to-fresh-policy */
+    uint64_t fresh_version[DEMO_FRESH_HIST];
+    uint64_t fresh_wall_ms[DEMO_FRESH_HIST];
+    uint32_t nfresh;
+    double wait_ms;         /* total ms the rollout loop waited for weights
+                               (sequential: the sync of the requested
+                               version; async: before the first version) */
+    double busy_ms;         /* total ms since the island started working */
 } demo_island_status;
+
+/* Records a sync that reached version v at wall time ms (most recent last). */
+void demo_status_fresh(demo_island_status *s, uint64_t v, uint64_t ms);
 
 int demo_status_format(const demo_island_status *s, char *buf, size_t cap);
 int demo_status_parse(const char *text, demo_island_status *s);
@@ -110,7 +126,18 @@ typedef struct demo_step {
     uint64_t anchor_bytes;  /* bytes of its full object (anchors only) */
     double pub_ms;          /* ferry_publish_ex: diff + uploads + HEAD */
     double sync_ms;         /* islands' mean sync time to the consumed version */
+    double fresh_ms;        /* time-to-fresh-policy of pub_version: publish
+                               start -> last island holding it (or newer),
+                               verified; < 0 while unknown */
+    double ver_fresh_ms;    /* time-to-fresh of fresh_version, the newest
+                               version every island held when the row was
+                               printed; < 0: none yet */
+    uint64_t fresh_version;
+    double step_ms;         /* wall time of the step */
+    double wait_share;      /* share of the islands' time spent waiting for
+                               weights during the step (mean over islands) */
     double t_s;             /* seconds since the leg started */
+    uint64_t pub_wall_ms;   /* when the publish of pub_version started */
 } demo_step;
 
 enum { DEMO_EV_KILL = 1, DEMO_EV_RESTART = 2, DEMO_EV_DIED = 3, DEMO_EV_REJOIN = 4 };
@@ -140,6 +167,9 @@ typedef struct demo_leg {
                                leaves that batch uncounted here) */
     uint64_t restarted_batches; /* batches of restarted islands consumed after their restart */
     double seconds, reward_first, reward_last;
+    double fresh_mean_ms, fresh_max_ms; /* over versions with a known time-to-fresh */
+    uint64_t fresh_known;
+    double wait_share;      /* islands' time waiting for weights / their working time */
     int window;             /* steps averaged in reward_first / _last */
     char traj_hash[33], masters_hash[33];
 } demo_leg;
@@ -155,6 +185,7 @@ typedef struct demo_report_info {
     const char *task;
     uint32_t digits;
     double lr;
+    const char *base;       /* one line: where the starting policy came from */
     const char *machine;    /* one line: cores, CPU */
     int full_sync;
 } demo_report_info;
@@ -172,10 +203,34 @@ typedef struct demo_options {
     long kill_at;           /* step at which island 0 is killed, -1: never */
     uint32_t restart_after; /* async: steps before the killed island restarts */
     double timeout_s;       /* a step that gets no batch for this long fails */
-    float lr;
+    float lr;               /* the RL run's AdamW: learning rate */
+    float beta1, eps;       /* and its other settings (beta2 stays 0.999) */
+    uint32_t lr_warmup;     /* steps of linear learning-rate warm-up (0: none) */
     rl_task task;
     rl_policy_config net;
+    const float *base_w;    /* the pre-trained starting policy (FP32,
+                               net's layout), or NULL: seeded random weights */
 } demo_options;
+
+/* ---- the pre-trained starting policy (demo_base.c) ---------------------- */
+
+typedef struct demo_base {
+    char path[4096];        /* the cache file used ("" when not cached) */
+    int reused;             /* 1: read back from the cache (hash verified) */
+    double seconds;         /* warm-up time (0 when reused) */
+    double loss;            /* last warm-up loss */
+    char hash[33];          /* XXH3-128 of the FP32 weights */
+} demo_base;
+
+/* Makes p's weights the base policy of (seed, task, net, warm-up
+ * settings): seeded initial weights, then the supervised warm-up
+ * (sft.h).  With cache_dir, first looks for the file of those settings
+ * there and reuses it if its recorded settings and weight hash match; else
+ * computes and writes it (atomically; a failed write only warns).  p must
+ * be created with the config; returns 0 or a FERRY_ERR_* code after
+ * printing why to stderr. */
+int demo_base_policy(rl_policy *p, const rl_task *t, uint64_t seed, const rl_sft_config *w, const char *cache_dir,
+                     demo_base *out);
 
 /* Runs one leg: a fresh run in the store, islands started and stopped,
  * `steps` trainer steps; adaptive = 0 publishes after every step.  Fills

@@ -110,28 +110,66 @@ static void spaces(char *s)
         if (*s == '_') *s = ' ';
 }
 
+void demo_status_fresh(demo_island_status *s, uint64_t v, uint64_t ms)
+{
+    if (s->nfresh == DEMO_FRESH_HIST) {
+        memmove(s->fresh_version, s->fresh_version + 1, (DEMO_FRESH_HIST - 1) * sizeof s->fresh_version[0]);
+        memmove(s->fresh_wall_ms, s->fresh_wall_ms + 1, (DEMO_FRESH_HIST - 1) * sizeof s->fresh_wall_ms[0]);
+        s->nfresh--;
+    }
+    s->fresh_version[s->nfresh] = v;
+    s->fresh_wall_ms[s->nfresh] = ms;
+    s->nfresh++;
+}
+
 int demo_status_format(const demo_island_status *s, char *buf, size_t cap)
 {
-    char path[128], join[128];
+    char path[128], join[128], fresh[DEMO_FRESH_HIST * 44 + 2] = "-";
     underscores(path, sizeof path, s->path);
     underscores(join, sizeof join, s->join);
+    for (uint32_t i = 0, o = 0; i < s->nfresh && i < DEMO_FRESH_HIST; i++)
+        o += (uint32_t)snprintf(fresh + o, sizeof fresh - o, "%s%" PRIu64 ":%" PRIu64, i ? "," : "", s->fresh_version[i],
+                                s->fresh_wall_ms[i]);
     int n = snprintf(buf, cap,
                      "pid %ld version %" PRIu64 " syncs %" PRIu64 " sync_ms %.3f sync_bytes %" PRIu64 " fetched %" PRIu64
-                     " batches %" PRIu64 " path %s join %s join_version %" PRIu64 "\n",
+                     " batches %" PRIu64 " path %s join %s join_version %" PRIu64 " wait_ms %.1f busy_ms %.1f fresh %s\n",
                      s->pid, s->version, s->syncs, s->sync_ms, s->sync_bytes, s->fetched_total, s->batches, path, join,
-                     s->join_version);
+                     s->join_version, s->wait_ms, s->busy_ms, fresh);
     return n < 0 || (size_t)n >= cap ? FERRY_ERR_LIMIT : 0;
+}
+
+/* "v:ms,v:ms,..." (at most DEMO_FRESH_HIST pairs) or "-". */
+static int parse_fresh(const char *t, demo_island_status *s)
+{
+    if (!strcmp(t, "-")) return 0;
+    while (*t) {
+        unsigned long long v, ms;
+        int used = 0;
+        if (s->nfresh == DEMO_FRESH_HIST || sscanf(t, "%20llu:%20llu%n", &v, &ms, &used) != 2 || !used) return FERRY_ERR_ARG;
+        s->fresh_version[s->nfresh] = v;
+        s->fresh_wall_ms[s->nfresh] = ms;
+        s->nfresh++;
+        t += used;
+        if (*t == ',') t++;
+        else if (*t) return FERRY_ERR_ARG;
+    }
+    return 0;
 }
 
 int demo_status_parse(const char *text, demo_island_status *s)
 {
     memset(s, 0, sizeof *s);
+    char fresh[DEMO_FRESH_HIST * 44 + 2];
     if (sscanf(text,
                "pid %ld version %" SCNu64 " syncs %" SCNu64 " sync_ms %lf sync_bytes %" SCNu64 " fetched %" SCNu64
-               " batches %" SCNu64 " path %127s join %127s join_version %" SCNu64,
+               " batches %" SCNu64 " path %127s join %127s join_version %" SCNu64 " wait_ms %lf busy_ms %lf fresh %353s",
                &s->pid, &s->version, &s->syncs, &s->sync_ms, &s->sync_bytes, &s->fetched_total, &s->batches, s->path, s->join,
-               &s->join_version) != 10)
+               &s->join_version, &s->wait_ms, &s->busy_ms, fresh) != 13)
         return FERRY_ERR_ARG;
+    if (!(s->wait_ms >= 0 && s->busy_ms >= 0 && s->wait_ms < 1e12 && s->busy_ms < 1e12) || parse_fresh(fresh, s)) {
+        memset(s, 0, sizeof *s);
+        return FERRY_ERR_ARG;
+    }
     spaces(s->path);
     spaces(s->join);
     return 0;

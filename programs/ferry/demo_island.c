@@ -120,6 +120,7 @@ static int sync_to(island *is, ferry_subscriber **sub, ferry_model *m, int mode,
             snprintf(s->join, sizeof s->join, "%s", info.path);
             s->join_version = info.to_version;
         }
+        demo_status_fresh(s, info.to_version, demo_wall_ms());
     }
     s->fetched_total += info.bytes_fetched;
     s->version = info.to_version;
@@ -146,7 +147,7 @@ static int read_control(island *is, int *stop, uint64_t *step, uint64_t *version
 
 static int put_status(island *is)
 {
-    char buf[512];
+    char buf[1024];
     int rc = demo_status_format(&is->status, buf, sizeof buf);
     if (!rc) rc = ferry_store_put(is->st, is->status_key, buf, strlen(buf), NULL);
     return rc;
@@ -184,7 +185,7 @@ static int rollout_put(island *is, uint64_t step, uint32_t first, uint32_t count
 static int run_sequential(island *is)
 {
     uint64_t last_step = UINT64_MAX;
-    double backoff = 1, idle_since = demo_now_ms();
+    double backoff = 1, idle_since = demo_now_ms(), started = -1;
     uint32_t first, count;
     demo_shard(is->cfg.prompts, is->cfg.islands, is->id % is->cfg.islands, &first, &count);
     for (;;) {
@@ -202,12 +203,17 @@ static int run_sequential(island *is)
             continue;
         }
         backoff = 1;
+        double t0 = demo_now_ms();
+        if (started < 0) started = t0; /* working from the first request on */
         if (is->status.version != version || is->cfg.full_sync) {
+            /* the rollout of this step waits for these weights */
             if ((rc = sync_to(is, &is->sub, is->m_held, FERRY_SYNC_EXACT, version, &is->status)))
                 return island_fail(is, "syncing to the requested version", rc);
             rl_policy_set_bf16(&is->pol, is->held);
         }
+        is->status.wait_ms += demo_now_ms() - t0;
         if ((rc = rollout_put(is, step, first, count, version, NULL))) return island_fail(is, "rollout / put", rc);
+        is->status.busy_ms = demo_now_ms() - started;
         if ((rc = put_status(is))) return island_fail(is, "status", rc);
         last_step = step;
         idle_since = demo_now_ms();
@@ -291,7 +297,7 @@ static int run_async(island *is)
     demo_shard(is->cfg.prompts, is->cfg.islands, is->id % is->cfg.islands, &first, &count);
     char out_keys[64][DEMO_KEY_MAX];
     uint32_t nout = 0;
-    double backoff = 1, idle_since = demo_now_ms();
+    double backoff = 1, idle_since = demo_now_ms(), started = demo_now_ms(), wait = 0;
     for (;;) {
         int stop;
         uint64_t step, version;
@@ -299,6 +305,7 @@ static int run_async(island *is)
         if ((rc = read_control(is, &stop, &step, &version))) return island_fail(is, "reading the control object", rc);
         if (stop) return 0;
         /* a newer version from the follower, between batches */
+        double t0 = demo_now_ms();
         pthread_mutex_lock(&is->mu);
         if (is->ready_version > is->status.version) {
             memcpy(is->held, is->ready, n * 2);
@@ -309,6 +316,9 @@ static int run_async(island *is)
             rl_policy_set_bf16(&is->pol, is->held);
         }
         pthread_mutex_unlock(&is->mu);
+        /* the rollout loop waits for weights only to pick up a new version
+         * (the follower syncs in the background), and before the first */
+        wait += demo_now_ms() - t0;
         /* batches of ours the trainer has not taken (or dropped) yet; one
          * that is already too old for the trainer (whose version is at
          * least the one we hold) will only be dropped: not worth waiting
@@ -329,7 +339,17 @@ static int run_async(island *is)
                 i++;
             }
         }
-        if (!is->status.version || nout >= is->cfg.queue || nout >= 64) {
+        if (!is->status.version) {
+            if (demo_now_ms() - idle_since > ISLAND_IDLE_EXIT_MS) {
+                fprintf(stderr, "ferry island %u: no policy for %.0f s, exiting\n", is->id, ISLAND_IDLE_EXIT_MS / 1e3);
+                return 1;
+            }
+            double w0 = demo_now_ms();
+            demo_sleep_ms(2);
+            wait += demo_now_ms() - w0;
+            continue;
+        }
+        if (nout >= is->cfg.queue || nout >= 64) {
             if (demo_now_ms() - idle_since > ISLAND_IDLE_EXIT_MS) {
                 fprintf(stderr, "ferry island %u: idle for %.0f s, exiting\n", is->id, ISLAND_IDLE_EXIT_MS / 1e3);
                 return 1;
@@ -344,6 +364,8 @@ static int run_async(island *is)
         if ((rc = rollout_put(is, coord, first, count, is->status.version, out_keys[nout])))
             return island_fail(is, "rollout / put", rc);
         nout++;
+        is->status.wait_ms = wait;
+        is->status.busy_ms = demo_now_ms() - started;
         if ((rc = put_status(is))) return island_fail(is, "status", rc);
         idle_since = demo_now_ms();
     }

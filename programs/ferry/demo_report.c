@@ -185,8 +185,8 @@ int demo_report_write(const char *path, const demo_report_info *in, const demo_l
     size_t maxn = 1;
     for (size_t l = 0; l < nlegs; l++)
         if (legs[l].nsteps + 1 > maxn) maxn = legs[l].nsteps + 1;
-    /* per leg: 6 arrays of maxn doubles */
-    double *buf = calloc(nlegs * 8 * maxn + 1, sizeof *buf);
+    /* per leg: 9 arrays of maxn doubles */
+    double *buf = calloc(nlegs * 9 * maxn + 1, sizeof *buf);
     if (!buf) {
         fclose(f);
         free(doc);
@@ -221,8 +221,10 @@ int demo_report_write(const char *path, const demo_report_info *in, const demo_l
     if (!strcmp(in->mode, "async")) fprintf(f, "<tr><td>max staleness</td><td>%" PRIu64 " versions</td></tr>\n", in->max_staleness);
     fprintf(f, "<tr><td>policy</td><td>%zu parameters</td></tr>\n<tr><td>task</td><td>%s, %u digits</td></tr>\n"
                "<tr><td>batch per step</td><td>%u prompts &times; %u samples</td></tr>\n<tr><td>AdamW lr</td><td>%g</td></tr>\n"
-               "<tr><td>seed</td><td>%" PRIu64 "</td></tr>\n<tr><td>machine</td><td>",
+               "<tr><td>seed</td><td>%" PRIu64 "</td></tr>\n<tr><td>starting policy</td><td>",
             in->params, in->task, in->digits, in->prompts, in->group, in->lr, in->seed);
+    esc(f, in->base ? in->base : "seeded random weights");
+    fprintf(f, "</td></tr>\n<tr><td>machine</td><td>");
     esc(f, in->machine);
     fprintf(f, "</td></tr></table>\n");
 
@@ -249,6 +251,9 @@ int demo_report_write(const char *path, const demo_report_info *in, const demo_l
         fprintf(f, "</tr>\n");                                                                                                         \
     } while (0)
     ROW("steps / wall time", fprintf(f, "%zu / %.1f s", L->nsteps, L->seconds));
+    ROW("time-to-fresh policy (publish start &rarr; last island synced, verified)",
+        fprintf(f, "mean %.1f ms, max %.1f ms (%" PRIu64 " versions)", L->fresh_mean_ms, L->fresh_max_ms, L->fresh_known));
+    ROW("islands' time waiting for weights", fprintf(f, "%.1f%%", 100 * L->wait_share));
     ROW("mean reward, first steps", fprintf(f, "%.3f (%d steps)", L->reward_first, L->window));
     ROW("mean reward, last steps", fprintf(f, "%.3f (%d steps)", L->reward_last, L->window));
     ROW("versions published", fprintf(f, "%" PRIu64 " (%" PRIu64 " anchors)", L->versions, L->anchors));
@@ -266,8 +271,8 @@ int demo_report_write(const char *path, const demo_report_info *in, const demo_l
     fprintf(f, "</table>\n");
 
     /* series */
-    series rs[4] = {{0}}, bs[6] = {{0}}, cs[6] = {{0}}, ch[4] = {{0}};
-    size_t nrs = 0, nbs = 0, ncs = 0, nch = 0;
+    series rs[4] = {{0}}, bs[6] = {{0}}, cs[6] = {{0}}, ch[4] = {{0}}, fr[4] = {{0}};
+    size_t nrs = 0, nbs = 0, ncs = 0, nch = 0, nfr = 0;
     double full_x[2], full_y[2], fullc_x[2], fullc_y[2];
     double vx[64] = {0};
     const char *vlab[64] = {0}, *vcol[64] = {0};
@@ -277,10 +282,10 @@ int demo_report_write(const char *path, const demo_report_info *in, const demo_l
     double vmax = 1;
     for (size_t l = 0; l < nlegs; l++) {
         const demo_leg *L = &legs[l];
-        double *a = buf + l * 8 * maxn;
+        double *a = buf + l * 9 * maxn;
         double *sx = a, *sr = a + maxn, *vxs = a + 2 * maxn, *vb = a + 3 * maxn, *cx = a + 4 * maxn, *cb = a + 5 * maxn,
-               *chy = a + 6 * maxn;
-        size_t nvv = 0;
+               *chy = a + 6 * maxn, *fx = a + 7 * maxn, *fy = a + 8 * maxn;
+        size_t nvv = 0, nf = 0;
         double cum = (double)(L->anchors ? L->full_bytes : 0); /* version 1 */
         uint64_t versions = 1;
         cx[0] = 0;
@@ -290,6 +295,10 @@ int demo_report_write(const char *path, const demo_report_info *in, const demo_l
             sx[i] = s->step;
             sr[i] = s->reward;
             chy[i] = 100 * s->changed;
+            if (s->published && s->fresh_ms >= 0) {
+                fx[nf] = (double)s->pub_version;
+                fy[nf++] = s->fresh_ms;
+            }
             if (s->published) {
                 vxs[nvv] = (double)s->pub_version;
                 vb[nvv] = (double)s->delta_bytes;
@@ -308,6 +317,7 @@ int demo_report_write(const char *path, const demo_report_info *in, const demo_l
         bs[nbs++] = (series){L->name, col, vxs, vb, nvv, 0};
         cs[ncs++] = (series){L->name, col, cx, cb, L->nsteps + 1, 0};
         ch[nch++] = (series){L->name, col, sx, chy, L->nsteps, 0};
+        fr[nfr++] = (series){L->name, col, fx, fy, nf, 0};
         for (size_t e = 0; e < L->nevents && nv < 64; e++) {
             if (L->events[e].kind == DEMO_EV_DIED || L->events[e].kind == DEMO_EV_REJOIN) continue;
             vx[nv] = L->events[e].step;
@@ -333,6 +343,8 @@ int demo_report_write(const char *path, const demo_report_info *in, const demo_l
     fprintf(f, "</div>\n<h2>Bytes on the wire</h2>\n<div class=\"grid\">\n");
     line_chart(f, "bytes per version: ferry delta vs full checkpoint", "policy version", bs, nbs, FMT_BYTES, 0, NULL, NULL, NULL, 0);
     line_chart(f, "cumulative bytes published (anchors included)", "trainer steps done", cs, ncs, FMT_BYTES, 0, NULL, NULL, NULL, 0);
+    line_chart(f, "time-to-fresh-policy, ms: publish start -> last island synced and verified", "policy version", fr, nfr, FMT_PLAIN, 0,
+               NULL, NULL, NULL, 0);
     fprintf(f, "</div>\n<p class=\"note\">A ferry delta holds exactly the BF16 words that changed (positions by exponent class, "
                "values as ULP deltas, range-coded); islands verify base and result hashes, so the weights they sample with are "
                "bit-identical to the trainer's cast. Anchors (full checkpoints) are published every few versions so that a new or "

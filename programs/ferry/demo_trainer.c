@@ -231,6 +231,17 @@ typedef struct trainer {
     demo_island_status isl[DEMO_MAX_ISLANDS];
     uint64_t fetched_dead;      /* bytes fetched by island processes that are gone */
     uint64_t batches_dead;      /* batches they put */
+    double wait_dead, busy_dead; /* their time waiting for weights / working */
+    double prev_wait[DEMO_MAX_ISLANDS], prev_busy[DEMO_MAX_ISLANDS]; /* at the last read */
+    /* time-to-fresh-policy, per version v (1..max_version): when its publish
+     * started, which process each island ran then (0: none), and when that
+     * process first held v or newer (0: not yet) */
+    uint64_t max_version;
+    uint64_t *pub_wall;         /* [v] */
+    long *pub_pid;              /* [v * islands + i] */
+    uint64_t *reach;            /* [v * islands + i] */
+    uint32_t *ver_step;         /* [v] the step that published v, UINT32_MAX: none */
+    const sup *sp;
     char last_warning[256];
 } trainer;
 
@@ -262,6 +273,10 @@ static void trainer_release(trainer *t)
     free(t->grad);
     free(t->cast);
     free(t->published);
+    free(t->pub_wall);
+    free(t->pub_pid);
+    free(t->reach);
+    free(t->ver_step);
     rl_adamw_release(&t->adam);
     rl_work_release(&t->ws);
     rl_policy_release(&t->master);
@@ -365,10 +380,46 @@ static int collect(trainer *t, sup *s, demo_leg *leg, uint32_t step, demo_step *
     return 0;
 }
 
+/* Time-to-fresh-policy of version v: publish start -> the last island
+ * (of those running when it was published) holding v or newer, verified.
+ * Written into the step that published v once every such island has
+ * reported it. */
+static void update_fresh(trainer *t, demo_leg *leg, uint64_t v)
+{
+    uint32_t j = t->ver_step[v];
+    if (j == UINT32_MAX || leg->steps[j].fresh_ms >= 0) return;
+    uint64_t last = 0;
+    int need = 0;
+    for (uint32_t i = 0; i < t->o->islands; i++) {
+        size_t k = (size_t)v * t->o->islands + i;
+        if (!t->pub_pid[k]) continue;
+        need++;
+        if (!t->reach[k]) return;
+        if (t->reach[k] > last) last = t->reach[k];
+    }
+    if (!need) return;
+    leg->steps[j].fresh_ms = last > t->pub_wall[v] ? (double)(last - t->pub_wall[v]) : 0;
+}
+
+/* An island's status names the versions its last syncs reached and when:
+ * the first time its current process held each version or a newer one. */
+static void note_fresh(trainer *t, uint32_t i, const demo_island_status *s)
+{
+    for (uint32_t f = 0; f < s->nfresh; f++) {
+        uint64_t fv = s->fresh_version[f] < t->max_version ? s->fresh_version[f] : t->max_version;
+        for (uint64_t v = fv; v >= 2; v--) {
+            size_t k = (size_t)v * t->o->islands + i;
+            if (t->pub_pid[k] != s->pid) continue;
+            if (t->reach[k] && t->reach[k] <= s->fresh_wall_ms[f]) break; /* older ones too */
+            t->reach[k] = s->fresh_wall_ms[f];
+        }
+    }
+}
+
 /* Reads the islands' status objects: mean time of their last syncs, and the
  * bytes they fetched and batches they put (a restarted island starts its
  * counters again: those of its previous process are kept apart). */
-static void read_status(trainer *t, demo_leg *leg, uint32_t step, double *sync_ms)
+static void read_status(trainer *t, demo_leg *leg, uint32_t step, double *sync_ms, double *wait_share)
 {
     double sum = 0;
     int n = 0;
@@ -383,6 +434,9 @@ static void read_status(trainer *t, demo_leg *leg, uint32_t step, double *sync_m
             if (s.pid != t->isl[i].pid) {
                 t->fetched_dead += t->isl[i].fetched_total;
                 t->batches_dead += t->isl[i].batches;
+                t->wait_dead += t->isl[i].wait_ms;
+                t->busy_dead += t->isl[i].busy_ms;
+                t->prev_wait[i] = t->prev_busy[i] = 0;
                 if (t->isl[i].pid && s.syncs) {
                     /* a restarted island's first words: how it caught up */
                     char what[200];
@@ -393,6 +447,7 @@ static void read_status(trainer *t, demo_leg *leg, uint32_t step, double *sync_m
                 }
             }
             t->isl[i] = s;
+            note_fresh(t, i, &s);
         }
         ferry_free(data);
         if (t->isl[i].syncs) {
@@ -401,10 +456,23 @@ static void read_status(trainer *t, demo_leg *leg, uint32_t step, double *sync_m
         }
     }
     uint64_t fetched = t->fetched_dead, batches = t->batches_dead;
+    double wait = t->wait_dead, busy = t->busy_dead, share = 0;
+    int nshare = 0;
     for (uint32_t i = 0; i < t->o->islands; i++) {
         fetched += t->isl[i].fetched_total;
         batches += t->isl[i].batches;
+        wait += t->isl[i].wait_ms;
+        busy += t->isl[i].busy_ms;
+        double dw = t->isl[i].wait_ms - t->prev_wait[i], db = t->isl[i].busy_ms - t->prev_busy[i];
+        if (db > 0 && dw >= 0) {
+            share += dw / db;
+            nshare++;
+        }
+        t->prev_wait[i] = t->isl[i].wait_ms;
+        t->prev_busy[i] = t->isl[i].busy_ms;
     }
+    if (wait_share) *wait_share = nshare ? share / nshare : 0;
+    leg->wait_share = busy > 0 ? wait / busy : 0;
     if (sync_ms) *sync_ms = n ? sum / n : 0;
     leg->fetched_total = fetched;
     leg->produced = batches;
@@ -431,6 +499,10 @@ static int train(trainer *t, demo_step *ds)
     }
     ds->batches = (uint32_t)t->nk;
     ds->reward = completions ? gs.reward_sum / (double)completions : 0;
+    /* linear learning-rate warm-up, as RL fine-tunes do: Adam's first steps
+     * move every weight by the full rate whatever its gradient */
+    uint32_t w = t->o->lr_warmup;
+    t->adam.cfg.lr = w && t->adam.t < w ? t->o->lr * (float)(t->adam.t + 1) / (float)w : t->o->lr;
     rl_adamw_step(&t->adam, t->master.w, t->grad);
     return 0;
 }
@@ -447,6 +519,7 @@ static int publish(trainer *t, demo_leg *leg, demo_step *ds)
     ferry_publish_info info;
     unsigned flags = t->o->full_sync ? FERRY_PUBLISH_ANCHOR : 0;
     double t0 = demo_now_ms();
+    uint64_t wall0 = demo_wall_ms();
     int rc = ferry_publish_ex(t->pub, t->m_f32, flags, &info);
     if (rc) return tfail("publishing", rc);
     if (ds) {
@@ -455,8 +528,16 @@ static int publish(trainer *t, demo_leg *leg, demo_step *ds)
         ds->pub_version = info.version;
         ds->delta_bytes = info.delta_bytes;
         ds->anchor_bytes = info.full_bytes;
+        ds->pub_wall_ms = wall0;
+        ds->fresh_ms = -1;
     }
     t->version = info.version;
+    if (info.version <= t->max_version) {
+        t->pub_wall[info.version] = wall0;
+        t->ver_step[info.version] = ds ? ds->step : UINT32_MAX;
+        for (uint32_t i = 0; i < t->o->islands; i++)
+            t->pub_pid[(size_t)info.version * t->o->islands + i] = t->sp ? (long)t->sp->pid[i] : 0;
+    }
     memcpy(t->published, t->cast, t->master.nparams * 2);
     leg->versions++;
     leg->delta_total += info.delta_bytes;
@@ -542,6 +623,16 @@ int demo_run_leg(const demo_options *o, ferry_store *st, double adaptive, const 
         goto out;
     }
     XXH3_128bits_reset(t.traj_hash);
+    t.sp = &s;
+    t.max_version = (uint64_t)o->steps + 1;
+    if (!(t.pub_wall = calloc(t.max_version + 1, sizeof *t.pub_wall)) ||
+        !(t.pub_pid = calloc((t.max_version + 1) * o->islands, sizeof *t.pub_pid)) ||
+        !(t.reach = calloc((t.max_version + 1) * o->islands, sizeof *t.reach)) ||
+        !(t.ver_step = malloc((t.max_version + 1) * sizeof *t.ver_step))) {
+        tfail("alloc", FERRY_ERR_NOMEM);
+        goto out;
+    }
+    memset(t.ver_step, 0xff, (t.max_version + 1) * sizeof *t.ver_step);
     if ((rc = rl_policy_create(&t.master, &o->net))) {
         tfail("policy", rc);
         goto out;
@@ -550,9 +641,12 @@ int demo_run_leg(const demo_options *o, ferry_store *st, double adaptive, const 
         tfail("the task does not fit the network", rc);
         goto out;
     }
-    rl_policy_init_weights(&t.master, o->seed);
+    if (o->base_w) memcpy(t.master.w, o->base_w, t.master.nparams * sizeof *t.master.w);
+    else rl_policy_init_weights(&t.master, o->seed);
     rl_adamw_config ac = rl_adamw_config_default();
     ac.lr = o->lr;
+    ac.beta1 = o->beta1;
+    ac.eps = o->eps;
     size_t n = t.master.nparams;
     if ((rc = rl_adamw_init(&t.adam, n, &ac))) {
         tfail("adamw", rc);
@@ -615,6 +709,8 @@ int demo_run_leg(const demo_options *o, ferry_store *st, double adaptive, const 
         memset(ds, 0, sizeof *ds);
         ds->step = step;
         ds->version = t.version;
+        ds->fresh_ms = -1;
+        double step_t0 = demo_now_ms();
         if (o->mode == DEMO_SEQUENTIAL) {
             char req[96];
             snprintf(req, sizeof req, "step %u version %" PRIu64 "\n", step, t.version);
@@ -634,7 +730,17 @@ int demo_run_leg(const demo_options *o, ferry_store *st, double adaptive, const 
             if (s.restarts[k->island] && k->put_ms >= s.restarted_wall_ms[k->island]) leg->restarted_batches++;
         }
         kept_clear(&t);
-        read_status(&t, leg, step, &ds->sync_ms);
+        read_status(&t, leg, step, &ds->sync_ms, &ds->wait_share);
+        for (uint64_t v = t.version > 64 ? t.version - 64 : 2; v <= t.version; v++) update_fresh(&t, leg, v);
+        ds->ver_fresh_ms = -1;
+        for (uint64_t v = t.version; v >= 2 && v + 64 > t.version; v--) {
+            uint32_t j = t.ver_step[v];
+            if (j != UINT32_MAX && leg->steps[j].fresh_ms >= 0) {
+                ds->ver_fresh_ms = leg->steps[j].fresh_ms;
+                ds->fresh_version = v;
+                break;
+            }
+        }
 
         rl_policy_cast_bf16(&t.master, t.cast);
         ds->changed = (double)count_changed(t.cast, t.published, n) / (double)n;
@@ -643,6 +749,7 @@ int demo_run_leg(const demo_options *o, ferry_store *st, double adaptive, const 
             if (publish(&t, leg, ds)) goto out;
             since_publish = 0;
         }
+        ds->step_ms = demo_now_ms() - step_t0;
         ds->t_s = (demo_now_ms() - t_start) / 1e3;
         leg->nsteps = step + 1;
         leg->discarded += ds->discarded;
@@ -653,7 +760,19 @@ out:
     /* islands that miss this die with us anyway (PR_SET_PDEATHSIG) */
     if (t.st && t.run[0]) (void)write_text(st, t.run, "control", "stop\n");
     stop_all(&s);
-    if (t.st && t.run[0]) read_status(&t, leg, o->steps, NULL); /* the islands' last words */
+    if (t.st && t.run[0]) read_status(&t, leg, o->steps, NULL, NULL); /* the islands' last words */
+    if (t.reach) {
+        for (uint64_t v = 2; v <= t.version && v <= t.max_version; v++) update_fresh(&t, leg, v);
+        double sum = 0;
+        for (size_t j = 0; j < leg->nsteps; j++) {
+            double f = leg->steps[j].fresh_ms;
+            if (!leg->steps[j].published || f < 0) continue;
+            sum += f;
+            leg->fresh_known++;
+            if (f > leg->fresh_max_ms) leg->fresh_max_ms = f;
+        }
+        leg->fresh_mean_ms = leg->fresh_known ? sum / (double)leg->fresh_known : 0;
+    }
     if (t.dock) {
         ferry_dock_stats ds, end;
         ferry_dock_get_stats(t.dock, &ds);

@@ -2,8 +2,11 @@
 # Async push-pull in `ferry demo`: islands sample continuously with the
 # version they hold and follow HEAD in the background; the dock admits a
 # batch iff trainer version - batch version <= S.  For S = 0 (many drops)
-# and S = 2, on a small quickly-learnable setting (copy 2 digits, hidden
-# width 64, lr 1e-2, 3 islands, 40 steps):
+# and S = 2, on a small quickly-learnable setting trained from scratch at a
+# high rate (copy 2 digits, hidden width 64, --warmup-steps 0, lr 1e-2 with
+# AdamW's usual eps 1e-8 and no lr warm-up, 3 islands, 40 steps), where
+# staleness matters most; demo_regime.sh runs async at the default
+# post-training settings:
 #   - no consumed batch is older than S versions (every step's staleness_max,
 #     and the summary's histogram);
 #   - every dropped batch is counted: the per-step drops add up to the
@@ -20,6 +23,7 @@ PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
 passed=0 failed=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ferry-demo-async.XXXXXX"); trap 'rm -rf "$tmp"' EXIT
 export TMPDIR=$tmp
+export XDG_CACHE_HOME=$tmp/cache # the demo caches its pre-trained start there
 pass() { passed=$((passed + 1)); echo "ok   $1"; }
 fail() { failed=$((failed + 1)); echo "FAIL $1"; [ -s "$tmp/log" ] && sed 's/^/    | /' "$tmp/log" | tail -n 15; }
 if [ ! -x "$FERRY" ]; then echo "FAIL $FERRY is not built"; echo "0 passed, 1 failed"; exit 1; fi
@@ -28,7 +32,7 @@ if ! "$FERRY" --help 2>/dev/null | grep -qE '^ +demo '; then echo "skipped: NO_N
 for S in 0 2; do
     out=$tmp/s$S.json
     if timeout 300 "$FERRY" demo --mode async --max-staleness $S --islands 3 --steps 40 --task copy --digits 2 --dim 64 \
-        --lr 1e-2 --prompts 8 --group 8 --seed 5 --json --report "$tmp/s$S.html" >"$out" 2>"$tmp/log"; then
+        --warmup-steps 0 --lr 1e-2 --eps 1e-8 --lr-warmup 0 --prompts 8 --group 8 --seed 5 --json --report "$tmp/s$S.html" >"$out" 2>"$tmp/log"; then
         pass "S=$S: the run completes"
     else
         fail "S=$S: the run completes"; continue

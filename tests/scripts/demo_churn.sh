@@ -24,12 +24,15 @@ demo_pid=
 cleanup() { [ -n "$demo_pid" ] && kill "$demo_pid" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
 export TMPDIR=$tmp
+export XDG_CACHE_HOME=$tmp/cache # the demo caches its pre-trained start there
 pass() { passed=$((passed + 1)); echo "ok   $1"; }
 fail() { failed=$((failed + 1)); echo "FAIL $1"; [ -s "$tmp/log" ] && sed 's/^/    | /' "$tmp/log" | tail -n 15; }
 if [ ! -x "$FERRY" ]; then echo "FAIL $FERRY is not built"; echo "0 passed, 1 failed"; exit 1; fi
 if ! "$FERRY" --help 2>/dev/null | grep -qE '^ +demo '; then echo "skipped: NO_NET build"; echo "0 passed, 0 failed"; exit 0; fi
 
-SMALL=(--islands 2 --task copy --digits 2 --dim 64 --lr 1e-2 --prompts 6 --group 4)
+# a small network at the default post-training settings (pre-trained start,
+# cached in $XDG_CACHE_HOME; low learning rate)
+SMALL=(--islands 2 --task copy --digits 2 --dim 64 --prompts 6 --group 4)
 # check NAME FILE PYTHON: ev (events), st (steps), sm (summary)
 check() {
     if $PY - "$2" "$3" >"$tmp/log" 2>&1 <<'PYEOF'; then pass "$1"; else fail "$1"; fi

@@ -21,6 +21,7 @@ PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
 passed=0 failed=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ferry-demo-cli.XXXXXX"); trap 'rm -rf "$tmp"' EXIT
 export TMPDIR=$tmp
+export XDG_CACHE_HOME=$tmp/cache # the demo caches its pre-trained start there
 
 pass() { passed=$((passed + 1)); echo "ok   $1"; }
 fail() { failed=$((failed + 1)); echo "FAIL $1"; for f in "$tmp/out" "$tmp/err"; do [ -s "$f" ] && sed 's/^/    | /' "$f" | tail -n 12; done; }
@@ -35,7 +36,8 @@ fi
 run demo --help
 if [ $rc -eq 0 ] && grep -q '^usage: ferry demo' "$tmp/out" && [ ! -s "$tmp/err" ]; then
     missing=
-    for o in --store --islands --steps --mode --max-staleness --seed --adaptive --report --json --kill-island-at --sync; do
+    for o in --store --islands --steps --mode --max-staleness --seed --adaptive --report --json --kill-island-at --sync \
+        --warmup-steps --warmup-lr --cache --no-cache --lr-warmup --eps --beta1; do
         grep -q -- "$o" "$tmp/out" || missing="$missing $o"
     done
     if [ -z "$missing" ]; then pass "demo --help names every option"; else fail "demo --help lacks:$missing"; fi
@@ -65,6 +67,10 @@ bad "no-baseline without adaptive" demo --no-baseline
 bad "fewer prompts than islands" demo --islands 4 --prompts 3
 bad "sync" demo --sync half
 bad "lr" demo --lr -1
+bad "warmup-steps" demo --warmup-steps -1
+bad "eps 0" demo --eps 0
+bad "beta1 1" demo --beta1 1
+bad "cache missing value" demo --cache
 bad "island without arguments" island
 bad "island bad id" island --store /tmp --run r --island -3
 run demo --store 'ftp://example.invalid/x' --steps 1 --report "$tmp/never.html"
@@ -99,6 +105,19 @@ assert sm["steps"] == steps and sm["versions"] == steps + 1 and sm["admitted"] =
 assert sm["produced"] == sm["admitted"] + sm["dropped"] + sm["leftover"] + sm["duplicates"] + sm["rejected"], sm
 assert len(sm["traj_hash"]) == 32 and len(sm["masters_hash"]) == 32
 assert ev[-1]["path"].endswith("r1.html")
+# the pre-trained start: computed (not reused) on the first run, cached
+assert ev[0]["warmup_steps"] == 20 and not ev[0]["base_reused"] and len(ev[0]["base_hash"]) == 32, ev[0]
+assert ev[0]["base_path"].startswith(os.environ["XDG_CACHE_HOME"] + "/ferry/demo-base-"), ev[0]
+assert os.path.getsize(ev[0]["base_path"]) > 0
+# what a user wants per version and per run
+for s in st:
+    assert abs(s["patch_pct"] - 100.0 * s["patch_bytes"] / s["full_bytes"]) < 0.01, s
+    assert 0 <= s["wait_share"] <= 1 and s["step_ms"] > 0, s
+    assert s["fresh_ms"] == -1 or (s["fresh_ms"] >= 0 and 2 <= s["fresh_version"] <= s["version"] + 1), s
+assert 0 < sm["patch_mean_pct"] < 100 and sm["patches"] == steps, sm
+assert sm["fresh_known"] >= 1 and sm["fresh_max_ms"] >= sm["fresh_mean_ms"] > 0, sm
+assert 0 <= sm["wait_share"] < 1, sm
+open(os.path.join(os.path.dirname(sys.argv[1]), "base1"), "w").write(ev[0]["base_hash"] + " " + ev[0]["base_path"])
 EOF
 if [ -s "$tmp/r1.html" ] && head -c 15 "$tmp/r1.html" | grep -q '<!DOCTYPE html>' && grep -q '<svg' "$tmp/r1.html" \
    && ! grep -qiE '(src|href)=|<script|<link|@import|url\(' "$tmp/r1.html"; then
@@ -119,6 +138,28 @@ if [ $rc -eq 0 ] && grep -qE '^ +step +ver +reward' "$tmp/out" && [ "$(grep -cE 
 else fail "table: header and one row per step (exit $rc)"; fi
 if [ -n "$report" ] && [ -s "$report" ] && [ ! -e "$(dirname "$report")/store" ]; then pass "report kept, temporary store removed"
 else fail "report kept, temporary store removed ($report)"; fi
+if grep -q '^== publish every step: each version shipped as [0-9.]*% of a full checkpoint' "$tmp/out"; then
+    pass "the summary's first line is the headline"
+else fail "the summary's first line is the headline"; fi
+wide=$(awk 'length($0) > 100' "$tmp/out" | grep -vE '^ +(/|file://)|^report: ' | head -n 3)
+if [ -z "$wide" ]; then pass "the output fits in 100 columns (paths apart)"; else fail "the output fits in 100 columns: $wide"; fi
+read -r base_hash base_path <"$tmp/base1"
+if grep -q "start: pre-trained by 20 supervised warm-up steps, reused (hash verified) from" "$tmp/out" &&
+   grep -qx "    $base_path" "$tmp/out"; then
+    pass "a second run reuses the cached pre-trained start"
+else fail "a second run reuses the cached pre-trained start"; fi
+
+# ---- a damaged cache is recomputed, not trusted -----------------------------
+printf '\x7f' | dd of="$base_path" bs=1 seek=$(( $(stat -c %s "$base_path") - 3 )) conv=notrunc status=none
+run demo "${SMALL[@]}" --json --report "$tmp/r3.html"
+got=$($PY -c 'import json,sys; e=json.loads(open(sys.argv[1]).readline()); print(e["base_reused"], e["base_hash"])' "$tmp/out" 2>/dev/null)
+if [ $rc -eq 0 ] && [ "$got" = "False $base_hash" ] && grep -q 'recomputing it' "$tmp/err"; then
+    pass "a damaged cached start is detected and recomputed (same hash)"
+else fail "a damaged cached start is detected and recomputed (exit $rc, got '$got', want 'False $base_hash')"; fi
+run demo "${SMALL[@]}" --json --no-cache --report "$tmp/r4.html"
+got=$($PY -c 'import json,sys; e=json.loads(open(sys.argv[1]).readline()); print(e["base_reused"], e["base_hash"], e["base_path"])' "$tmp/out" 2>/dev/null)
+if [ $rc -eq 0 ] && [ "$got" = "False $base_hash " ]; then pass "--no-cache runs the warm-up again, same start"
+else fail "--no-cache runs the warm-up again, same start (got '$got')"; fi
 
 # ---- adaptive publication --------------------------------------------------
 run demo --islands 2 --steps 8 --dim 32 --prompts 4 --group 4 --lr 2e-3 --adaptive 0.9 --max-skip 3 --json --report "$tmp/r2.html"

@@ -5,7 +5,9 @@
 # nothing) produce bit-identical trajectories and final weights.  Compared:
 # the XXH3-128 of every consumed batch's payload (in step and shard order)
 # and the model hash of the final FP32 masters.  The network is the
-# reference one (1,001,298 parameters) so patches are real ones; a third
+# reference one (1,001,298 parameters) at the default post-training
+# settings (pre-trained start, low learning rate), so patches are real and
+# small ones; a third
 # run repeats the patch run: the result does not depend on process timing.
 # Prints "N passed, N failed" last.
 set -u
@@ -15,6 +17,7 @@ PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
 passed=0 failed=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ferry-demo-parity.XXXXXX"); trap 'rm -rf "$tmp"' EXIT
 export TMPDIR=$tmp
+export XDG_CACHE_HOME=$tmp/cache # the demo caches its pre-trained start there
 pass() { passed=$((passed + 1)); echo "ok   $1"; }
 fail() { failed=$((failed + 1)); echo "FAIL $1"; }
 if [ ! -x "$FERRY" ]; then echo "FAIL $FERRY is not built"; echo "0 passed, 1 failed"; exit 1; fi

@@ -25,6 +25,7 @@ export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_REGION=us-east-
 export AWS_ENDPOINT_URL_S3=http://127.0.0.1:$PORT
 unset AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_PROFILE
 export TMPDIR=$WORK
+export XDG_CACHE_HOME=$WORK/cache # the demo caches its pre-trained start there
 
 for mode in sequential async; do
     out=$WORK/$mode.json
