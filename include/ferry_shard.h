@@ -1,0 +1,304 @@
+/*
+ * ferry_shard.h — sharded publish from R trainer ranks, sliced pull on M
+ * island ranks, over the same store and runs as ferry_sync.h.
+ *
+ * docs/SHARDING.md is the how-to, docs/PROTOCOL.md ("Sharded versions")
+ * and docs/FORMAT.md ("Tiles") the long form.  In short:
+ *
+ *  - Every tensor is viewed as 2-D: rows = shape[0], cols = the product of
+ *    the other dimensions (a 1-D tensor of n elements is n x 1, a 0-D one
+ *    1 x 1).  A trainer rank owns PARTS: a part is the row range
+ *    [row_begin, row_end) of one tensor (all rows = the whole tensor), in
+ *    any assignment the caller likes, as long as the parts of all ranks
+ *    cover every row of every tensor exactly once.
+ *  - Each part is cut into TILES on a grid that depends only on the
+ *    tensor's shape, the part boundaries and min_tile_words (column blocks
+ *    and row blocks are the largest of 24, 16, 12, 8, 6, 4, 3, 2, 1 that
+ *    divide the dimension and keep a tile at least min_tile_words
+ *    elements; part boundaries are always row cuts).  The grid is written
+ *    into the manifest; readers never recompute it.
+ *  - A tile is a one-tensor ferry model and its update is a standalone
+ *    ferry patch (include/ferry.h) from the tile of the previous version;
+ *    on anchor versions also a patch from the empty model.  So a tile
+ *    verifies itself: the patch's checksum, its base hash, its target
+ *    hash, plus a SHA-256 of its bytes in the manifest.
+ *  - Each rank uploads ONE object per version with its tile patches
+ *    (RUN/v/VERSION-ID-rRANK.patch, and .anchor on anchor versions), and
+ *    rank 0 commits: the manifest RUN/v/VERSION-ID.json (format
+ *    "ferry-manifest-2", which readers of ferry_sync.h refuse as an
+ *    unknown format) naming every part and tile, then HEAD by
+ *    compare-and-swap exactly as ferry_publish does.  A version is
+ *    visible only when every part is durable; a rank that dies mid-publish
+ *    leaves HEAD where it was, and ferry_gc removes its orphaned objects.
+ *  - An island rank declares REGIONS (a tensor, a row range, a column
+ *    range), fetches with ranged GETs only the tile patches that cover
+ *    them, verifies each tile, and exposes each region as a contiguous
+ *    row-major buffer plus the list of elements the last pull changed.
+ *
+ * The library runs no collective of its own: a publish is three calls
+ * (begin on rank 0, put on every rank, commit on rank 0) whose small
+ * results the caller moves between ranks with its own collectives
+ * (MPI, torch.distributed).  ferry_shard_publish_mpi does it over MPI.
+ *
+ * Conventions (those of ferry.h): functions return 0 or a FERRY_ERR_*
+ * code; ferry_last_error() names the run, version, rank, part or tile;
+ * handles are opaque, used by one thread at a time, and *_free accepts
+ * NULL; buffers the library returns are released with ferry_free().
+ */
+#ifndef FERRY_SHARD_H
+#define FERRY_SHARD_H
+
+#include "ferry.h"
+#include "ferry_store.h"
+#include "ferry_sync.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================================
+ * Errors 140..159.  Stable: new codes are appended.
+ * ====================================================================== */
+enum {
+    FERRY_ERR_SHARD_PARTS = 140,  /* parts overlap, leave a gap, are given
+                                     twice, or disagree on a tensor's dtype or
+                                     shape, or the part layout changed from
+                                     the previous version (names the tensor,
+                                     rows and ranks) */
+    FERRY_ERR_SHARD_FOREIGN = 141,/* a token or part record of another run,
+                                     version or publish, or a record whose
+                                     base is not the previous version */
+    FERRY_ERR_SHARD_WORLD = 142,  /* rank out of range, a rank's record
+                                     missing or given twice, or the rank count
+                                     differs from the run's previous version */
+    FERRY_ERR_SHARD_REGION = 143, /* a region names no tensor of the version,
+                                     or lies outside its tensor */
+    FERRY_ERR_SHARD_KIND = 144,   /* a sharded call on a run whose HEAD is a
+                                     single-rank version, or the reverse */
+};
+
+#define FERRY_SHARD_WORLD_MAX 65536    /* ranks of one publish */
+
+/* ======================================================================
+ * Publisher (one handle per trainer rank).
+ * ====================================================================== */
+typedef struct ferry_shard_publisher ferry_shard_publisher;
+
+typedef struct ferry_shard_options {
+    uint32_t rank;            /* this rank, 0 <= rank < world */
+    uint32_t world;           /* R, the number of trainer ranks (>= 1) */
+    const char *publisher_id; /* written into HEAD and the manifest;
+                                 NULL = "HOST:PID:RANDOM" (rank 0's counts) */
+    uint32_t anchor_every;    /* as ferry_publisher_options; 0 = 10 */
+    int cast_bf16;            /* F32 parts are published as their BF16 cast
+                                 (bit-identical to PyTorch), gated directly
+                                 from the caller's FP32 rows */
+    int level;                /* zstd level of whole tiles, 0 = 3 */
+    int threads;              /* codec threads, 0 = 1 */
+    uint64_t min_tile_words;  /* smallest tile the grid makes (elements),
+                                 unless a dimension forbids it; 0 = 65536 */
+} ferry_shard_options;
+
+/* Opens the publisher of one rank on RUN; sends no request.  The handle
+ * keeps this rank's previous BF16 tiles (never another rank's) to diff
+ * against.  A handle without them (a new process, a restart after a
+ * crash) gets them back at its first put: it pulls its own parts of the
+ * token's base version through the island path (ranged GETs of its own
+ * tiles only, each verified).
+ * Returns FERRY_ERR_SYNC_RUN, FERRY_ERR_ARG (rank >= world, world 0 or
+ * above FERRY_SHARD_WORLD_MAX, a bad publisher id),
+ * FERRY_ERR_STORE_READONLY on an http(s) store. */
+FERRY_API int ferry_shard_publisher_open(ferry_store *store, const char *run, const ferry_shard_options *opts,
+                                         ferry_shard_publisher **out);
+FERRY_API void ferry_shard_publisher_free(ferry_shard_publisher *p);
+
+/* What a rank owns: rows [row_begin, row_end) of one tensor of the full
+ * checkpoint (row_begin = row_end = 0: the whole tensor).  data holds
+ * those rows, row-major: (row_end - row_begin) x cols elements of dtype.
+ * Borrowed for the duration of ferry_shard_put only. */
+typedef struct ferry_shard_part {
+    const char *name;         /* the checkpoint's tensor name */
+    ferry_dtype dtype;        /* of data (F32 with cast_bf16 publishes BF16) */
+    uint32_t ndim;
+    const uint64_t *shape;    /* the FULL tensor's shape, ndim entries */
+    uint64_t row_begin, row_end;
+    const void *data;
+} ferry_shard_part;
+
+/* Flags of ferry_shard_begin. */
+#define FERRY_SHARD_ANCHOR 1u     /* make this version an anchor */
+
+/* Step 1, rank 0 only: reads HEAD, checks that the run is sharded (or
+ * new), and makes the TOKEN of the next version: a small NUL-terminated
+ * JSON text (run, version, its random id, the base version and id, kind,
+ * world) that the caller broadcasts to every rank.  *token is released
+ * with ferry_free; *size excludes the NUL.  Returns FERRY_ERR_SHARD_KIND
+ * (HEAD is a single-rank version), FERRY_ERR_SHARD_WORLD (world differs
+ * from HEAD's manifest), FERRY_ERR_ARG (called on a rank other than 0),
+ * store and manifest errors. */
+FERRY_API int ferry_shard_begin(ferry_shard_publisher *p, unsigned flags, char **token, size_t *size);
+
+/* Step 2, every rank: cuts its parts into tiles, diffs each against this
+ * rank's tile of the base version, uploads its object(s) (each
+ * acknowledged by the store: durable when this returns) and returns its
+ * PART RECORD: a NUL-terminated JSON text naming every tile with its
+ * offset, size, SHA-256 and base and target hashes, that the caller
+ * gathers to rank 0 (*record released with ferry_free; *record_size
+ * excludes the NUL).  nparts may be 0 (a rank without rows).
+ * The handle keeps this version's patches until ferry_shard_finish.
+ * Returns FERRY_ERR_SHARD_FOREIGN (token of another run or world, or not
+ * parseable), FERRY_ERR_SHARD_PARTS (a part outside its tensor, parts of
+ * this rank overlapping, a size that does not match), FERRY_ERR_ARG,
+ * store errors.  On failure nothing is kept (objects already uploaded
+ * are unreferenced garbage for GC). */
+FERRY_API int ferry_shard_put(ferry_shard_publisher *p, const char *token, size_t token_size,
+                              const ferry_shard_part *parts, size_t nparts, char **record, size_t *record_size);
+
+/* What a commit did. */
+typedef struct ferry_shard_publish_info {
+    uint64_t version;
+    int kind;                     /* FERRY_SYNC_ANCHOR / FERRY_SYNC_DELTA */
+    uint32_t world;
+    uint64_t parts, tiles;
+    uint64_t delta_bytes;         /* all ranks' delta objects */
+    uint64_t anchor_bytes;        /* all ranks' anchor objects */
+    uint64_t manifest_bytes;
+    uint64_t model_bytes;         /* tensor bytes of the published model */
+    uint8_t model_hash[16];       /* the version's "shard hash" (FORMAT.md) */
+    char id[FERRY_SYNC_ID_LEN + 1];
+} ferry_shard_publish_info;
+
+/* Step 3, rank 0 only: validates the records of all `world` ranks (one
+ * per rank, any order) against the token and the previous version —
+ * overlap, gap, duplicate part, a record of another run, version or
+ * publish, a rank count change, a base that is not the previous tile —
+ * each a distinct error naming the part; then writes the manifest and
+ * moves HEAD by compare-and-swap (FERRY_ERR_SYNC_CONFLICT if another
+ * publisher moved it).  On any failure HEAD is unchanged.  info may be
+ * NULL.  The caller then broadcasts the status to every rank, which calls
+ * ferry_shard_finish with it. */
+FERRY_API int ferry_shard_commit(ferry_shard_publisher *p, const char *token, size_t token_size,
+                                 const char *const *records, const size_t *record_sizes, size_t nrecords,
+                                 ferry_shard_publish_info *info);
+
+/* Step 4, every rank: committed != 0 makes the version put by this rank
+ * the base of its next delta (its kept patches are applied, in place and
+ * verified, to its previous tiles); committed == 0 drops them (the next
+ * token is again based on the old version).  Returns errors of that
+ * apply only (then the handle forgets its tiles and the next put pulls
+ * them back). */
+FERRY_API int ferry_shard_finish(ferry_shard_publisher *p, int committed);
+
+/* The last version this rank's handle holds tiles of (0 = none). */
+FERRY_API uint64_t ferry_shard_publisher_version(const ferry_shard_publisher *p);
+
+/* ======================================================================
+ * Island rank (subscriber of slices).
+ * ====================================================================== */
+typedef struct ferry_shard_subscriber ferry_shard_subscriber;
+
+/* A slice of one checkpoint tensor in its 2-D view: rows [row_begin,
+ * row_end) x cols [col_begin, col_end).  row_end = 0 means all rows and
+ * col_end = 0 all columns (so {name} alone is the whole tensor).  A fused
+ * engine parameter (qkv, gate_up, a vocabulary shard) is several regions;
+ * the caller concatenates them. */
+typedef struct ferry_shard_region {
+    const char *name;
+    uint64_t row_begin, row_end;
+    uint64_t col_begin, col_end;
+} ferry_shard_region;
+
+typedef struct ferry_shard_sub_options {
+    int threads;              /* codec threads, 0 = 1 */
+    uint32_t poll_interval_ms;/* ferry_shard_wait's HEAD polling, 0 = 1000 */
+    uint64_t coalesce_gap;    /* tiles of one object at most this many bytes
+                                 apart are fetched in one ranged GET (the gap
+                                 is read and dropped); 0 = 0 (adjacent only) */
+} ferry_shard_sub_options;
+
+/* Opens an island rank with its regions (copied); sends no request.
+ * Regions are checked against the checkpoint at the first pull. */
+FERRY_API int ferry_shard_subscriber_open(ferry_store *store, const char *run, const ferry_shard_region *regions,
+                                          size_t nregions, const ferry_shard_sub_options *opts,
+                                          ferry_shard_subscriber **out);
+FERRY_API void ferry_shard_subscriber_free(ferry_shard_subscriber *s);
+
+/* What one pull did. */
+typedef struct ferry_shard_pull_info {
+    uint64_t from_version, to_version, head_version;
+    uint64_t bytes_fetched;       /* every byte read (HEAD, manifests, tiles) */
+    uint64_t object_bytes;        /* tile bytes read (ranged GETs) */
+    uint64_t manifest_bytes;      /* HEAD and manifests */
+    uint64_t version_bytes;       /* all ranks' object bytes of the versions
+                                     crossed (what a whole-model pull reads) */
+    uint64_t requests;            /* ranged GETs */
+    uint64_t tiles;               /* tile patches applied */
+    char path[128];               /* "anchor 1 + chain 1..8", "chain 5..8", "none" */
+} ferry_shard_pull_info;
+
+/* Brings the regions to the target version (modes FERRY_SYNC_LATEST, _MIN,
+ * _EXACT of ferry_sync.h; an older version or a cold start goes through
+ * the newest anchor at or below it).  Each version is one transaction:
+ * every covering tile is fetched (ranged GETs), its SHA-256 checked
+ * against the manifest, decoded into a scratch tile and checked against
+ * its target hash, and its changed elements recorded, before any held
+ * element is written; on failure the regions stay at the last complete
+ * version (a pull over several versions may stop at an intermediate one:
+ * ferry_shard_subscriber_version says where).  info may be NULL.
+ * Returns FERRY_ERR_SYNC_NOT_YET, _GONE, _MANIFEST, _CORRUPT (names the
+ * object and tile), FERRY_ERR_SHARD_KIND (a single-rank run),
+ * FERRY_ERR_SHARD_REGION, store errors. */
+FERRY_API int ferry_shard_pull(ferry_shard_subscriber *s, int mode, uint64_t version, ferry_shard_pull_info *info);
+
+/* Waits until HEAD names a version above after_version (as
+ * ferry_subscriber_wait; FERRY_ERR_SYNC_TIMEOUT after timeout_ms). */
+FERRY_API int ferry_shard_wait(ferry_shard_subscriber *s, uint64_t after_version, uint64_t timeout_ms, uint64_t *head);
+
+/* The version the regions hold (0 = none). */
+FERRY_API uint64_t ferry_shard_subscriber_version(const ferry_shard_subscriber *s);
+
+/* Region i as held (after a pull): dtype, rows, cols and bytes of its
+ * contiguous row-major form.  FERRY_ERR_NOT_FOUND before the first pull,
+ * FERRY_ERR_ARG for i out of range. */
+FERRY_API int ferry_shard_region_shape(const ferry_shard_subscriber *s, size_t i, ferry_dtype *dtype, uint64_t *rows,
+                                       uint64_t *cols, uint64_t *nbytes);
+/* Copies region i, row-major, into dst (cap >= its nbytes). */
+FERRY_API int ferry_shard_region_copy(const ferry_shard_subscriber *s, size_t i, void *dst, size_t cap);
+
+/* The elements of region i the last successful pull changed: *count flat
+ * positions within the region (row * cols + col, ascending, int64 so that
+ * they index a tensor directly) and their new values (count elements of
+ * the region's dtype).  *all = 1 when the pull replaced the region
+ * whole (first pull, an anchor): then the lists are empty and the caller
+ * copies the region.  Pointers valid until the next pull or free. */
+FERRY_API int ferry_shard_region_changes(const ferry_shard_subscriber *s, size_t i, int *all, const int64_t **positions,
+                                         const void **values, size_t *count);
+
+/* Counters since open. */
+typedef struct ferry_shard_sub_stats {
+    uint64_t pulls, bytes_fetched, object_bytes, manifest_bytes, requests, tiles;
+    uint64_t held_bytes;          /* the tiles held (the cover of the regions) */
+} ferry_shard_sub_stats;
+FERRY_API void ferry_shard_subscriber_get_stats(const ferry_shard_subscriber *s, ferry_shard_sub_stats *out);
+
+/* ======================================================================
+ * MPI convenience (build/libferry_shard_mpi.a, built with mpicc; link it
+ * before libferry.a).  Declared when FERRY_SHARD_MPI is defined before
+ * this header (it needs <mpi.h>).
+ * ====================================================================== */
+#ifdef FERRY_SHARD_MPI
+#include <mpi.h>
+/* Collective over comm (size = the handle's world, rank = its rank): begin
+ * on rank 0 + MPI_Bcast of the token, put on every rank + MPI_Gatherv of
+ * the records to rank 0, commit on rank 0 + MPI_Bcast of its status and
+ * info, finish on every rank.  Every rank returns the same status (a
+ * rank's own failure is reported to rank 0, which then does not commit);
+ * info (may be NULL) is rank 0's. */
+FERRY_API int ferry_shard_publish_mpi(ferry_shard_publisher *p, MPI_Comm comm, const ferry_shard_part *parts,
+                                      size_t nparts, unsigned flags, ferry_shard_publish_info *info);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FERRY_SHARD_H */
