@@ -35,7 +35,7 @@ CFLAGS   += -std=c11 $(OPT) $(WARN) -fPIC -pthread -fvisibility=hidden
 LDFLAGS  += $(LDSAN) -pthread
 
 CORE_SRC := $(wildcard lib/common/*.c lib/codec/*.c lib/io/*.c)
-NET_SRC  := $(wildcard lib/store/*.c lib/sync/*.c lib/dock/*.c)
+NET_SRC  := $(filter-out lib/sync/shard_mpi.c,$(wildcard lib/store/*.c lib/sync/*.c lib/dock/*.c))
 CORE_LIBS := -lzstd -lxxhash -ljansson -lm
 ifeq ($(NO_NET),1)
 LIB_SRC  := $(CORE_SRC)

@@ -10,7 +10,7 @@
  * unreferenced object younger than the grace period.  A reader still on a
  * dropped version meets a missing object, a clean error it answers by
  * going back to HEAD. */
-#include "sync_impl.h"
+#include "shard_impl.h" /* sharded manifests too */
 
 #include <stdlib.h>
 
@@ -41,7 +41,7 @@ static int retained(gc *g, const fs_head *h, uint64_t keep)
     int rc = FERRY_OK;
     while (r.version && r.version >= stop) {
         fs_manifest m;
-        rc = fs_manifest_read(g->st, g->run, g->o->keys, r.version, r.id, NULL, &m);
+        rc = sh_manifest_links(g->st, g->run, g->o->keys, r.version, r.id, &m); /* either format */
         if (rc == FERRY_ERR_STORE_NOT_FOUND && r.version != h->version) {
             /* an earlier GC kept less: what is there is all there is */
             ferry__clear_error();

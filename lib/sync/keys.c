@@ -91,6 +91,10 @@ void fs_key_parse(const char *run, const char *key, fs_key_info *out)
         const char *ext = k + 21 + FERRY_SYNC_ID_LEN;
         for (int i = 0; i < 3; i++)
             if (!strcmp(ext, k_ext[i])) { out->kind = i; return; }
+        /* a sharded version's rank object: -rNNNNNN.patch / .anchor */
+        if (ext[0] == '-' && ext[1] == 'r' && strspn(ext + 2, "0123456789") == 6 &&
+            (!strcmp(ext + 8, ".patch") || !strcmp(ext + 8, ".anchor")))
+            out->kind = FS_KEY_SHARD;
         return;
     }
     if (!strncmp(k, "c/", 2)) {

@@ -1,5 +1,5 @@
 /* The run log: HEAD's lineage as far back as the store still holds it. */
-#include "sync_impl.h"
+#include "shard_impl.h" /* sharded manifests too */
 
 #include <stdlib.h>
 
@@ -39,7 +39,7 @@ int ferry_run_log_read(ferry_store *store, const char *run, uint64_t max_version
     memcpy(r.id, h.id, FS_ID_CAP);
     while (r.version && (!max_versions || log->count < max_versions)) {
         fs_manifest m;
-        rc = fs_manifest_read(store, run, NULL, r.version, r.id, NULL, &m);
+        rc = sh_manifest_links(store, run, NULL, r.version, r.id, &m); /* either format */
         if (rc == FERRY_ERR_STORE_NOT_FOUND && r.version != h.version) { /* retention: older versions are gone */
             ferry__clear_error();
             rc = FERRY_OK;

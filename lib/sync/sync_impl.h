@@ -34,7 +34,7 @@ void fs_key_compact(char out[FS_KEY_CAP], const char *run, uint64_t from, uint64
 
 /* What a key under RUN/ is (gc.c): the kinds above, a compacted delta, or
  * FS_KEY_OTHER for anything the protocol does not name. */
-enum { FS_KEY_OTHER = -1, FS_KEY_HEAD = 10, FS_KEY_INDEX = 11, FS_KEY_COMPACT = 12 };
+enum { FS_KEY_OTHER = -1, FS_KEY_HEAD = 10, FS_KEY_INDEX = 11, FS_KEY_COMPACT = 12, FS_KEY_SHARD = 13 /* a rank's object */ };
 typedef struct fs_key_info {
     int kind;                 /* FS_OBJ_* or FS_KEY_* */
     uint64_t version, to;     /* version (from, for a compacted delta), to */

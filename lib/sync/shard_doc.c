@@ -1,0 +1,608 @@
+/* The documents of a sharded publish: token, part record, manifest-2
+ * (docs/PROTOCOL.md, "Sharded versions").  Writers and parsers live
+ * together so that the layout is in one place; parsers treat every text as
+ * hostile: each field is type- and range-checked, offsets overflow-checked,
+ * tiles kept inside their objects, parts checked to cover every tensor's
+ * rows exactly once. */
+#include "shard_impl.h"
+#include "sig.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdlib.h>
+
+#define J_MAX ((uint64_t)1 << 53) /* integers JSON readers keep exactly */
+
+static json_t *jint(uint64_t v) { return json_integer((json_int_t)v); }
+
+static char *dump(json_t *root)
+{
+    if (!root) return NULL;
+    char *s = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    return s;
+}
+
+void sh_key_object(char out[FS_KEY_CAP], const char *run, uint64_t version, const char *id, uint32_t rank, int kind)
+{
+    snprintf(out, FS_KEY_CAP, "%s/v/%020llu-%s-r%06u.%s", run, (unsigned long long)version, id, rank,
+             kind == SH_ANCHOR ? "anchor" : "patch");
+}
+
+static json_t *ref_json(const fs_ref *r)
+{
+    if (!r->version) return json_null();
+    return json_pack("{s:o,s:s}", "version", jint(r->version), "id", r->id);
+}
+
+/* ---- parsing context ---- */
+
+typedef struct pc {
+    const char *key;
+    int code;
+    int rc;
+} pc;
+
+static int bad(pc *c, const char *fmt, ...) FERRY_PRINTF(2, 3);
+static int bad(pc *c, const char *fmt, ...)
+{
+    if (c->rc) return c->rc;
+    char w[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w, sizeof w, fmt, ap);
+    va_end(ap);
+    c->rc = ferry__fail(c->code, "%s: %s", c->key, w);
+    return c->rc;
+}
+
+static uint64_t g_u64v(pc *c, json_t *v, const char *what)
+{
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) > J_MAX) {
+        bad(c, "%s is missing or not a non-negative integer", what);
+        return 0;
+    }
+    return (uint64_t)json_integer_value(v);
+}
+static uint64_t g_u64(pc *c, json_t *o, const char *name) { return g_u64v(c, json_object_get(o, name), name); }
+
+static const char *g_str(pc *c, json_t *o, const char *name)
+{
+    json_t *v = json_object_get(o, name);
+    const char *s = json_string_value(v);
+    if (!s || strlen(s) != json_string_length(v)) {
+        bad(c, "field '%s' is missing or not a string", name);
+        return "";
+    }
+    return s;
+}
+
+static void g_id(pc *c, json_t *o, const char *name, char out[FS_ID_CAP])
+{
+    const char *s = g_str(c, o, name);
+    if (c->rc) return;
+    if (strlen(s) != FERRY_SYNC_ID_LEN || !fs_id_valid(s)) {
+        bad(c, "field '%s' is not a %d-hex-digit id", name, FERRY_SYNC_ID_LEN);
+        return;
+    }
+    memcpy(out, s, FS_ID_CAP);
+}
+
+static void g_hash(pc *c, json_t *o, const char *name, uint8_t out[16])
+{
+    const char *s = g_str(c, o, name);
+    if (!c->rc && !fs_unhex(s, out)) bad(c, "field '%s' is not 32 lowercase hex digits", name);
+}
+
+static void g_ref(pc *c, json_t *o, const char *name, fs_ref *r)
+{
+    memset(r, 0, sizeof *r);
+    json_t *v = json_object_get(o, name);
+    if (json_is_null(v)) return;
+    if (!json_is_object(v)) {
+        bad(c, "field '%s' is neither null nor an object", name);
+        return;
+    }
+    r->version = g_u64(c, v, "version");
+    g_id(c, v, "id", r->id);
+    if (!c->rc && !r->version) bad(c, "field '%s' names version 0", name);
+}
+
+static int g_kind(pc *c, json_t *o)
+{
+    const char *s = g_str(c, o, "kind");
+    if (!strcmp(s, "delta")) return FERRY_SYNC_DELTA;
+    if (!strcmp(s, "anchor")) return FERRY_SYNC_ANCHOR;
+    bad(c, "field 'kind' is neither \"anchor\" nor \"delta\"");
+    return 0;
+}
+
+static json_t *load(pc *c, const void *text, size_t n, const char *format)
+{
+    if (n > SH_MANIFEST_MAX) {
+        bad(c, "%zu bytes is over the bound of %zu", n, SH_MANIFEST_MAX);
+        return NULL;
+    }
+    json_error_t err;
+    json_t *root = json_loadb(text, n, JSON_REJECT_DUPLICATES, &err);
+    if (!root) {
+        bad(c, "not valid JSON (line %d: %s)", err.line, err.text);
+        return NULL;
+    }
+    if (!json_is_object(root)) bad(c, "not a JSON object");
+    else {
+        const char *f = g_str(c, root, "format");
+        if (!c->rc && strcmp(f, format)) bad(c, "format \"%.40s\" is not \"%s\"", f, format);
+    }
+    if (c->rc) {
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* ---- token ---- */
+
+char *sh_token_json(const sh_token *t)
+{
+    return dump(json_pack("{s:s,s:s,s:o,s:s,s:s,s:o,s:o,s:o}", "format", "ferry-shard-token-1", "run", t->run, "version",
+                          jint(t->version), "id", t->id, "kind", t->kind == FERRY_SYNC_ANCHOR ? "anchor" : "delta", "base",
+                          ref_json(&t->base), "world", jint(t->world), "tile_words", jint(t->tile_words)));
+}
+
+int sh_token_parse(const char *text, size_t n, sh_token *t)
+{
+    pc c = {"shard token", FERRY_ERR_SHARD_FOREIGN, 0};
+    memset(t, 0, sizeof *t);
+    json_t *root = load(&c, text, n, "ferry-shard-token-1");
+    if (!root) return c.rc;
+    const char *run = g_str(&c, root, "run");
+    if (!c.rc && ferry_sync_run_check(run)) bad(&c, "field 'run' is not a run name");
+    if (!c.rc) snprintf(t->run, sizeof t->run, "%s", run);
+    t->version = g_u64(&c, root, "version");
+    g_id(&c, root, "id", t->id);
+    t->kind = g_kind(&c, root);
+    g_ref(&c, root, "base", &t->base);
+    uint64_t w = g_u64(&c, root, "world");
+    t->tile_words = g_u64(&c, root, "tile_words");
+    if (!c.rc && (!w || w > FERRY_SHARD_WORLD_MAX)) bad(&c, "world %llu out of range", (unsigned long long)w);
+    if (!c.rc && (!t->version || t->base.version + 1 != t->version)) bad(&c, "version and base are not consecutive");
+    if (!c.rc && !t->tile_words) bad(&c, "tile_words is 0");
+    t->world = (uint32_t)w;
+    json_decref(root);
+    return c.rc;
+}
+
+/* ---- parts ---- */
+
+static json_t *loc_json(const sh_loc *l) { return json_pack("[o,o,s]", jint(l->off), jint(l->size), l->sha); }
+
+static json_t *part_json(const sh_part *p, bool with_rank)
+{
+    json_t *shape = json_array(), *rc = json_array(), *cc = json_array(), *tiles = json_array();
+    for (uint32_t i = 0; i < p->ndim; i++) json_array_append_new(shape, jint(p->shape[i]));
+    for (uint32_t i = 0; i < p->nrc; i++) json_array_append_new(rc, jint(p->rcut[i]));
+    for (uint32_t i = 0; i < p->ncc; i++) json_array_append_new(cc, jint(p->ccut[i]));
+    for (size_t i = 0; i < p->ntiles; i++) {
+        const sh_tile *t = &p->tiles[i];
+        char h[33];
+        fs_hex(h, t->target);
+        json_t *o = json_pack("{s:s}", "target", h);
+        if (t->loc[SH_DELTA].size) {
+            fs_hex(h, t->base);
+            json_object_set_new(o, "base", json_string(h));
+            json_object_set_new(o, "delta", loc_json(&t->loc[SH_DELTA]));
+        }
+        if (t->loc[SH_ANCHOR].size) json_object_set_new(o, "anchor", loc_json(&t->loc[SH_ANCHOR]));
+        json_array_append_new(tiles, o);
+    }
+    json_t *o = json_pack("{s:s,s:s,s:o,s:[o,o],s:o,s:o,s:o}", "name", p->name, "dtype", ferry_dtype_name(p->dtype), "shape",
+                          shape, "rows", jint(p->r0), jint(p->r1), "row_cuts", rc, "col_cuts", cc, "tiles", tiles);
+    if (o && with_rank) json_object_set_new(o, "rank", jint(p->rank));
+    return o;
+}
+
+static uint64_t *g_cuts(pc *c, json_t *a, const char *what, uint64_t from, uint64_t to, uint32_t *n)
+{
+    size_t k = json_array_size(a);
+    if (!json_is_array(a) || k < 2 || k > SH_CUTS_MAX) {
+        bad(c, "%s is not an array of 2..%d cuts", what, SH_CUTS_MAX);
+        return NULL;
+    }
+    uint64_t *v = ferry__calloc(k, sizeof *v);
+    if (!v) {
+        c->rc = FERRY_ERR_NOMEM;
+        return NULL;
+    }
+    for (size_t i = 0; i < k && !c->rc; i++) {
+        v[i] = g_u64v(c, json_array_get(a, i), what);
+        if (!c->rc && i && v[i] <= v[i - 1]) bad(c, "%s is not strictly increasing", what);
+    }
+    if (!c->rc && (v[0] != from || v[k - 1] != to)) bad(c, "%s does not run from %llu to %llu", what, (unsigned long long)from,
+                                                       (unsigned long long)to);
+    *n = (uint32_t)k;
+    return v;
+}
+
+static void g_loc(pc *c, json_t *a, const char *what, sh_loc *l)
+{
+    const char *s = json_string_value(json_array_get(a, 2));
+    if (!json_is_array(a) || json_array_size(a) != 3 || !s || strlen(s) != 64) {
+        bad(c, "%s is not [offset, size, sha256]", what);
+        return;
+    }
+    for (int i = 0; i < 64; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) {
+            bad(c, "%s: sha256 is not 64 lowercase hex digits", what);
+            return;
+        }
+    l->off = g_u64v(c, json_array_get(a, 0), what);
+    l->size = g_u64v(c, json_array_get(a, 1), what);
+    memcpy(l->sha, s, 65);
+    if (!c->rc && !l->size) bad(c, "%s: size 0", what);
+}
+
+/* One part; need_delta / need_anchor say which locations its tiles must
+ * (and may only) have. */
+static void g_part(pc *c, json_t *o, sh_part *p, bool with_rank, bool need_delta, bool need_anchor)
+{
+    memset(p, 0, sizeof *p);
+    if (!json_is_object(o)) {
+        bad(c, "a part is not an object");
+        return;
+    }
+    const char *name = g_str(c, o, "name");
+    if (c->rc) return;
+    if (!*name || strlen(name) > FERRY_MAX_NAME) {
+        bad(c, "a part's tensor name is empty or too long");
+        return;
+    }
+    if (!(p->name = ferry__strdup(name))) {
+        c->rc = FERRY_ERR_NOMEM;
+        return;
+    }
+    if (ferry_dtype_parse(g_str(c, o, "dtype"), &p->dtype) && !c->rc) bad(c, "tensor '%s': unknown dtype", name);
+    if (!c->rc && !sh_esize(p->dtype)) bad(c, "tensor '%s': sub-byte dtype %s is not tiled", name, ferry_dtype_name(p->dtype));
+    json_t *shape = json_object_get(o, "shape");
+    if (!c->rc && (!json_is_array(shape) || json_array_size(shape) > FERRY_MAX_DIMS)) bad(c, "tensor '%s': bad shape", name);
+    if (c->rc) return;
+    p->ndim = (uint32_t)json_array_size(shape);
+    for (uint32_t i = 0; i < p->ndim && !c->rc; i++) p->shape[i] = g_u64v(c, json_array_get(shape, i), "a shape entry");
+    uint64_t bytes;
+    if (!c->rc && (!sh_view(p->ndim, p->shape, &p->rows, &p->cols) || !ferry__mul_u64(p->rows, p->cols, &bytes) ||
+                   !ferry__mul_u64(bytes, sh_esize(p->dtype), &bytes) || !p->rows || !p->cols))
+        bad(c, "tensor '%s': empty shape or element count overflows", name);
+    json_t *rows = json_object_get(o, "rows");
+    if (!c->rc && (!json_is_array(rows) || json_array_size(rows) != 2)) bad(c, "tensor '%s': 'rows' is not [begin, end]", name);
+    if (c->rc) return;
+    p->r0 = g_u64v(c, json_array_get(rows, 0), "rows");
+    p->r1 = g_u64v(c, json_array_get(rows, 1), "rows");
+    if (!c->rc && (p->r0 >= p->r1 || p->r1 > p->rows))
+        bad(c, "tensor '%s': part rows [%llu, %llu) outside its %llu rows", name, (unsigned long long)p->r0,
+            (unsigned long long)p->r1, (unsigned long long)p->rows);
+    if (with_rank) p->rank = (uint32_t)g_u64(c, o, "rank");
+    if (c->rc) return;
+    p->rcut = g_cuts(c, json_object_get(o, "row_cuts"), "row_cuts", p->r0, p->r1, &p->nrc);
+    if (!c->rc) p->ccut = g_cuts(c, json_object_get(o, "col_cuts"), "col_cuts", 0, p->cols, &p->ncc);
+    if (c->rc) return;
+    json_t *tiles = json_object_get(o, "tiles");
+    p->ntiles = (size_t)(p->nrc - 1) * (p->ncc - 1);
+    if (!json_is_array(tiles) || json_array_size(tiles) != p->ntiles) {
+        bad(c, "tensor '%s' rows [%llu, %llu): 'tiles' does not have one entry per grid cell", name, (unsigned long long)p->r0,
+            (unsigned long long)p->r1);
+        return;
+    }
+    if (!(p->tiles = ferry__calloc(p->ntiles, sizeof *p->tiles))) {
+        c->rc = FERRY_ERR_NOMEM;
+        return;
+    }
+    for (size_t i = 0; i < p->ntiles && !c->rc; i++) {
+        sh_tile *t = &p->tiles[i];
+        json_t *to = json_array_get(tiles, i);
+        size_t ri = i / (p->ncc - 1), ci = i % (p->ncc - 1);
+        t->r0 = p->rcut[ri];
+        t->r1 = p->rcut[ri + 1];
+        t->c0 = p->ccut[ci];
+        t->c1 = p->ccut[ci + 1];
+        if (!json_is_object(to)) {
+            bad(c, "tensor '%s': a tile is not an object", name);
+            break;
+        }
+        g_hash(c, to, "target", t->target);
+        json_t *d = json_object_get(to, "delta"), *a = json_object_get(to, "anchor");
+        if (!c->rc && ((d != NULL) != need_delta || (a != NULL) != need_anchor))
+            bad(c, "tensor '%s' tile [%llu:%llu, %llu:%llu]: its delta/anchor entries do not match the version's kind", name,
+                (unsigned long long)t->r0, (unsigned long long)t->r1, (unsigned long long)t->c0, (unsigned long long)t->c1);
+        if (d && !c->rc) {
+            g_hash(c, to, "base", t->base);
+            g_loc(c, d, "a tile's 'delta'", &t->loc[SH_DELTA]);
+        }
+        if (a && !c->rc) g_loc(c, a, "a tile's 'anchor'", &t->loc[SH_ANCHOR]);
+    }
+}
+
+/* Tiles of each object lie inside it (objects: 2 sizes per rank). */
+static void check_locs(pc *c, const sh_part *p, const uint64_t *obj)
+{
+    for (size_t i = 0; i < p->ntiles && !c->rc; i++)
+        for (int k = 0; k < 2; k++) {
+            const sh_loc *l = &p->tiles[i].loc[k];
+            uint64_t end;
+            if (l->size && (!ferry__add_u64(l->off, l->size, &end) || end > obj[k]))
+                bad(c, "tensor '%s' rows [%llu, %llu) of rank %u: a tile lies outside its %s object", p->name,
+                    (unsigned long long)p->r0, (unsigned long long)p->r1, p->rank, k ? "anchor" : "delta");
+        }
+}
+
+static json_t *parts_json(const sh_doc *d, bool with_rank)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < d->nparts; i++) json_array_append_new(a, part_json(&d->parts[i], with_rank));
+    return a;
+}
+
+static void g_parts(pc *c, json_t *root, sh_doc *d, bool with_rank)
+{
+    json_t *a = json_object_get(root, "parts");
+    if (!json_is_array(a)) {
+        bad(c, "field 'parts' is missing or not an array");
+        return;
+    }
+    size_t n = json_array_size(a);
+    if (n && !(d->parts = ferry__calloc(n, sizeof *d->parts))) {
+        c->rc = FERRY_ERR_NOMEM;
+        return;
+    }
+    bool need_delta = d->version > 1, need_anchor = d->kind == FERRY_SYNC_ANCHOR;
+    uint64_t tiles = 0;
+    for (size_t i = 0; i < n && !c->rc; i++) {
+        g_part(c, json_array_get(a, i), &d->parts[i], with_rank, need_delta, need_anchor);
+        d->nparts = i + 1;
+        tiles += d->parts[i].ntiles;
+        if (!c->rc && tiles > SH_TILES_MAX) bad(c, "more than %llu tiles", (unsigned long long)SH_TILES_MAX);
+        if (!c->rc && with_rank && d->parts[i].rank >= d->world)
+            bad(c, "tensor '%s': rank %u is not below world %u", d->parts[i].name, d->parts[i].rank, d->world);
+        if (!c->rc) check_locs(c, &d->parts[i], with_rank ? d->obj_bytes + 2 * (size_t)d->parts[i].rank : d->obj_bytes);
+    }
+}
+
+/* ---- record ---- */
+
+char *sh_record_json(const sh_doc *r)
+{
+    return dump(json_pack("{s:s,s:s,s:o,s:s,s:s,s:o,s:o,s:[o,o],s:o}", "format", "ferry-shard-record-1", "run", r->run, "version",
+                          jint(r->version), "id", r->id, "kind", r->kind == FERRY_SYNC_ANCHOR ? "anchor" : "delta", "rank",
+                          jint(r->rank), "world", jint(r->world), "objects", jint(r->obj_bytes[0]), jint(r->obj_bytes[1]),
+                          "parts", parts_json(r, false)));
+}
+
+static void g_head(pc *c, json_t *root, const char *run, sh_doc *d)
+{
+    const char *r = g_str(c, root, "run");
+    if (!c->rc && strcmp(r, run)) bad(c, "belongs to run '%.200s', not '%s'", r, run);
+    if (!c->rc) snprintf(d->run, sizeof d->run, "%s", r);
+    d->version = g_u64(c, root, "version");
+    g_id(c, root, "id", d->id);
+    d->kind = g_kind(c, root);
+    uint64_t w = g_u64(c, root, "world");
+    if (!c->rc && (!w || w > FERRY_SHARD_WORLD_MAX)) bad(c, "world %llu out of range", (unsigned long long)w);
+    d->world = (uint32_t)w;
+    if (!c->rc && !d->version) bad(c, "version 0");
+    if (!c->rc && d->version == 1 && d->kind != FERRY_SYNC_ANCHOR) bad(c, "version 1 is not an anchor");
+}
+
+int sh_record_parse(const char *run, const char *key, const void *text, size_t n, sh_doc *d)
+{
+    pc c = {key, FERRY_ERR_SHARD_FOREIGN, 0};
+    memset(d, 0, sizeof *d);
+    json_t *root = load(&c, text, n, "ferry-shard-record-1");
+    if (!root) return c.rc;
+    g_head(&c, root, run, d);
+    d->rank = (uint32_t)g_u64(&c, root, "rank");
+    if (!c.rc && d->rank >= d->world) bad(&c, "rank %u is not below world %u", d->rank, d->world);
+    json_t *ob = json_object_get(root, "objects");
+    if (!c.rc && (!json_is_array(ob) || json_array_size(ob) != 2)) bad(&c, "field 'objects' is not [delta bytes, anchor bytes]");
+    if (!c.rc && !(d->obj_bytes = ferry__calloc(2, sizeof *d->obj_bytes))) c.rc = FERRY_ERR_NOMEM;
+    for (int k = 0; k < 2 && !c.rc; k++) d->obj_bytes[k] = g_u64v(&c, json_array_get(ob, k), "an object size");
+    c.code = FERRY_ERR_SHARD_PARTS;
+    if (!c.rc) g_parts(&c, root, d, false);
+    for (size_t i = 0; i < d->nparts; i++) d->parts[i].rank = d->rank;
+    json_decref(root);
+    if (c.rc) sh_doc_release(d);
+    return c.rc;
+}
+
+/* ---- manifest ---- */
+
+char *sh_manifest_json(const sh_doc *m)
+{
+    json_t *objs = json_array();
+    for (uint32_t r = 0; r < m->world; r++)
+        for (int k = 0; k < 2; k++) {
+            if (!m->obj_bytes[2 * r + k]) continue;
+            char key[FS_KEY_CAP];
+            sh_key_object(key, m->run, m->version, m->id, r, k);
+            json_array_append_new(objs, json_pack("{s:o,s:s,s:s,s:o}", "rank", jint(r), "kind", k ? "anchor" : "delta", "key",
+                                                  key, "bytes", jint(m->obj_bytes[2 * r + k])));
+        }
+    char h[33];
+    fs_hex(h, m->model_hash);
+    return dump(json_pack("{s:s,s:s,s:o,s:s,s:s,s:o,s:o,s:o,s:o,s:s,s:o,s:o,s:o,s:s,s:o,s:o}", "format", "ferry-manifest-2",
+                          "run", m->run, "version", jint(m->version), "id", m->id, "kind",
+                          m->kind == FERRY_SYNC_ANCHOR ? "anchor" : "delta", "prev", ref_json(&m->prev), "anchor",
+                          ref_json(&m->anchor), "world", jint(m->world), "tile_words", jint(m->tile_words), "model_hash", h,
+                          "model_bytes", jint(m->model_bytes), "created_unix", jint(m->created), "anchor_every",
+                          jint(m->anchor_every), "publisher", m->publisher, "objects", objs, "parts", parts_json(m, true)));
+}
+
+static int cmp_part(const void *a, const void *b)
+{
+    const sh_part *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    if (c) return c;
+    return x->r0 < y->r0 ? -1 : x->r0 > y->r0;
+}
+
+void sh_parts_sort(sh_part *p, size_t n)
+{
+    if (n) qsort(p, n, sizeof *p, cmp_part);
+}
+
+/* Parts sorted by (name, r0) cover each tensor's rows exactly once and agree
+ * on its dtype, shape and column cuts. */
+int sh_parts_cover(const sh_part *p, size_t n, int code, const char *what)
+{
+    for (size_t i = 0; i < n; i++) {
+        const sh_part *a = &p[i];
+        bool first = !i || strcmp(p[i - 1].name, a->name);
+        if (first && a->r0)
+            return ferry__fail(code, "%s: tensor '%s': rows [0, %llu) are in no part (gap before rank %u's rows [%llu, %llu))", what,
+                               a->name, (unsigned long long)a->r0, a->rank, (unsigned long long)a->r0, (unsigned long long)a->r1);
+        if (!first) {
+            const sh_part *b = &p[i - 1];
+            if (a->dtype != b->dtype || a->ndim != b->ndim || memcmp(a->shape, b->shape, a->ndim * sizeof a->shape[0]) ||
+                a->ncc != b->ncc || memcmp(a->ccut, b->ccut, a->ncc * sizeof a->ccut[0]))
+                return ferry__fail(code, "%s: tensor '%s': ranks %u and %u disagree on its dtype, shape or column grid", what,
+                                   a->name, b->rank, a->rank);
+            if (a->r0 == b->r0 && a->r1 == b->r1)
+                return ferry__fail(code, "%s: tensor '%s': part rows [%llu, %llu) given twice (ranks %u and %u)", what, a->name,
+                                   (unsigned long long)a->r0, (unsigned long long)a->r1, b->rank, a->rank);
+            if (a->r0 < b->r1)
+                return ferry__fail(code, "%s: tensor '%s': rank %u's rows [%llu, %llu) overlap rank %u's rows [%llu, %llu)", what,
+                                   a->name, a->rank, (unsigned long long)a->r0, (unsigned long long)a->r1, b->rank,
+                                   (unsigned long long)b->r0, (unsigned long long)b->r1);
+            if (a->r0 > b->r1)
+                return ferry__fail(code, "%s: tensor '%s': rows [%llu, %llu) are in no part (gap between ranks %u and %u)", what,
+                                   a->name, (unsigned long long)b->r1, (unsigned long long)a->r0, b->rank, a->rank);
+        }
+        bool last = i + 1 == n || strcmp(p[i + 1].name, a->name);
+        if (last && a->r1 != a->rows)
+            return ferry__fail(code, "%s: tensor '%s': rows [%llu, %llu) are in no part (gap after rank %u's rows)", what, a->name,
+                               (unsigned long long)a->r1, (unsigned long long)a->rows, a->rank);
+    }
+    return FERRY_OK;
+}
+
+int sh_manifest_parse(const char *run, const char *key, const void *text, size_t n, sh_doc *m)
+{
+    pc c = {key, FERRY_ERR_SYNC_MANIFEST, 0};
+    memset(m, 0, sizeof *m);
+    json_t *root = load(&c, text, n, "ferry-manifest-2");
+    if (!root) return c.rc;
+    g_head(&c, root, run, m);
+    g_ref(&c, root, "prev", &m->prev);
+    g_ref(&c, root, "anchor", &m->anchor);
+    m->tile_words = g_u64(&c, root, "tile_words");
+    g_hash(&c, root, "model_hash", m->model_hash);
+    m->model_bytes = g_u64(&c, root, "model_bytes");
+    m->created = g_u64(&c, root, "created_unix");
+    m->anchor_every = (uint32_t)g_u64(&c, root, "anchor_every");
+    const char *pub = g_str(&c, root, "publisher");
+    if (!c.rc && !fs_publisher_valid(pub)) bad(&c, "field 'publisher' is not a publisher id");
+    if (!c.rc) snprintf(m->publisher, sizeof m->publisher, "%s", pub);
+    if (!c.rc && (m->prev.version + 1 != m->version)) bad(&c, "'prev' is not the version before");
+    if (!c.rc && (!m->anchor.version || m->anchor.version > m->version ||
+                  (m->kind == FERRY_SYNC_ANCHOR) != (m->anchor.version == m->version && !strcmp(m->anchor.id, m->id))))
+        bad(&c, "'anchor' does not name the version's nearest anchor");
+    if (!c.rc && !(m->obj_bytes = ferry__calloc(2 * (size_t)m->world, sizeof *m->obj_bytes))) c.rc = FERRY_ERR_NOMEM;
+    json_t *objs = json_object_get(root, "objects");
+    if (!c.rc && (!json_is_array(objs) || json_array_size(objs) > 2 * (size_t)m->world)) bad(&c, "field 'objects' is malformed");
+    for (size_t i = 0; !c.rc && i < json_array_size(objs); i++) {
+        json_t *o = json_array_get(objs, i);
+        uint64_t r = g_u64(&c, o, "rank");
+        const char *k = g_str(&c, o, "kind");
+        int kind = !strcmp(k, "anchor") ? SH_ANCHOR : !strcmp(k, "delta") ? SH_DELTA : -1;
+        if (c.rc) break;
+        if (kind < 0 || r >= m->world) {
+            bad(&c, "an object's rank or kind is out of range");
+            break;
+        }
+        char want[FS_KEY_CAP];
+        sh_key_object(want, run, m->version, m->id, (uint32_t)r, kind);
+        if (strcmp(g_str(&c, o, "key"), want) && !c.rc) bad(&c, "an object key is not the one the protocol gives (%s)", want);
+        if (m->obj_bytes[2 * r + (uint64_t)kind] && !c.rc) bad(&c, "object %s listed twice", want);
+        m->obj_bytes[2 * r + (uint64_t)kind] = g_u64(&c, o, "bytes");
+        if (!c.rc && !m->obj_bytes[2 * r + (uint64_t)kind]) bad(&c, "object %s has 0 bytes", want);
+    }
+    if (!c.rc) g_parts(&c, root, m, true);
+    json_decref(root);
+    if (!c.rc) {
+        for (size_t i = 1; i < m->nparts && !c.rc; i++)
+            if (cmp_part(&m->parts[i - 1], &m->parts[i]) >= 0) bad(&c, "parts are not sorted by tensor name and first row");
+        if (!c.rc && !m->nparts) bad(&c, "no parts");
+        if (!c.rc) c.rc = sh_parts_cover(m->parts, m->nparts, FERRY_ERR_SYNC_MANIFEST, key);
+        uint8_t h[16];
+        if (!c.rc) {
+            sh_shard_hash(m, h);
+            if (memcmp(h, m->model_hash, 16)) bad(&c, "model_hash is not the shard hash of its tiles");
+        }
+    }
+    if (c.rc) sh_doc_release(m);
+    return c.rc;
+}
+
+int sh_manifest_read(ferry_store *st, const char *run, uint64_t version, const char *id, fs_count *cnt, sh_doc *out)
+{
+    char key[FS_KEY_CAP];
+    fs_key_version(key, run, version, id, FS_OBJ_MANIFEST);
+    void *d;
+    size_t n;
+    memset(out, 0, sizeof *out);
+    int rc = ferry_store_get(st, key, &d, &n, NULL);
+    if (rc) return rc;
+    if (cnt) {
+        cnt->bytes += n;
+        cnt->manifests++;
+    }
+    /* a single-rank manifest is a distinct, clear error */
+    if (n < 4096 && strstr((const char *)d, "\"ferry-manifest-1\"")) {
+        ferry_free(d);
+        return ferry__fail(FERRY_ERR_SHARD_KIND, "%s: a single-rank version (ferry-manifest-1): this run is not sharded", key);
+    }
+    rc = sh_manifest_parse(run, key, d, n, out);
+    ferry_free(d);
+    if (!rc && (out->version != version || strcmp(out->id, id))) {
+        sh_doc_release(out);
+        rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: holds the manifest of another version", key);
+    }
+    return rc;
+}
+
+/* ---- links of either manifest format (GC, run log) ---- */
+
+int sh_manifest_links(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id,
+                      fs_manifest *out)
+{
+    memset(out, 0, sizeof *out);
+    sh_doc m;
+    int rc = sh_manifest_read(st, run, version, id, NULL, &m);
+    if (rc == FERRY_ERR_SHARD_KIND) {
+        ferry__clear_error();
+        return fs_manifest_read(st, run, keys, version, id, NULL, out);
+    }
+    if (rc) return rc;
+    if (fs_keys_enforce(keys)) {
+        sh_doc_release(&m);
+        char key[FS_KEY_CAP];
+        fs_key_version(key, run, version, id, FS_OBJ_MANIFEST);
+        return ferry__fail(FERRY_ERR_SIG_MISSING, "%s: a sharded manifest (not signed), and this reader trusts only signed records", key);
+    }
+    out->version = m.version;
+    memcpy(out->id, m.id, FS_ID_CAP);
+    out->kind = m.kind;
+    out->prev = m.prev;
+    out->anchor.ref = m.anchor;
+    memcpy(out->model_hash, m.model_hash, 16);
+    out->model_bytes = m.model_bytes;
+    for (uint32_t r = 0; r < m.world; r++) {
+        out->delta_bytes += m.obj_bytes[2 * r];
+        out->full_bytes += m.obj_bytes[2 * r + 1];
+    }
+    for (size_t i = 0; i < m.nparts; i++)
+        if (!i || strcmp(m.parts[i].name, m.parts[i - 1].name)) out->tensors++;
+    out->created = (int64_t)m.created;
+    snprintf(out->publisher, sizeof out->publisher, "%s", m.publisher);
+    out->anchor_every = m.anchor_every;
+    sh_doc_release(&m);
+    return FERRY_OK;
+}

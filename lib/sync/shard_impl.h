@@ -1,0 +1,155 @@
+/* Internal interface of sharded versions (include/ferry_shard.h): the tile
+ * grid, the tile sets a rank holds, and the three small JSON documents of a
+ * sharded publish (token, part record, manifest-2).  docs/PROTOCOL.md
+ * "Sharded versions" and docs/FORMAT.md "Tiles" specify them. */
+#ifndef FERRY_SHARD_IMPL_H
+#define FERRY_SHARD_IMPL_H
+
+#include "ferry_shard.h"
+#include "sync_impl.h"
+
+#define SH_MANIFEST_MAX ((size_t)256 << 20) /* bound on a manifest-2, token, record */
+#define SH_TILES_MAX ((uint64_t)1 << 24)    /* tiles of one version */
+#define SH_CUTS_MAX 4096                    /* cuts of one dimension of one part */
+#define SH_DEFAULT_TILE_WORDS 65536
+
+enum { SH_DELTA = 0, SH_ANCHOR = 1 }; /* the two objects of a rank */
+
+/* Where one tile patch lies: in the object of (rank, kind), at off, size
+ * bytes, whose SHA-256 is sha (hex).  size 0 = none. */
+typedef struct sh_loc {
+    uint64_t off, size;
+    char sha[65];
+} sh_loc;
+
+typedef struct sh_tile {
+    uint64_t r0, r1, c0, c1;  /* in the tensor's 2-D view */
+    uint8_t base[16];         /* hash of the previous version's tile (delta) */
+    uint8_t target[16];       /* hash of this version's tile */
+    sh_loc loc[2];            /* SH_DELTA, SH_ANCHOR */
+} sh_tile;
+
+/* A part: rows [r0, r1) of tensor `name`, owned by `rank`, cut into
+ * (nrc - 1) x (ncc - 1) tiles, row-major. */
+typedef struct sh_part {
+    char *name;
+    ferry_dtype dtype;
+    uint32_t ndim;
+    uint64_t shape[FERRY_MAX_DIMS];
+    uint64_t rows, cols;
+    uint64_t r0, r1;
+    uint32_t rank;
+    uint32_t nrc, ncc;
+    uint64_t *rcut, *ccut;
+    sh_tile *tiles;
+    size_t ntiles;
+} sh_part;
+
+/* The token of a publish (rank 0 -> every rank). */
+typedef struct sh_token {
+    char run[FERRY_SYNC_RUN_MAX + 1];
+    uint64_t version;
+    char id[FS_ID_CAP];
+    int kind;
+    fs_ref base;              /* version 0 = none */
+    uint32_t world;
+    uint64_t tile_words;
+} sh_token;
+
+/* A part record (one rank -> rank 0) or a manifest-2 (rank 0 -> store). */
+typedef struct sh_doc {
+    char run[FERRY_SYNC_RUN_MAX + 1];
+    uint64_t version;
+    char id[FS_ID_CAP];
+    int kind;
+    uint32_t world;
+    uint32_t rank;            /* record only */
+    fs_ref prev, anchor;      /* manifest only */
+    uint64_t *obj_bytes;      /* manifest: 2 x world (SH_DELTA, SH_ANCHOR per rank);
+                                 record: 2 */
+    uint8_t model_hash[16];   /* manifest: the shard hash */
+    uint64_t model_bytes, created, tile_words;
+    uint32_t anchor_every;
+    char publisher[FERRY_SYNC_PUBLISHER_MAX];
+    sh_part *parts;           /* manifest: sorted by (name, r0) */
+    size_t nparts;
+} sh_doc;
+
+/* ---- grid (shard_grid.c) ---- */
+
+/* 2-D view of a shape: rows, cols; false on overflow. */
+bool sh_view(uint32_t ndim, const uint64_t *shape, uint64_t *rows, uint64_t *cols);
+/* Block counts of the grid of a rows x cols tensor. */
+void sh_grid(uint64_t rows, uint64_t cols, uint64_t tile_words, uint64_t *nr, uint64_t *nc);
+/* Cuts part [r0, r1) of the tensor into tiles: fills p->rcut/ccut/tiles
+ * (coordinates only). */
+int sh_part_cut(sh_part *p, uint64_t tile_words);
+void sh_part_release(sh_part *p);
+void sh_doc_release(sh_doc *d);
+/* Bytes per element (0 for sub-byte dtypes, which are not tiled). */
+size_t sh_esize(ferry_dtype dt);
+/* Copies the rectangle [r0,r1) x [c0,c1) of a row-major matrix of `cols`
+ * columns whose first row is `row0` into dst (row-major, packed). */
+void sh_gather(void *dst, const void *src, uint64_t row0, uint64_t cols, size_t es, uint64_t r0, uint64_t r1, uint64_t c0,
+               uint64_t c1);
+/* The shard hash of a manifest: SHA-256 over every tile's target hash in
+ * manifest order, first 16 bytes. */
+void sh_shard_hash(const sh_doc *m, uint8_t out[16]);
+
+/* ---- documents (shard_doc.c) ---- */
+
+char *sh_token_json(const sh_token *t);
+int sh_token_parse(const char *text, size_t n, sh_token *out);
+char *sh_record_json(const sh_doc *r);
+char *sh_manifest_json(const sh_doc *m);
+/* Parsers check every field (hostile input); key names the object in
+ * errors. kind_doc: 0 record, 1 manifest. */
+int sh_record_parse(const char *run, const char *key, const void *text, size_t n, sh_doc *out);
+int sh_manifest_parse(const char *run, const char *key, const void *text, size_t n, sh_doc *out);
+/* Sorts parts by (name, r0). */
+void sh_parts_sort(sh_part *p, size_t n);
+/* Sorted parts cover each tensor's rows exactly once and agree on its
+ * dtype, shape and column cuts; else `code`, naming the parts. */
+int sh_parts_cover(const sh_part *p, size_t n, int code, const char *what);
+/* Reads and parses the manifest of (version, id); FERRY_ERR_SHARD_KIND if
+ * it is a single-rank one. */
+int sh_manifest_read(ferry_store *st, const char *run, uint64_t version, const char *id, fs_count *cnt, sh_doc *out);
+/* The manifest of (version, id) in either format, as the fields of a
+ * single-rank one that GC and the run log use (links, sizes, hash). */
+int sh_manifest_links(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id,
+                      fs_manifest *out);
+/* Key of rank's object of a version. */
+void sh_key_object(char out[FS_KEY_CAP], const char *run, uint64_t version, const char *id, uint32_t rank, int kind);
+
+/* ---- held tiles (shard_tiles.c) ---- */
+
+typedef struct sh_held {
+    char *name;
+    uint64_t r0, r1, c0, c1;
+    ferry_model *m;           /* one tensor, [r1-r0, c1-c0] */
+    uint8_t hash[16];
+    uint8_t *changed;         /* bitmap of elements the current pull changed */
+    bool fresh;               /* replaced whole by the current pull */
+} sh_held;
+
+typedef struct sh_tileset {
+    sh_held *t;
+    size_t n, cap;
+    uint64_t version;
+    char id[FS_ID_CAP];
+} sh_tileset;
+
+sh_held *sh_tiles_find(const sh_tileset *s, const char *name, uint64_t r0, uint64_t c0);
+int sh_tiles_add(sh_tileset *s, const char *name, const sh_tile *t, ferry_model *m);
+void sh_tiles_sort(sh_tileset *s);
+void sh_tiles_release(sh_tileset *s);
+/* A one-tensor tile model over data (borrowed). */
+int sh_tile_model(const char *name, ferry_dtype dt, uint64_t rows, uint64_t cols, const void *data, unsigned flags,
+                  ferry_model **out);
+
+/* ---- island internals used by the publisher's resume (shard_sub.c) ---- */
+
+/* Moves the subscriber's held tiles into *out (the subscriber then holds none). */
+void sh_sub_take_tiles(ferry_shard_subscriber *s, sh_tileset *out);
+
+#endif

@@ -1,0 +1,610 @@
+/* Sharded publisher: begin (rank 0), put (every rank), commit (rank 0),
+ * finish (every rank) — docs/PROTOCOL.md, "Sharded versions".
+ *
+ * A rank keeps only its own previous tiles (BF16 when gating FP32 masters)
+ * to diff against.  Its upload is durable when put returns; nothing is
+ * visible until rank 0 has checked every record and written the manifest
+ * and then HEAD, by compare-and-swap.  A rank's kept patches become its
+ * next base only when the caller reports the commit (finish), by applying
+ * them in place (each verified) to its previous tiles: memory stays at one
+ * copy of the shard plus this version's patches. */
+#include "shard_impl.h"
+#include "store/store_impl.h"
+
+#include <stdlib.h>
+
+struct ferry_shard_publisher {
+    ferry_store *st;
+    char run[FERRY_SYNC_RUN_MAX + 1];
+    char pubid[FERRY_SYNC_PUBLISHER_MAX];
+    ferry_shard_options o;
+    ferry_model *empty;
+    sh_tileset prev;          /* this rank's tiles of version prev.version */
+    /* after put, until finish */
+    bool pending;
+    sh_token ptok;
+    sh_doc rec;
+    ferry_buf obj[2];
+    /* rank 0, between begin and commit */
+    bool begun;
+    sh_token btok;
+    char head_etag[FERRY_STORE_ETAG_MAX];
+    sh_doc last;              /* HEAD's manifest at begin (version 0 = none) */
+};
+
+int ferry_shard_publisher_open(ferry_store *store, const char *run, const ferry_shard_options *opts, ferry_shard_publisher **out)
+{
+    if (!store || !out || !opts) return ferry__fail(FERRY_ERR_ARG, "ferry_shard_publisher_open: NULL argument");
+    *out = NULL;
+    int rc = ferry_sync_run_check(run);
+    if (rc) return rc;
+    if (ferry_store_kind(store) == FERRY_STORE_HTTP)
+        return ferry__fail(FERRY_ERR_STORE_READONLY, "%s: cannot publish through a read-only http(s) store", ferry_store_url(store));
+    if (!opts->world || opts->world > FERRY_SHARD_WORLD_MAX || opts->rank >= opts->world)
+        return ferry__fail(FERRY_ERR_ARG, "run %s: rank %u of world %u: world must be 1..%d and rank below it", run, opts->rank,
+                           opts->world, FERRY_SHARD_WORLD_MAX);
+    if (opts->publisher_id && !fs_publisher_valid(opts->publisher_id))
+        return ferry__fail(FERRY_ERR_ARG, "publisher id '%.200s': empty, too long, or not printable ASCII without quotes",
+                           opts->publisher_id);
+    ferry_shard_publisher *p = ferry__calloc(1, sizeof *p);
+    if (!p) return FERRY_ERR_NOMEM;
+    p->st = store;
+    snprintf(p->run, sizeof p->run, "%s", run);
+    p->o = *opts;
+    p->o.publisher_id = NULL;
+    if (!p->o.anchor_every) p->o.anchor_every = 10;
+    if (!p->o.min_tile_words) p->o.min_tile_words = SH_DEFAULT_TILE_WORDS;
+    if (opts->publisher_id) snprintf(p->pubid, sizeof p->pubid, "%s", opts->publisher_id);
+    else fs_default_publisher(p->pubid);
+    if ((rc = ferry_model_create(&p->empty))) {
+        free(p);
+        return rc;
+    }
+    *out = p;
+    return FERRY_OK;
+}
+
+static void drop_pending(ferry_shard_publisher *p)
+{
+    sh_doc_release(&p->rec);
+    ferry__buf_release(&p->obj[0]);
+    ferry__buf_release(&p->obj[1]);
+    p->pending = false;
+}
+
+void ferry_shard_publisher_free(ferry_shard_publisher *p)
+{
+    if (!p) return;
+    drop_pending(p);
+    sh_tiles_release(&p->prev);
+    sh_doc_release(&p->last);
+    ferry_model_free(p->empty);
+    free(p);
+}
+
+uint64_t ferry_shard_publisher_version(const ferry_shard_publisher *p) { return p ? p->prev.version : 0; }
+
+/* ---- begin ---- */
+
+int ferry_shard_begin(ferry_shard_publisher *p, unsigned flags, char **token, size_t *size)
+{
+    if (!p || !token || !size) return ferry__fail(FERRY_ERR_ARG, "ferry_shard_begin: NULL argument");
+    *token = NULL;
+    if (p->o.rank) return ferry__fail(FERRY_ERR_ARG, "run %s: ferry_shard_begin is rank 0's (this is rank %u)", p->run, p->o.rank);
+    p->begun = false;
+    sh_doc_release(&p->last);
+    memset(&p->last, 0, sizeof p->last);
+    fs_head h;
+    int rc = fs_head_read(p->st, p->run, NULL, &h, p->head_etag);
+    sh_token t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.run, sizeof t.run, "%s", p->run);
+    t.world = p->o.world;
+    t.tile_words = p->o.min_tile_words;
+    if (rc == FERRY_ERR_STORE_NOT_FOUND) {
+        ferry__clear_error();
+        p->head_etag[0] = 0;
+        t.version = 1;
+        t.kind = FERRY_SYNC_ANCHOR;
+    } else if (rc) {
+        return rc;
+    } else {
+        if ((rc = sh_manifest_read(p->st, p->run, h.version, h.id, NULL, &p->last))) return rc;
+        if (memcmp(h.model_hash, p->last.model_hash, 16))
+            return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "run %s: HEAD and the manifest of version %llu disagree on its hash", p->run,
+                               (unsigned long long)h.version);
+        if (p->last.world != p->o.world)
+            return ferry__fail(FERRY_ERR_SHARD_WORLD, "run %s: version %llu was published by %u ranks, this publish has %u: "
+                               "the rank count may not change within a run", p->run, (unsigned long long)h.version,
+                               p->last.world, p->o.world);
+        t.version = h.version + 1;
+        t.base.version = h.version;
+        memcpy(t.base.id, h.id, FS_ID_CAP);
+        t.tile_words = p->last.tile_words; /* the grid stays that of the run */
+        bool anchor = (flags & FERRY_SHARD_ANCHOR) || t.version - p->last.anchor.version >= p->o.anchor_every;
+        t.kind = anchor ? FERRY_SYNC_ANCHOR : FERRY_SYNC_DELTA;
+    }
+    if ((rc = fs_new_id(t.id))) return rc;
+    char *s = sh_token_json(&t);
+    if (!s) return FERRY_ERR_NOMEM;
+    size_t n = strlen(s);
+    char *c = ferry__malloc(n + 1);
+    if (c) memcpy(c, s, n + 1);
+    free(s);
+    if (!c) return FERRY_ERR_NOMEM;
+    p->btok = t;
+    p->begun = true;
+    *token = c;
+    *size = n;
+    return FERRY_OK;
+}
+
+/* ---- put ---- */
+
+/* The caller's parts, checked, as record parts (coordinates cut). */
+static int make_parts(ferry_shard_publisher *p, const sh_token *t, const ferry_shard_part *in, size_t n, sh_doc *rec)
+{
+    if (n && !(rec->parts = ferry__calloc(n, sizeof *rec->parts))) return FERRY_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) {
+        const ferry_shard_part *a = &in[i];
+        sh_part *q = &rec->parts[i];
+        rec->nparts = i + 1;
+        q->rank = p->o.rank;
+        if (!a->name || !*a->name || strlen(a->name) > FERRY_MAX_NAME || (a->ndim && !a->shape) || a->ndim > FERRY_MAX_DIMS ||
+            !a->data || (unsigned)a->dtype >= FERRY_DTYPE_COUNT)
+            return ferry__fail(FERRY_ERR_ARG, "run %s rank %u: part %zu: missing name, shape or data, or a bad dtype", p->run,
+                               p->o.rank, i);
+        if (!sh_esize(a->dtype))
+            return ferry__fail(FERRY_ERR_UNSUPPORTED, "tensor '%s': sub-byte dtype %s cannot be sharded", a->name,
+                               ferry_dtype_name(a->dtype));
+        if (!(q->name = ferry__strdup(a->name))) return FERRY_ERR_NOMEM;
+        q->dtype = p->o.cast_bf16 && a->dtype == FERRY_F32 ? FERRY_BF16 : a->dtype;
+        q->ndim = a->ndim;
+        if (a->ndim) memcpy(q->shape, a->shape, a->ndim * sizeof *a->shape);
+        uint64_t b;
+        if (!sh_view(q->ndim, q->shape, &q->rows, &q->cols) || !q->rows || !q->cols || !ferry__mul_u64(q->rows, q->cols, &b) ||
+            !ferry__mul_u64(b, 8, &b))
+            return ferry__fail(FERRY_ERR_SHARD_PARTS, "tensor '%s': empty shape or element count overflows", a->name);
+        q->r0 = a->row_begin;
+        q->r1 = a->row_end;
+        if (!q->r0 && !q->r1) q->r1 = q->rows;
+        if (q->r0 >= q->r1 || q->r1 > q->rows)
+            return ferry__fail(FERRY_ERR_SHARD_PARTS, "tensor '%s': part rows [%llu, %llu) of rank %u lie outside its %llu rows",
+                               a->name, (unsigned long long)q->r0, (unsigned long long)q->r1, p->o.rank,
+                               (unsigned long long)q->rows);
+        int rc = sh_part_cut(q, t->tile_words);
+        if (rc) return rc;
+    }
+    /* a rank's own parts may not overlap (the others' are checked at commit) */
+    sh_part *sorted = ferry__calloc(n + 1, sizeof *sorted);
+    if (!sorted) return FERRY_ERR_NOMEM;
+    memcpy(sorted, rec->parts, n * sizeof *sorted);
+    sh_parts_sort(sorted, n);
+    int rc = FERRY_OK;
+    for (size_t i = 1; i < n && !rc; i++)
+        if (!strcmp(sorted[i].name, sorted[i - 1].name) && sorted[i].r0 < sorted[i - 1].r1)
+            rc = ferry__fail(FERRY_ERR_SHARD_PARTS, "tensor '%s': rank %u's parts rows [%llu, %llu) and [%llu, %llu) overlap",
+                             sorted[i].name, p->o.rank, (unsigned long long)sorted[i - 1].r0,
+                             (unsigned long long)sorted[i - 1].r1, (unsigned long long)sorted[i].r0,
+                             (unsigned long long)sorted[i].r1);
+    free(sorted);
+    return rc;
+}
+
+/* Gets this rank's tiles of the token's base back through the island path. */
+static int resume(ferry_shard_publisher *p, const sh_token *t, const sh_doc *rec)
+{
+    sh_tiles_release(&p->prev);
+    ferry_shard_region *rg = ferry__calloc(rec->nparts + 1, sizeof *rg);
+    if (!rg) return FERRY_ERR_NOMEM;
+    for (size_t i = 0; i < rec->nparts; i++)
+        rg[i] = (ferry_shard_region){rec->parts[i].name, rec->parts[i].r0, rec->parts[i].r1, 0, 0};
+    ferry_shard_sub_options so = {.threads = p->o.threads};
+    ferry_shard_subscriber *s = NULL;
+    int rc = ferry_shard_subscriber_open(p->st, p->run, rg, rec->nparts, &so, &s);
+    if (!rc && rec->nparts) rc = ferry_shard_pull(s, FERRY_SYNC_EXACT, t->base.version, NULL);
+    if (!rc) {
+        sh_sub_take_tiles(s, &p->prev);
+        if (rec->nparts && strcmp(p->prev.id, t->base.id))
+            rc = ferry__fail(FERRY_ERR_SHARD_FOREIGN, "run %s: version %llu on HEAD's lineage is not the token's base (id %s)", p->run,
+                             (unsigned long long)t->base.version, t->base.id);
+        p->prev.version = t->base.version;
+        memcpy(p->prev.id, t->base.id, FS_ID_CAP);
+    }
+    ferry_shard_subscriber_free(s);
+    free(rg);
+    if (rc) {
+        sh_tiles_release(&p->prev);
+        ferry__context(rc, "run %s rank %u: getting back its tiles of version %llu", p->run, p->o.rank,
+                       (unsigned long long)t->base.version);
+    }
+    return rc;
+}
+
+/* Appends one patch to an object buffer and fills its location. */
+static int append(ferry_buf *b, void *patch, size_t n, sh_loc *l)
+{
+    l->off = b->size;
+    l->size = n;
+    ferry__sha256_hex(patch, n, l->sha);
+    int rc = ferry__buf_append(b, patch, n);
+    ferry_free(patch);
+    return rc;
+}
+
+/* Diffs one tile: the delta from the previous tile, the anchor from the
+ * empty model; fills the tile's hashes and locations. */
+static int put_tile(ferry_shard_publisher *p, const sh_token *t, const sh_part *q, const ferry_shard_part *a, sh_tile *tile,
+                    uint8_t *scratch, uint16_t *cast)
+{
+    size_t es = sh_esize(a->dtype);
+    uint64_t tr = tile->r1 - tile->r0, tc = tile->c1 - tile->c0;
+    sh_gather(scratch, a->data, q->r0, q->cols, es, tile->r0, tile->r1, tile->c0, tile->c1);
+    ferry_model *b = NULL;
+    int rc = sh_tile_model(q->name, a->dtype, tr, tc, scratch, FERRY_ADD_BORROW, &b);
+    if (rc) return rc;
+    void *patch = NULL;
+    size_t n = 0;
+    uint8_t base[16], target[16];
+    ferry_patch_info *pi = NULL;
+    if (t->base.version) {
+        sh_held *h = sh_tiles_find(&p->prev, q->name, tile->r0, tile->c0);
+        const ferry_tensor *ht = h ? ferry_model_tensor(h->m, 0) : NULL;
+        if (!h || h->r1 != tile->r1 || h->c1 != tile->c1 || ht->dtype != q->dtype) {
+            rc = ferry__fail(FERRY_ERR_SHARD_PARTS, "tensor '%s' tile [%llu:%llu, %llu:%llu]: not a tile of rank %u in version %llu "
+                             "(the part layout or dtype changed)", q->name, (unsigned long long)tile->r0,
+                             (unsigned long long)tile->r1, (unsigned long long)tile->c0, (unsigned long long)tile->c1, p->o.rank,
+                             (unsigned long long)t->base.version);
+            goto out;
+        }
+        ferry_diff_options d = {.level = p->o.level, .threads = p->o.threads, .cast_bf16 = p->o.cast_bf16, .base_hash = h->hash};
+        if ((rc = ferry_diff(h->m, b, &d, &patch, &n)) || (rc = ferry_patch_inspect(patch, n, &pi))) goto out;
+        ferry_patch_info_hashes(pi, base, target);
+        ferry_patch_info_free(pi);
+        pi = NULL;
+        memcpy(tile->base, base, 16);
+        memcpy(tile->target, target, 16);
+        if ((rc = append(&p->obj[SH_DELTA], patch, n, &tile->loc[SH_DELTA]))) goto out;
+        patch = NULL;
+    }
+    if (t->kind == FERRY_SYNC_ANCHOR) {
+        if (a->dtype != q->dtype) { /* the gate: the BF16 cast is what is published */
+            ferry_f32_to_bf16_n(cast, (const float *)(const void *)scratch, tr * tc);
+            ferry_model_free(b);
+            b = NULL;
+            if ((rc = sh_tile_model(q->name, q->dtype, tr, tc, cast, FERRY_ADD_BORROW, &b))) goto out;
+        }
+        ferry_diff_options d = {.level = p->o.level, .threads = p->o.threads};
+        if ((rc = ferry_diff(p->empty, b, &d, &patch, &n)) || (rc = ferry_patch_inspect(patch, n, &pi))) goto out;
+        ferry_patch_info_hashes(pi, base, target);
+        ferry_patch_info_free(pi);
+        if (t->base.version && memcmp(target, tile->target, 16)) {
+            rc = ferry__fail(FERRY_ERR_TARGET_MISMATCH, "tensor '%s' tile [%llu:%llu, %llu:%llu]: anchor and delta disagree", q->name,
+                             (unsigned long long)tile->r0, (unsigned long long)tile->r1, (unsigned long long)tile->c0,
+                             (unsigned long long)tile->c1);
+            goto out;
+        }
+        memcpy(tile->target, target, 16);
+        rc = append(&p->obj[SH_ANCHOR], patch, n, &tile->loc[SH_ANCHOR]);
+        patch = NULL;
+    }
+out:
+    ferry_free(patch);
+    ferry_model_free(b);
+    return rc;
+}
+
+int ferry_shard_put(ferry_shard_publisher *p, const char *token, size_t token_size, const ferry_shard_part *parts, size_t nparts,
+                    char **record, size_t *record_size)
+{
+    if (!p || !token || !record || !record_size || (nparts && !parts)) return ferry__fail(FERRY_ERR_ARG, "ferry_shard_put: NULL argument");
+    *record = NULL;
+    drop_pending(p);
+    sh_token t;
+    int rc = sh_token_parse(token, token_size, &t);
+    if (rc) return rc;
+    if (strcmp(t.run, p->run) || t.world != p->o.world)
+        return ferry__fail(FERRY_ERR_SHARD_FOREIGN, "shard token: for run '%s' with %u ranks, this is rank %u of %u of run '%s'", t.run,
+                           t.world, p->o.rank, p->o.world, p->run);
+    sh_doc *r = &p->rec;
+    memset(r, 0, sizeof *r);
+    snprintf(r->run, sizeof r->run, "%s", p->run);
+    r->version = t.version;
+    memcpy(r->id, t.id, FS_ID_CAP);
+    r->kind = t.kind;
+    r->world = t.world;
+    r->rank = p->o.rank;
+    uint8_t *scratch = NULL;
+    uint16_t *cast = NULL;
+    if (!(r->obj_bytes = ferry__calloc(2, sizeof *r->obj_bytes))) return FERRY_ERR_NOMEM;
+    if ((rc = make_parts(p, &t, parts, nparts, r))) goto out;
+    if (t.base.version && (p->prev.version != t.base.version || strcmp(p->prev.id, t.base.id)) && (rc = resume(p, &t, r))) goto out;
+    uint64_t most = 0;
+    for (size_t i = 0; i < r->nparts; i++)
+        for (size_t j = 0; j < r->parts[i].ntiles; j++) {
+            const sh_tile *x = &r->parts[i].tiles[j];
+            uint64_t w = (x->r1 - x->r0) * (x->c1 - x->c0);
+            if (w > most) most = w;
+        }
+    if (!(scratch = ferry__malloc(most * 8 + 8)) || !(cast = ferry__malloc(most * 2 + 2))) {
+        rc = FERRY_ERR_NOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < r->nparts && !rc; i++)
+        for (size_t j = 0; j < r->parts[i].ntiles && !rc; j++)
+            rc = put_tile(p, &t, &r->parts[i], &parts[i], &r->parts[i].tiles[j], scratch, cast);
+    for (int k = 0; k < 2 && !rc; k++) {
+        r->obj_bytes[k] = p->obj[k].size;
+        if (!p->obj[k].size) continue;
+        char key[FS_KEY_CAP];
+        sh_key_object(key, p->run, t.version, t.id, p->o.rank, k);
+        rc = ferry_store_put(p->st, key, p->obj[k].data, p->obj[k].size, NULL);
+    }
+    if (!rc) {
+        char *s = sh_record_json(r);
+        size_t n = s ? strlen(s) : 0;
+        if (s && (*record = ferry__malloc(n + 1))) {
+            memcpy(*record, s, n + 1);
+            *record_size = n;
+        } else {
+            rc = FERRY_ERR_NOMEM;
+        }
+        free(s);
+    }
+    if (!rc && getenv("FERRY_SHARD_TEST_STALL")) {
+        /* test hook (tests/scripts/shard_mpi.sh): "RANK:VERSION" stalls that
+         * rank after its upload, for the test to kill it mid-publish */
+        unsigned sr = 0;
+        unsigned long long sv = 0;
+        if (sscanf(getenv("FERRY_SHARD_TEST_STALL"), "%u:%llu", &sr, &sv) == 2 && sr == p->o.rank && sv == t.version)
+            fs_sleep_ms(60000);
+    }
+out:
+    free(scratch);
+    free(cast);
+    if (rc) {
+        drop_pending(p);
+        ferry__context(rc, "run %s rank %u: putting version %llu", p->run, p->o.rank, (unsigned long long)t.version);
+        return rc;
+    }
+    p->pending = true;
+    p->ptok = t;
+    /* the anchor object is not needed by finish when a delta exists */
+    if (t.base.version) ferry__buf_release(&p->obj[SH_ANCHOR]);
+    return FERRY_OK;
+}
+
+/* ---- finish ---- */
+
+int ferry_shard_finish(ferry_shard_publisher *p, int committed)
+{
+    if (!p) return ferry__fail(FERRY_ERR_ARG, "ferry_shard_finish: NULL argument");
+    if (!p->pending || !committed) {
+        drop_pending(p);
+        return FERRY_OK;
+    }
+    const sh_token *t = &p->ptok;
+    int kind = t->base.version ? SH_DELTA : SH_ANCHOR;
+    sh_tileset next;
+    memset(&next, 0, sizeof next);
+    int rc = FERRY_OK;
+    for (size_t i = 0; i < p->rec.nparts && !rc; i++) {
+        const sh_part *q = &p->rec.parts[i];
+        for (size_t j = 0; j < q->ntiles && !rc; j++) {
+            const sh_tile *x = &q->tiles[j];
+            const uint8_t *patch = p->obj[kind].data + x->loc[kind].off;
+            ferry_model *m = NULL;
+            if (kind == SH_DELTA) {
+                sh_held *h = sh_tiles_find(&p->prev, q->name, x->r0, x->c0);
+                ferry_apply_options ao = {.threads = p->o.threads, .base_hash = h->hash, .undo_limit = 1};
+                if (!(rc = ferry_apply_inplace_ex(h->m, patch, x->loc[kind].size, &ao))) {
+                    m = h->m;
+                    h->m = NULL;
+                }
+            } else {
+                ferry_apply_options ao = {.threads = p->o.threads};
+                rc = ferry_apply_ex(p->empty, patch, x->loc[kind].size, &ao, &m);
+            }
+            if (!rc && (rc = sh_tiles_add(&next, q->name, x, m))) ferry_model_free(m);
+        }
+    }
+    sh_tiles_release(&p->prev);
+    if (rc) {
+        sh_tiles_release(&next);
+        drop_pending(p);
+        return ferry__context(rc, "run %s rank %u: taking version %llu as its base", p->run, p->o.rank, (unsigned long long)t->version);
+    }
+    sh_tiles_sort(&next);
+    next.version = t->version;
+    memcpy(next.id, t->id, FS_ID_CAP);
+    p->prev = next;
+    drop_pending(p);
+    return FERRY_OK;
+}
+
+/* ---- commit ---- */
+
+/* The new version's parts against the previous version's: same tensors,
+ * same cuts, and every delta's base is the previous tile. */
+static int check_against_last(const sh_doc *last, const sh_doc *m)
+{
+    if (!last->version) return FERRY_OK;
+    if (last->nparts != m->nparts)
+        return ferry__fail(FERRY_ERR_SHARD_PARTS, "version %llu: %zu parts, version %llu had %zu: the part layout may not change "
+                           "within a run", (unsigned long long)m->version, m->nparts, (unsigned long long)last->version, last->nparts);
+    for (size_t i = 0; i < m->nparts; i++) {
+        const sh_part *a = &m->parts[i], *b = &last->parts[i];
+        if (strcmp(a->name, b->name) || a->r0 != b->r0 || a->r1 != b->r1 || a->nrc != b->nrc || a->ncc != b->ncc ||
+            memcmp(a->rcut, b->rcut, a->nrc * sizeof *a->rcut) || memcmp(a->ccut, b->ccut, a->ncc * sizeof *a->ccut) ||
+            a->dtype != b->dtype || a->ndim != b->ndim || memcmp(a->shape, b->shape, a->ndim * sizeof a->shape[0]))
+            return ferry__fail(FERRY_ERR_SHARD_PARTS, "version %llu: tensor '%s' rows [%llu, %llu) of rank %u: not a part of version "
+                               "%llu (tensor, rows, dtype, shape or tile grid changed)", (unsigned long long)m->version, a->name,
+                               (unsigned long long)a->r0, (unsigned long long)a->r1, a->rank, (unsigned long long)last->version);
+        for (size_t j = 0; j < a->ntiles; j++)
+            if (memcmp(a->tiles[j].base, b->tiles[j].target, 16))
+                return ferry__fail(FERRY_ERR_SHARD_FOREIGN, "version %llu: tensor '%s' tile [%llu:%llu, %llu:%llu] of rank %u: its base "
+                                   "is not version %llu's tile (a part diffed against another version)",
+                                   (unsigned long long)m->version, a->name, (unsigned long long)a->tiles[j].r0,
+                                   (unsigned long long)a->tiles[j].r1, (unsigned long long)a->tiles[j].c0,
+                                   (unsigned long long)a->tiles[j].c1, a->rank, (unsigned long long)last->version);
+    }
+    return FERRY_OK;
+}
+
+/* Merges the records into the manifest's parts (moved out of the records). */
+static int merge(const sh_token *t, sh_doc *recs, size_t n, sh_doc *m)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) total += recs[i].nparts;
+    if (!(m->parts = ferry__calloc(total + 1, sizeof *m->parts)) || !(m->obj_bytes = ferry__calloc(2 * (size_t)t->world, sizeof *m->obj_bytes)))
+        return FERRY_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) {
+        memcpy(m->parts + m->nparts, recs[i].parts, recs[i].nparts * sizeof *m->parts);
+        m->nparts += recs[i].nparts;
+        free(recs[i].parts);
+        recs[i].parts = NULL;
+        recs[i].nparts = 0;
+        m->obj_bytes[2 * recs[i].rank] = recs[i].obj_bytes[0];
+        m->obj_bytes[2 * recs[i].rank + 1] = recs[i].obj_bytes[1];
+    }
+    sh_parts_sort(m->parts, m->nparts);
+    if (!m->nparts) return ferry__fail(FERRY_ERR_SHARD_PARTS, "version %llu: no rank put any part", (unsigned long long)t->version);
+    char what[64];
+    snprintf(what, sizeof what, "version %llu", (unsigned long long)t->version);
+    return sh_parts_cover(m->parts, m->nparts, FERRY_ERR_SHARD_PARTS, what);
+}
+
+/* HEAD from the previous version to m, by compare-and-swap; a refused
+ * swap is re-read: our own landed write is success, anything else is
+ * another publisher. */
+static int move_head(ferry_shard_publisher *p, const sh_doc *m)
+{
+    char key[FS_KEY_CAP], mkey[FS_KEY_CAP];
+    fs_key_head(key, p->run);
+    fs_key_version(mkey, p->run, m->version, m->id, FS_OBJ_MANIFEST);
+    fs_head nh = {m->version, "", m->kind, {0}, "", fs_now()};
+    memcpy(nh.id, m->id, FS_ID_CAP);
+    memcpy(nh.model_hash, m->model_hash, 16);
+    snprintf(nh.publisher, sizeof nh.publisher, "%s", p->pubid);
+    char *text = fs_head_json(p->run, &nh, mkey);
+    if (!text) return FERRY_ERR_NOMEM;
+    int rc = ferry_store_cas(p->st, key, m->prev.version ? p->head_etag : NULL, text, strlen(text), p->head_etag);
+    free(text);
+    if (rc != FERRY_ERR_STORE_CONFLICT) return rc;
+    fs_head h;
+    int r2 = fs_head_read(p->st, p->run, NULL, &h, p->head_etag);
+    if (!r2 && h.version == m->version && !strcmp(h.id, m->id)) {
+        ferry__clear_error();
+        return FERRY_OK;
+    }
+    if (r2) return r2;
+    return ferry__fail(FERRY_ERR_SYNC_CONFLICT, "run %s: HEAD is at version %llu (id %s) published by '%s', not version %llu this "
+                       "publish started from: another publisher is writing this run", p->run, (unsigned long long)h.version, h.id,
+                       h.publisher, (unsigned long long)m->prev.version);
+}
+
+int ferry_shard_commit(ferry_shard_publisher *p, const char *token, size_t token_size, const char *const *records,
+                       const size_t *record_sizes, size_t nrecords, ferry_shard_publish_info *info)
+{
+    if (!p || !token || (nrecords && (!records || !record_sizes))) return ferry__fail(FERRY_ERR_ARG, "ferry_shard_commit: NULL argument");
+    if (p->o.rank) return ferry__fail(FERRY_ERR_ARG, "run %s: ferry_shard_commit is rank 0's (this is rank %u)", p->run, p->o.rank);
+    sh_token t;
+    int rc = sh_token_parse(token, token_size, &t);
+    if (rc) return rc;
+    if (!p->begun || t.version != p->btok.version || strcmp(t.id, p->btok.id) || strcmp(t.run, p->run))
+        return ferry__fail(FERRY_ERR_SHARD_FOREIGN, "shard token of run '%s' version %llu id %s: not the publish this handle began",
+                           t.run, (unsigned long long)t.version, t.id);
+    if (nrecords != t.world)
+        return ferry__fail(FERRY_ERR_SHARD_WORLD, "version %llu: %zu part records for %u ranks", (unsigned long long)t.version, nrecords,
+                           t.world);
+    sh_doc *recs = ferry__calloc(nrecords, sizeof *recs);
+    bool *seen = ferry__calloc(t.world, sizeof *seen);
+    sh_doc m;
+    memset(&m, 0, sizeof m);
+    char *text = NULL;
+    if (!recs || !seen) {
+        rc = FERRY_ERR_NOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < nrecords && !rc; i++) {
+        char what[64];
+        snprintf(what, sizeof what, "part record %zu", i);
+        if (!records[i]) {
+            rc = ferry__fail(FERRY_ERR_ARG, "%s is NULL", what);
+            break;
+        }
+        if ((rc = sh_record_parse(p->run, what, records[i], record_sizes[i], &recs[i]))) break;
+        const sh_doc *r = &recs[i];
+        if (r->version != t.version || strcmp(r->id, t.id) || r->kind != t.kind || r->world != t.world)
+            rc = ferry__fail(FERRY_ERR_SHARD_FOREIGN, "%s (rank %u): belongs to version %llu id %s, this publish is version %llu id %s",
+                             what, r->rank, (unsigned long long)r->version, r->id, (unsigned long long)t.version, t.id);
+        else if (seen[r->rank])
+            rc = ferry__fail(FERRY_ERR_SHARD_WORLD, "version %llu: rank %u's part record given twice", (unsigned long long)t.version,
+                             r->rank);
+        seen[r->rank] = true;
+    }
+    if (rc) goto out;
+    m.version = t.version;
+    memcpy(m.id, t.id, FS_ID_CAP);
+    snprintf(m.run, sizeof m.run, "%s", p->run);
+    m.kind = t.kind;
+    m.world = t.world;
+    m.prev = t.base;
+    m.tile_words = t.tile_words;
+    if ((rc = merge(&t, recs, nrecords, &m))) goto out;
+    if (p->last.version && p->last.world != t.world) {
+        rc = ferry__fail(FERRY_ERR_SHARD_WORLD, "version %llu: %u ranks, version %llu had %u", (unsigned long long)t.version, t.world,
+                         (unsigned long long)p->last.version, p->last.world);
+        goto out;
+    }
+    if ((rc = check_against_last(&p->last, &m))) goto out;
+    if (t.kind == FERRY_SYNC_ANCHOR) {
+        m.anchor.version = m.version;
+        memcpy(m.anchor.id, m.id, FS_ID_CAP);
+    } else {
+        m.anchor = p->last.anchor;
+    }
+    for (size_t i = 0; i < m.nparts; i++)
+        m.model_bytes += (m.parts[i].r1 - m.parts[i].r0) * m.parts[i].cols * sh_esize(m.parts[i].dtype);
+    sh_shard_hash(&m, m.model_hash);
+    m.created = (uint64_t)fs_now();
+    m.anchor_every = p->o.anchor_every;
+    snprintf(m.publisher, sizeof m.publisher, "%s", p->pubid);
+    if (!(text = sh_manifest_json(&m))) {
+        rc = FERRY_ERR_NOMEM;
+        goto out;
+    }
+    char key[FS_KEY_CAP];
+    fs_key_version(key, p->run, m.version, m.id, FS_OBJ_MANIFEST);
+    size_t mbytes = strlen(text);
+    if ((rc = ferry_store_put(p->st, key, text, mbytes, NULL))) goto out;
+    if ((rc = move_head(p, &m))) goto out;
+    if (info) {
+        memset(info, 0, sizeof *info);
+        info->version = m.version;
+        info->kind = m.kind;
+        info->world = m.world;
+        info->parts = m.nparts;
+        for (size_t i = 0; i < m.nparts; i++) info->tiles += m.parts[i].ntiles;
+        for (uint32_t r = 0; r < m.world; r++) {
+            info->delta_bytes += m.obj_bytes[2 * r];
+            info->anchor_bytes += m.obj_bytes[2 * r + 1];
+        }
+        info->manifest_bytes = mbytes;
+        info->model_bytes = m.model_bytes;
+        memcpy(info->model_hash, m.model_hash, 16);
+        memcpy(info->id, m.id, FS_ID_CAP);
+    }
+    sh_doc_release(&p->last);
+    p->last = m;
+    memset(&m, 0, sizeof m);
+    p->begun = false;
+out:
+    free(text);
+    for (size_t i = 0; recs && i < nrecords; i++) sh_doc_release(&recs[i]);
+    free(recs);
+    free(seen);
+    sh_doc_release(&m);
+    if (rc && rc != FERRY_ERR_SYNC_CONFLICT) ferry__context(rc, "run %s: committing version %llu", p->run, (unsigned long long)t.version);
+    return rc;
+}

@@ -1,0 +1,730 @@
+/* Island rank: sliced pull of sharded versions (docs/PROTOCOL.md,
+ * "Sharded versions", reading side).
+ *
+ * The rank holds the COVER of its regions: every tile that intersects one,
+ * as a one-tensor model.  A pull reads HEAD and the manifests of the
+ * versions it crosses, fetches only the cover's tile patches (ranged GETs,
+ * adjacent tiles of one object in one request), and applies one version at
+ * a time as a transaction: each tile's SHA-256 against the manifest, its
+ * patch decoded into a scratch tile (the codec checks the base and target
+ * hashes), the changed elements recorded; only when every tile of the
+ * version verified are the held tiles written.  Memory: the cover, one
+ * scratch tile, one fetched range, the change lists. */
+#include "shard_impl.h"
+#include "store/store_impl.h"
+
+#include <stdlib.h>
+
+typedef struct region {
+    ferry_shard_region r;     /* name owned */
+    bool resolved, all;
+    ferry_dtype dtype;
+    uint64_t tcols;           /* the tensor's columns */
+    int64_t *pos;
+    uint8_t *vals;
+    size_t nchg;
+} region;
+
+struct ferry_shard_subscriber {
+    ferry_store *st;
+    char run[FERRY_SYNC_RUN_MAX + 1];
+    ferry_shard_sub_options o;
+    region *rg;
+    size_t nrg;
+    sh_tileset held;
+    ferry_model *empty;
+    ferry_shard_sub_stats stats;
+};
+
+int ferry_shard_subscriber_open(ferry_store *store, const char *run, const ferry_shard_region *regions, size_t nregions,
+                                const ferry_shard_sub_options *opts, ferry_shard_subscriber **out)
+{
+    if (!store || !out || (nregions && !regions)) return ferry__fail(FERRY_ERR_ARG, "ferry_shard_subscriber_open: NULL argument");
+    *out = NULL;
+    int rc = ferry_sync_run_check(run);
+    if (rc) return rc;
+    ferry_shard_subscriber *s = ferry__calloc(1, sizeof *s);
+    if (!s) return FERRY_ERR_NOMEM;
+    s->st = store;
+    snprintf(s->run, sizeof s->run, "%s", run);
+    if (opts) s->o = *opts;
+    if (!s->o.poll_interval_ms) s->o.poll_interval_ms = 1000;
+    if (nregions && !(s->rg = ferry__calloc(nregions, sizeof *s->rg))) rc = FERRY_ERR_NOMEM;
+    for (size_t i = 0; i < nregions && !rc; i++) {
+        s->nrg = i + 1;
+        s->rg[i].r = regions[i];
+        s->rg[i].r.name = NULL;
+        if (!regions[i].name || !*regions[i].name) rc = ferry__fail(FERRY_ERR_ARG, "region %zu: no tensor name", i);
+        else if (!(s->rg[i].r.name = ferry__strdup(regions[i].name))) rc = FERRY_ERR_NOMEM;
+    }
+    if (!rc) rc = ferry_model_create(&s->empty);
+    if (rc) {
+        ferry_shard_subscriber_free(s);
+        return rc;
+    }
+    *out = s;
+    return FERRY_OK;
+}
+
+static void clear_changes(ferry_shard_subscriber *s)
+{
+    for (size_t i = 0; i < s->nrg; i++) {
+        free(s->rg[i].pos);
+        free(s->rg[i].vals);
+        s->rg[i].pos = NULL;
+        s->rg[i].vals = NULL;
+        s->rg[i].nchg = 0;
+        s->rg[i].all = false;
+    }
+    for (size_t i = 0; i < s->held.n; i++) {
+        free(s->held.t[i].changed);
+        s->held.t[i].changed = NULL;
+    }
+}
+
+void ferry_shard_subscriber_free(ferry_shard_subscriber *s)
+{
+    if (!s) return;
+    clear_changes(s);
+    for (size_t i = 0; i < s->nrg; i++) free((char *)s->rg[i].r.name);
+    free(s->rg);
+    sh_tiles_release(&s->held);
+    ferry_model_free(s->empty);
+    free(s);
+}
+
+uint64_t ferry_shard_subscriber_version(const ferry_shard_subscriber *s) { return s ? s->held.version : 0; }
+
+void ferry_shard_subscriber_get_stats(const ferry_shard_subscriber *s, ferry_shard_sub_stats *out)
+{
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!s) return;
+    *out = s->stats;
+    for (size_t i = 0; i < s->held.n; i++) out->held_bytes += ferry_model_nbytes(s->held.t[i].m);
+}
+
+void sh_sub_take_tiles(ferry_shard_subscriber *s, sh_tileset *out)
+{
+    clear_changes(s);
+    *out = s->held;
+    memset(&s->held, 0, sizeof s->held);
+}
+
+/* ---- looking things up in a manifest ---- */
+
+/* The first part of tensor `name` (parts are sorted), or n. */
+static size_t first_part(const sh_doc *m, const char *name)
+{
+    size_t lo = 0, hi = m->nparts;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(m->parts[mid].name, name) < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < m->nparts && !strcmp(m->parts[lo].name, name) ? lo : m->nparts;
+}
+
+static size_t cut_index(const uint64_t *cut, uint32_t n, uint64_t x) /* i with cut[i] <= x < cut[i+1] */
+{
+    size_t lo = 0, hi = n - 1;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cut[mid] <= x) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* The tile of tensor `name` whose corner is (r0, c0) with the given extent,
+ * or NULL. */
+static const sh_tile *find_tile(const sh_doc *m, const char *name, uint64_t r0, uint64_t r1, uint64_t c0, uint64_t c1, const sh_part **pp)
+{
+    for (size_t i = first_part(m, name); i < m->nparts && !strcmp(m->parts[i].name, name); i++) {
+        const sh_part *p = &m->parts[i];
+        if (r0 < p->r0 || r0 >= p->r1) continue;
+        size_t ri = cut_index(p->rcut, p->nrc, r0), ci = cut_index(p->ccut, p->ncc, c0);
+        const sh_tile *t = &p->tiles[ri * (p->ncc - 1) + ci];
+        if (t->r0 != r0 || t->r1 != r1 || t->c0 != c0 || t->c1 != c1) return NULL;
+        *pp = p;
+        return t;
+    }
+    return NULL;
+}
+
+/* ---- the cover ---- */
+
+typedef struct cov {
+    const char *name;
+    uint64_t r0, r1, c0, c1;
+    ferry_dtype dtype;
+} cov;
+
+typedef struct covset {
+    cov *c;
+    size_t n, cap;
+} covset;
+
+static int cov_add(covset *cs, const char *name, const sh_part *p, const sh_tile *t)
+{
+    for (size_t i = cs->n; i-- > 0;) /* regions of one tensor add neighbouring tiles: look back a little */
+        if (cs->n - i > 4096) break;
+        else if (cs->c[i].r0 == t->r0 && cs->c[i].c0 == t->c0 && !strcmp(cs->c[i].name, name)) return FERRY_OK;
+    if (cs->n == cs->cap) {
+        size_t cap = cs->cap ? cs->cap * 2 : 64;
+        cov *x = ferry__realloc(cs->c, cap * sizeof *x);
+        if (!x) return FERRY_ERR_NOMEM;
+        cs->c = x;
+        cs->cap = cap;
+    }
+    cs->c[cs->n++] = (cov){name, t->r0, t->r1, t->c0, t->c1, p->dtype};
+    return FERRY_OK;
+}
+
+/* Checks the regions against manifest m and lists the tiles covering them. */
+static int resolve(ferry_shard_subscriber *s, const sh_doc *m, covset *cs)
+{
+    char key[FS_KEY_CAP];
+    fs_key_version(key, s->run, m->version, m->id, FS_OBJ_MANIFEST);
+    for (size_t i = 0; i < s->nrg; i++) {
+        region *g = &s->rg[i];
+        size_t f = first_part(m, g->r.name);
+        if (f == m->nparts)
+            return ferry__fail(FERRY_ERR_SHARD_REGION, "region %zu: tensor '%s' is not in version %llu (%s)", i, g->r.name,
+                               (unsigned long long)m->version, key);
+        const sh_part *p0 = &m->parts[f];
+        uint64_t r0 = g->r.row_begin, r1 = g->r.row_end ? g->r.row_end : p0->rows;
+        uint64_t c0 = g->r.col_begin, c1 = g->r.col_end ? g->r.col_end : p0->cols;
+        if (r0 >= r1 || r1 > p0->rows || c0 >= c1 || c1 > p0->cols)
+            return ferry__fail(FERRY_ERR_SHARD_REGION, "region %zu: rows [%llu, %llu) x cols [%llu, %llu) lie outside tensor '%s' "
+                               "(%llu x %llu in its 2-D view)", i, (unsigned long long)r0, (unsigned long long)r1,
+                               (unsigned long long)c0, (unsigned long long)c1, g->r.name, (unsigned long long)p0->rows,
+                               (unsigned long long)p0->cols);
+        if (g->resolved && (g->dtype != p0->dtype || g->tcols != p0->cols || g->r.row_end != r1 || g->r.col_end != c1))
+            return ferry__fail(FERRY_ERR_SHARD_REGION, "region %zu: tensor '%s' changed dtype or shape in version %llu", i, g->r.name,
+                               (unsigned long long)m->version);
+        g->r.row_end = r1;
+        g->r.col_end = c1;
+        g->dtype = p0->dtype;
+        g->tcols = p0->cols;
+        g->resolved = true;
+        for (size_t j = f; j < m->nparts && !strcmp(m->parts[j].name, g->r.name); j++) {
+            const sh_part *p = &m->parts[j];
+            if (p->r1 <= r0 || p->r0 >= r1) continue;
+            for (size_t k = 0; k < p->ntiles; k++) {
+                const sh_tile *t = &p->tiles[k];
+                if (t->r1 <= r0 || t->r0 >= r1 || t->c1 <= c0 || t->c0 >= c1) continue;
+                int rc = cov_add(cs, g->r.name, p, t);
+                if (rc) return rc;
+            }
+        }
+    }
+    return FERRY_OK;
+}
+
+/* ---- one version, as a transaction ---- */
+
+typedef struct want {
+    size_t ci;                /* cover index */
+    const sh_part *part;
+    const sh_tile *tile;
+    uint64_t off, size;
+} want;
+
+static int cmp_want(const void *a, const void *b)
+{
+    const want *x = a, *y = b;
+    if (x->part->rank != y->part->rank) return x->part->rank < y->part->rank ? -1 : 1;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* What a verified tile will change: a whole new tile, or elements. */
+typedef struct pending {
+    ferry_model *fresh;       /* a tile the rank did not hold */
+    size_t ci;
+    uint64_t first, count;    /* into the step's change arrays */
+} pending;
+
+typedef struct step {
+    pending *pd;
+    size_t npd;
+    uint64_t *elem;
+    ferry_buf vals;
+    size_t nelem, capelem;
+} step;
+
+static void step_release(step *x)
+{
+    for (size_t i = 0; i < x->npd; i++) ferry_model_free(x->pd[i].fresh);
+    free(x->pd);
+    free(x->elem);
+    ferry__buf_release(&x->vals);
+    memset(x, 0, sizeof *x);
+}
+
+static int record_diff(step *x, const uint8_t *old, const uint8_t *nw, uint64_t n, size_t es, pending *pd)
+{
+    pd->first = x->nelem;
+    for (uint64_t e = 0; e < n; e++) {
+        if (!memcmp(old + e * es, nw + e * es, es)) continue;
+        if (x->nelem == x->capelem) {
+            size_t cap = x->capelem ? x->capelem * 2 : 1024;
+            uint64_t *y = ferry__realloc(x->elem, cap * sizeof *y);
+            if (!y) return FERRY_ERR_NOMEM;
+            x->elem = y;
+            x->capelem = cap;
+        }
+        x->elem[x->nelem++] = e;
+        int rc = ferry__buf_append(&x->vals, nw + e * es, es);
+        if (rc) return rc;
+    }
+    pd->count = x->nelem - pd->first;
+    return FERRY_OK;
+}
+
+/* Verifies and decodes one fetched tile patch. */
+static int take_tile(ferry_shard_subscriber *s, const sh_doc *m, int kind, const cov *c, const want *w, const uint8_t *patch,
+                     step *x)
+{
+    char key[FS_KEY_CAP], hex[65];
+    sh_key_object(key, s->run, m->version, m->id, w->part->rank, kind);
+    const sh_tile *t = w->tile;
+#define TILE_FMT "%s: tile [%llu:%llu, %llu:%llu] of '%s'"
+#define TILE_ARGS key, (unsigned long long)t->r0, (unsigned long long)t->r1, (unsigned long long)t->c0, (unsigned long long)t->c1, c->name
+    ferry__sha256_hex(patch, w->size, hex);
+    if (strcmp(hex, t->loc[kind].sha)) return ferry__fail(FERRY_ERR_SYNC_CORRUPT, TILE_FMT ": SHA-256 does not match the manifest", TILE_ARGS);
+    ferry_patch_info *pi = NULL;
+    int rc = ferry_patch_inspect(patch, w->size, &pi);
+    if (rc) return ferry__context(rc, TILE_FMT, TILE_ARGS);
+    uint8_t pb[16], pt[16];
+    ferry_patch_info_hashes(pi, pb, pt);
+    ferry_patch_info_free(pi);
+    sh_held *h = sh_tiles_find(&s->held, c->name, c->r0, c->c0);
+    if (memcmp(pt, t->target, 16) || (kind == SH_DELTA && memcmp(pb, t->base, 16)))
+        return ferry__fail(FERRY_ERR_SYNC_CORRUPT, TILE_FMT ": the patch's hashes are not the manifest's", TILE_ARGS);
+    if (kind == SH_DELTA && (!h || memcmp(h->hash, t->base, 16)))
+        return ferry__fail(FERRY_ERR_SYNC_MANIFEST, TILE_FMT ": its base is not the tile this rank holds", TILE_ARGS);
+    ferry_apply_options ao = {.threads = s->o.threads, .base_hash = kind == SH_DELTA ? h->hash : NULL};
+    ferry_model *out = NULL;
+    if ((rc = ferry_apply_ex(kind == SH_DELTA ? h->m : s->empty, patch, w->size, &ao, &out)))
+        return ferry__context(rc, TILE_FMT, TILE_ARGS);
+    const ferry_tensor *ot = ferry_model_count(out) == 1 ? ferry_model_tensor(out, 0) : NULL;
+    if (!ot || strcmp(ot->name, c->name) || ot->dtype != c->dtype || ot->ndim != 2 || ot->shape[0] != t->r1 - t->r0 ||
+        ot->shape[1] != t->c1 - t->c0) {
+        ferry_model_free(out);
+        return ferry__fail(FERRY_ERR_SYNC_CORRUPT, TILE_FMT ": the patch makes another tensor", TILE_ARGS);
+    }
+#undef TILE_FMT
+#undef TILE_ARGS
+    pending pd = {NULL, w->ci, 0, 0};
+    if (h) {
+        const ferry_tensor *ht = ferry_model_tensor(h->m, 0);
+        rc = record_diff(x, ht->data, ot->data, ot->nelem, sh_esize(c->dtype), &pd);
+        ferry_model_free(out);
+    } else {
+        pd.fresh = out;
+    }
+    if (rc) {
+        ferry_model_free(pd.fresh);
+        return rc;
+    }
+    pending *y = ferry__realloc(x->pd, (x->npd + 1) * sizeof *y);
+    if (!y) {
+        ferry_model_free(pd.fresh);
+        return FERRY_ERR_NOMEM;
+    }
+    x->pd = y;
+    x->pd[x->npd++] = pd;
+    return FERRY_OK;
+}
+
+static int set_bit(sh_held *h, uint64_t e)
+{
+    if (!h->changed) {
+        const ferry_tensor *t = ferry_model_tensor(h->m, 0);
+        if (!(h->changed = ferry__calloc(t->nelem / 8 + 1, 1))) return FERRY_ERR_NOMEM;
+    }
+    h->changed[e / 8] |= (uint8_t)(1u << (e % 8));
+    return FERRY_OK;
+}
+
+/* Writes a verified step into the held tiles.  Allocation only where a
+ * tile is new; the bitmaps are allocated before any element is written. */
+static int step_commit(ferry_shard_subscriber *s, const sh_doc *m, const covset *cs, step *x)
+{
+    for (size_t i = 0; i < x->npd; i++) {
+        pending *pd = &x->pd[i];
+        const cov *c = &cs->c[pd->ci];
+        if (pd->fresh) continue;
+        sh_held *h = sh_tiles_find(&s->held, c->name, c->r0, c->c0);
+        for (uint64_t k = 0; k < pd->count; k++) {
+            int rc = set_bit(h, x->elem[pd->first + k]);
+            if (rc) return rc;
+        }
+    }
+    /* from here on nothing fails but the adds of new tiles, whose rank
+     * held nothing of them: a failure there leaves the old tiles intact */
+    bool added = false;
+    for (size_t i = 0; i < x->npd; i++) {
+        pending *pd = &x->pd[i];
+        const cov *c = &cs->c[pd->ci];
+        const sh_part *p;
+        const sh_tile *t = find_tile(m, c->name, c->r0, c->r1, c->c0, c->c1, &p);
+        if (pd->fresh) {
+            int rc = sh_tiles_add(&s->held, c->name, t, pd->fresh);
+            if (rc) return rc;
+            pd->fresh = NULL;
+            added = true;
+            continue;
+        }
+        sh_held *h = sh_tiles_find(&s->held, c->name, c->r0, c->c0);
+        const ferry_tensor *ht = ferry_model_tensor(h->m, 0);
+        size_t es = sh_esize(ht->dtype);
+        uint8_t *d = ferry_model_data_mut(h->m, 0);
+        for (uint64_t k = 0; k < pd->count; k++) memcpy(d + x->elem[pd->first + k] * es, x->vals.data + (pd->first + k) * es, es);
+        memcpy(h->hash, t->target, 16);
+    }
+    if (added) sh_tiles_sort(&s->held);
+    s->held.version = m->version;
+    memcpy(s->held.id, m->id, FS_ID_CAP);
+    return FERRY_OK;
+}
+
+/* Applies version m (kind: SH_ANCHOR from nothing, SH_DELTA from m-1). */
+static int apply_version(ferry_shard_subscriber *s, const sh_doc *m, int kind, const covset *cs, ferry_shard_pull_info *info)
+{
+    want *w = ferry__calloc(cs->n + 1, sizeof *w);
+    if (!w) return FERRY_ERR_NOMEM;
+    int rc = FERRY_OK;
+    for (size_t i = 0; i < cs->n && !rc; i++) {
+        const cov *c = &cs->c[i];
+        const sh_part *p = NULL;
+        const sh_tile *t = find_tile(m, c->name, c->r0, c->r1, c->c0, c->c1, &p);
+        if (!t || p->dtype != c->dtype)
+            rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "run %s version %llu: tensor '%s' has no tile [%llu:%llu, %llu:%llu] (the tile "
+                             "grid changed)", s->run, (unsigned long long)m->version, c->name, (unsigned long long)c->r0,
+                             (unsigned long long)c->r1, (unsigned long long)c->c0, (unsigned long long)c->c1);
+        else if (!t->loc[kind].size)
+            rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "run %s version %llu: tensor '%s' tile has no %s patch", s->run,
+                             (unsigned long long)m->version, c->name, kind ? "anchor" : "delta");
+        else w[i] = (want){i, p, t, t->loc[kind].off, t->loc[kind].size};
+    }
+    if (!rc) qsort(w, cs->n, sizeof *w, cmp_want);
+    step x;
+    memset(&x, 0, sizeof x);
+    for (size_t i = 0; i < cs->n && !rc;) {
+        /* one ranged GET for a run of tiles of one object */
+        size_t j = i + 1;
+        uint64_t end = w[i].off + w[i].size;
+        while (j < cs->n && w[j].part->rank == w[i].part->rank && w[j].off >= end && w[j].off - end <= s->o.coalesce_gap &&
+               w[j].off + w[j].size - w[i].off <= ((uint64_t)64 << 20)) {
+            end = w[j].off + w[j].size;
+            j++;
+        }
+        char key[FS_KEY_CAP];
+        sh_key_object(key, s->run, m->version, m->id, w[i].part->rank, kind);
+        size_t len = (size_t)(end - w[i].off), got = 0;
+        uint8_t *buf = ferry__malloc(len + 1);
+        if (!buf) {
+            rc = FERRY_ERR_NOMEM;
+            break;
+        }
+        rc = ferry_store_get_range(s->st, key, w[i].off, len, buf, &got);
+        if (!rc) {
+            info->requests++;
+            info->object_bytes += got;
+            info->bytes_fetched += got;
+            if (got != len) rc = ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: %zu bytes at offset %llu, its manifest says %zu (truncated)",
+                                             key, got, (unsigned long long)w[i].off, len);
+        }
+        for (size_t k = i; k < j && !rc; k++) rc = take_tile(s, m, kind, &cs->c[w[k].ci], &w[k], buf + (w[k].off - w[i].off), &x);
+        if (!rc) info->tiles += j - i;
+        free(buf);
+        i = j;
+    }
+    if (!rc) rc = step_commit(s, m, cs, &x);
+    step_release(&x);
+    free(w);
+    return rc;
+}
+
+/* ---- changes of the last pull ---- */
+
+static int region_changes(ferry_shard_subscriber *s, region *g)
+{
+    uint64_t rows = g->r.row_end - g->r.row_begin, cols = g->r.col_end - g->r.col_begin;
+    size_t es = sh_esize(g->dtype);
+    size_t n = 0, cap = 0;
+    for (uint64_t r = g->r.row_begin; r < g->r.row_end; r++) {
+        for (size_t i = 0; i < s->held.n; i++) {
+            sh_held *h = &s->held.t[i];
+            if (strcmp(h->name, g->r.name) || r < h->r0 || r >= h->r1 || h->c1 <= g->r.col_begin || h->c0 >= g->r.col_end) continue;
+            if (h->fresh) {
+                g->all = true;
+                continue;
+            }
+            if (!h->changed) continue;
+            uint64_t a = h->c0 > g->r.col_begin ? h->c0 : g->r.col_begin, b = h->c1 < g->r.col_end ? h->c1 : g->r.col_end;
+            uint64_t tc = h->c1 - h->c0;
+            const uint8_t *d = ferry_model_tensor(h->m, 0)->data;
+            for (uint64_t c = a; c < b; c++) {
+                uint64_t e = (r - h->r0) * tc + (c - h->c0);
+                if (!(h->changed[e / 8] >> (e % 8) & 1)) continue;
+                if (n == cap) {
+                    cap = cap ? cap * 2 : 256;
+                    int64_t *p = ferry__realloc(g->pos, cap * sizeof *p);
+                    if (p) g->pos = p;
+                    uint8_t *v = p ? ferry__realloc(g->vals, cap * es) : NULL;
+                    if (v) g->vals = v;
+                    if (!p || !v) return FERRY_ERR_NOMEM;
+                }
+                g->pos[n] = (int64_t)((r - g->r.row_begin) * cols + (c - g->r.col_begin));
+                memcpy(g->vals + n * es, d + e * es, es);
+                n++;
+            }
+        }
+    }
+    (void)rows;
+    g->nchg = g->all ? 0 : n;
+    return FERRY_OK;
+}
+
+/* ---- pull ---- */
+
+typedef struct chain {
+    sh_doc *m;                /* manifests, lowest version first */
+    size_t n;
+} chain;
+
+static void chain_release(chain *c)
+{
+    for (size_t i = 0; i < c->n; i++) sh_doc_release(&c->m[i]);
+    free(c->m);
+    memset(c, 0, sizeof *c);
+}
+
+/* Manifests from `top` (version, id) down to version lo, by prev links. */
+static int walk(ferry_shard_subscriber *s, fs_ref top, uint64_t lo, chain *out, ferry_shard_pull_info *info)
+{
+    memset(out, 0, sizeof *out);
+    size_t n = (size_t)(top.version - lo + 1);
+    if (!(out->m = ferry__calloc(n, sizeof *out->m))) return FERRY_ERR_NOMEM;
+    out->n = n;
+    fs_ref r = top;
+    for (size_t i = n; i-- > 0;) {
+        fs_count cnt = {0};
+        int rc = sh_manifest_read(s->st, s->run, r.version, r.id, &cnt, &out->m[i]);
+        info->bytes_fetched += cnt.bytes;
+        info->manifest_bytes += cnt.bytes;
+        if (rc == FERRY_ERR_STORE_NOT_FOUND)
+            rc = ferry__fail(FERRY_ERR_SYNC_GONE, "run %s: the manifest of version %llu is gone (GC)", s->run, (unsigned long long)r.version);
+        if (rc) return rc;
+        r = out->m[i].prev;
+    }
+    return FERRY_OK;
+}
+
+int ferry_shard_pull(ferry_shard_subscriber *s, int mode, uint64_t version, ferry_shard_pull_info *info)
+{
+    if (!s) return ferry__fail(FERRY_ERR_ARG, "ferry_shard_pull: NULL argument");
+    ferry_shard_pull_info dummy, *in = info ? info : &dummy;
+    memset(in, 0, sizeof *in);
+    in->from_version = in->to_version = s->held.version;
+    snprintf(in->path, sizeof in->path, "none");
+    clear_changes(s);
+    for (size_t i = 0; i < s->held.n; i++) s->held.t[i].fresh = false;
+    s->stats.pulls++;
+    fs_head h;
+    fs_count cnt = {0};
+    int rc = fs_head_read(s->st, s->run, &cnt, &h, NULL);
+    in->bytes_fetched += cnt.bytes;
+    in->manifest_bytes += cnt.bytes;
+    chain ch = {0};
+    covset cs = {0};
+    if (rc == FERRY_ERR_STORE_NOT_FOUND) rc = ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: no version published yet", s->run);
+    if (rc) goto out;
+    in->head_version = h.version;
+    uint64_t cur = s->held.version, target = h.version;
+    if (mode == FERRY_SYNC_MIN && cur >= version && cur) target = cur;
+    else if ((mode == FERRY_SYNC_MIN || mode == FERRY_SYNC_EXACT) && version > h.version) {
+        rc = ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: version %llu asked, HEAD is at %llu", s->run, (unsigned long long)version,
+                         (unsigned long long)h.version);
+        goto out;
+    } else if (mode == FERRY_SYNC_EXACT) target = version;
+    if (mode == FERRY_SYNC_EXACT && !version) {
+        rc = ferry__fail(FERRY_ERR_ARG, "ferry_shard_pull: version 0");
+        goto out;
+    }
+    if (target == cur) goto out;
+    /* the manifests from HEAD down to the target, then below it what the
+     * path needs: the chain from cur, or from the target's anchor */
+    fs_ref top = {h.version, ""};
+    memcpy(top.id, h.id, FS_ID_CAP);
+    if ((rc = walk(s, top, target, &ch, in))) goto out;
+    sh_doc tm = ch.m[0];
+    ch.m[0] = (sh_doc){0};
+    chain_release(&ch);
+    bool use_chain = cur && cur < target;
+    uint64_t lo = use_chain ? cur + 1 : tm.anchor.version;
+    if (lo < target) {
+        rc = walk(s, tm.prev, lo, &ch, in);
+        if (rc == FERRY_ERR_SYNC_GONE && use_chain) { /* the chain is gone: from the anchor */
+            ferry__clear_error();
+            chain_release(&ch);
+            use_chain = false;
+            lo = tm.anchor.version;
+            rc = lo < target ? walk(s, tm.prev, lo, &ch, in) : FERRY_OK;
+        }
+        if (rc) {
+            sh_doc_release(&tm);
+            goto out;
+        }
+    }
+    sh_doc *all = ferry__realloc(ch.m, (ch.n + 1) * sizeof *all);
+    if (!all) {
+        sh_doc_release(&tm);
+        rc = FERRY_ERR_NOMEM;
+        goto out;
+    }
+    ch.m = all;
+    ch.m[ch.n++] = tm;
+    if (use_chain && strcmp(ch.m[0].prev.id, s->held.id)) { /* another lineage (a recreated run) */
+        use_chain = false;
+        chain_release(&ch);
+        if ((rc = walk(s, top, tm.anchor.version, &ch, in))) goto out;
+        /* keep only anchor..target */
+        size_t keep = (size_t)(target - ch.m[0].version + 1);
+        for (size_t i = keep; i < ch.n; i++) sh_doc_release(&ch.m[i]);
+        ch.n = keep;
+    }
+    if ((rc = resolve(s, &ch.m[ch.n - 1], &cs))) goto out;
+    /* from the anchor, the tiles are built aside: the old ones come back
+     * if the anchor does not verify */
+    sh_tileset old = {0};
+    if (!use_chain) {
+        old = s->held;
+        memset(&s->held, 0, sizeof s->held);
+    }
+    for (size_t i = 0; i < ch.n; i++)
+        for (uint32_t r = 0; r < ch.m[i].world; r++) in->version_bytes += ch.m[i].obj_bytes[2 * r + (use_chain || i ? 0 : 1)];
+    if (use_chain) snprintf(in->path, sizeof in->path, "chain %llu..%llu", (unsigned long long)cur, (unsigned long long)target);
+    else if (ch.n > 1)
+        snprintf(in->path, sizeof in->path, "anchor %llu + chain %llu..%llu", (unsigned long long)ch.m[0].version,
+                 (unsigned long long)ch.m[0].version, (unsigned long long)target);
+    else snprintf(in->path, sizeof in->path, "anchor %llu", (unsigned long long)target);
+    for (size_t i = 0; i < ch.n && !rc; i++) {
+        rc = apply_version(s, &ch.m[i], use_chain || i ? SH_DELTA : SH_ANCHOR, &cs, in);
+        if (use_chain || i) continue;
+        if (rc) {
+            sh_tiles_release(&s->held);
+            s->held = old;
+        } else {
+            sh_tiles_release(&old);
+            for (size_t k = 0; k < s->held.n; k++) s->held.t[k].fresh = true;
+        }
+    }
+    in->to_version = s->held.version;
+    for (size_t i = 0; i < s->nrg && s->held.version; i++) {
+        int r2 = region_changes(s, &s->rg[i]);
+        if (r2 && !rc) rc = r2;
+    }
+out:
+    chain_release(&ch);
+    free(cs.c);
+    s->stats.bytes_fetched += in->bytes_fetched;
+    s->stats.object_bytes += in->object_bytes;
+    s->stats.manifest_bytes += in->manifest_bytes;
+    s->stats.requests += in->requests;
+    s->stats.tiles += in->tiles;
+    if (rc) ferry__context(rc, "run %s: pulling %llu regions", s->run, (unsigned long long)s->nrg);
+    return rc;
+}
+
+int ferry_shard_wait(ferry_shard_subscriber *s, uint64_t after_version, uint64_t timeout_ms, uint64_t *head)
+{
+    if (!s) return ferry__fail(FERRY_ERR_ARG, "ferry_shard_wait: NULL argument");
+    uint64_t t0 = fs_mono_ms();
+    for (;;) {
+        fs_head h;
+        fs_count cnt = {0};
+        int rc = fs_head_read(s->st, s->run, &cnt, &h, NULL);
+        s->stats.bytes_fetched += cnt.bytes;
+        s->stats.manifest_bytes += cnt.bytes;
+        if (rc == FERRY_ERR_STORE_NOT_FOUND) {
+            ferry__clear_error();
+            h.version = 0;
+        } else if (rc) {
+            return rc;
+        }
+        if (head) *head = h.version;
+        if (h.version > after_version) return FERRY_OK;
+        uint64_t now = fs_mono_ms();
+        if (now - t0 >= timeout_ms)
+            return ferry__fail(FERRY_ERR_SYNC_TIMEOUT, "run %s: no version above %llu within %llu ms", s->run,
+                               (unsigned long long)after_version, (unsigned long long)timeout_ms);
+        uint64_t left = timeout_ms - (now - t0);
+        fs_sleep_ms(left < s->o.poll_interval_ms ? left : s->o.poll_interval_ms);
+    }
+}
+
+/* ---- regions out ---- */
+
+static const region *get_region(const ferry_shard_subscriber *s, size_t i, int *rc)
+{
+    *rc = FERRY_OK;
+    if (!s || i >= s->nrg) *rc = ferry__fail(FERRY_ERR_ARG, "region %zu: no such region", i);
+    else if (!s->held.version || !s->rg[i].resolved) *rc = ferry__fail(FERRY_ERR_NOT_FOUND, "region %zu: nothing pulled yet", i);
+    return *rc ? NULL : &s->rg[i];
+}
+
+int ferry_shard_region_shape(const ferry_shard_subscriber *s, size_t i, ferry_dtype *dtype, uint64_t *rows, uint64_t *cols,
+                             uint64_t *nbytes)
+{
+    int rc;
+    const region *g = get_region(s, i, &rc);
+    if (!g) return rc;
+    uint64_t r = g->r.row_end - g->r.row_begin, c = g->r.col_end - g->r.col_begin;
+    if (dtype) *dtype = g->dtype;
+    if (rows) *rows = r;
+    if (cols) *cols = c;
+    if (nbytes) *nbytes = r * c * sh_esize(g->dtype);
+    return FERRY_OK;
+}
+
+int ferry_shard_region_copy(const ferry_shard_subscriber *s, size_t i, void *dst, size_t cap)
+{
+    int rc;
+    const region *g = get_region(s, i, &rc);
+    if (!g) return rc;
+    uint64_t cols = g->r.col_end - g->r.col_begin;
+    size_t es = sh_esize(g->dtype);
+    if (!dst || cap < (g->r.row_end - g->r.row_begin) * cols * es)
+        return ferry__fail(FERRY_ERR_ARG, "region %zu: buffer of %zu bytes is smaller than the region", i, cap);
+    for (size_t k = 0; k < s->held.n; k++) {
+        const sh_held *h = &s->held.t[k];
+        if (strcmp(h->name, g->r.name) || h->r1 <= g->r.row_begin || h->r0 >= g->r.row_end || h->c1 <= g->r.col_begin ||
+            h->c0 >= g->r.col_end)
+            continue;
+        uint64_t r0 = h->r0 > g->r.row_begin ? h->r0 : g->r.row_begin, r1 = h->r1 < g->r.row_end ? h->r1 : g->r.row_end;
+        uint64_t c0 = h->c0 > g->r.col_begin ? h->c0 : g->r.col_begin, c1 = h->c1 < g->r.col_end ? h->c1 : g->r.col_end;
+        const uint8_t *d = ferry_model_tensor(h->m, 0)->data;
+        uint64_t tc = h->c1 - h->c0;
+        for (uint64_t r = r0; r < r1; r++)
+            memcpy((uint8_t *)dst + ((r - g->r.row_begin) * cols + (c0 - g->r.col_begin)) * es, d + ((r - h->r0) * tc + (c0 - h->c0)) * es,
+                   (size_t)(c1 - c0) * es);
+    }
+    return FERRY_OK;
+}
+
+int ferry_shard_region_changes(const ferry_shard_subscriber *s, size_t i, int *all, const int64_t **positions, const void **values,
+                               size_t *count)
+{
+    int rc;
+    const region *g = get_region(s, i, &rc);
+    if (!g) return rc;
+    if (all) *all = g->all;
+    if (positions) *positions = g->pos;
+    if (values) *values = g->vals;
+    if (count) *count = g->nchg;
+    return FERRY_OK;
+}

@@ -1,0 +1,569 @@
+/* Sharded publish and sliced pull (include/ferry_shard.h), in one process:
+ * R publisher handles stand for R trainer ranks and M subscribers for M
+ * island ranks (tests/scripts/shard_mpi.sh runs them as real processes
+ * under mpirun).  Every region is compared with the slice of the full
+ * checkpoint; every bad input of the issue is a distinct error naming the
+ * part, and leaves HEAD and the islands where they were. */
+#include "check.h"
+#include "ferry_shard.h"
+#include "sync/shard_impl.h"
+
+#include <stdint.h>
+#include <unistd.h>
+
+static char g_root[256];
+static int g_run_no;
+
+static ferry_store *open_store(void)
+{
+    ferry_store_options o = {.create = 1};
+    ferry_store *s = NULL;
+    if (ferry_store_open(g_root, &o, &s)) fprintf(stderr, "store: %s\n", ferry_last_error());
+    return s;
+}
+
+static void new_run(char *run, size_t n) { snprintf(run, n, "t/run-%d", ++g_run_no); }
+
+static ferry_model *step(int i)
+{
+    char rel[64], path[512];
+    snprintf(rel, sizeof rel, "rl-a/step-%03d.safetensors", i);
+    ferry_model *m = NULL;
+    if (ferry_model_open(data_path(path, sizeof path, rel), &m)) fprintf(stderr, "%s: %s\n", path, ferry_last_error());
+    return m;
+}
+
+/* R ranks, each with the rows [r*rows/R, (r+1)*rows/R) of every tensor. */
+typedef struct group {
+    ferry_shard_publisher *p[8];
+    int R;
+} group;
+
+static int group_open(group *g, ferry_store *st, const char *run, int R, uint64_t words, uint32_t anchor_every, int cast)
+{
+    g->R = R;
+    for (int r = 0; r < R; r++) {
+        ferry_shard_options o = {.rank = (uint32_t)r, .world = (uint32_t)R, .min_tile_words = words, .anchor_every = anchor_every,
+                                 .cast_bf16 = cast, .publisher_id = "test-group"};
+        int rc = ferry_shard_publisher_open(st, run, &o, &g->p[r]);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static void group_close(group *g)
+{
+    for (int r = 0; r < g->R; r++) ferry_shard_publisher_free(g->p[r]);
+    memset(g, 0, sizeof *g);
+}
+
+/* The parts rank r of R owns in model m. */
+static size_t parts_of(const ferry_model *m, int r, int R, ferry_shard_part *out)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < ferry_model_count(m); i++) {
+        const ferry_tensor *t = ferry_model_tensor(m, i);
+        uint64_t rows, cols;
+        sh_view(t->ndim, t->shape, &rows, &cols);
+        uint64_t a = rows * (uint64_t)r / (uint64_t)R, b = rows * (uint64_t)(r + 1) / (uint64_t)R;
+        if (a == b) continue;
+        size_t es = ferry_dtype_bits(t->dtype) / 8;
+        out[n++] = (ferry_shard_part){t->name, t->dtype, t->ndim, t->shape, a, b, (const uint8_t *)t->data + a * cols * es};
+    }
+    return n;
+}
+
+/* One version from model m through the four steps; returns commit's status. */
+static int group_publish(group *g, const ferry_model *m, unsigned flags, ferry_shard_publish_info *info)
+{
+    char *tok = NULL, *rec[8] = {0};
+    size_t tn = 0, rn[8] = {0};
+    ferry_shard_part parts[64];
+    int rc = ferry_shard_begin(g->p[0], flags, &tok, &tn);
+    for (int r = 0; r < g->R && !rc; r++) rc = ferry_shard_put(g->p[r], tok, tn, parts, parts_of(m, r, g->R, parts), &rec[r], &rn[r]);
+    if (!rc) rc = ferry_shard_commit(g->p[0], tok, tn, (const char *const *)rec, rn, (size_t)g->R, info);
+    for (int r = 0; r < g->R; r++) {
+        int f = ferry_shard_finish(g->p[r], rc == 0);
+        if (!rc) rc = f;
+        ferry_free(rec[r]);
+    }
+    ferry_free(tok);
+    return rc;
+}
+
+/* ---- islands ---- */
+
+enum { L_ROWS, L_COLS, L_FUSED };
+
+/* The regions island rank m of M holds in layout L (every region of
+ * every tensor of the model, so that bytes can be compared with 1/M). */
+static size_t layout(const ferry_model *model, int L, int m, int M, ferry_shard_region *out)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < ferry_model_count(model); i++) {
+        const ferry_tensor *t = ferry_model_tensor(model, i);
+        uint64_t rows, cols;
+        sh_view(t->ndim, t->shape, &rows, &cols);
+        bool by_cols = L == L_COLS && cols > 1;
+        if (L == L_FUSED) /* row-parallel layers split dim 1, the rest dim 0 */
+            by_cols = cols > 1 && (strstr(t->name, "o_proj") || strstr(t->name, "down_proj"));
+        uint64_t len = by_cols ? cols : rows;
+        uint64_t a = len * (uint64_t)m / (uint64_t)M, b = len * (uint64_t)(m + 1) / (uint64_t)M;
+        if (L == L_FUSED && !by_cols && rows == 2048) { /* vocabulary-parallel, padded to 64 as vLLM does */
+            uint64_t chunk = (rows + (uint64_t)M * 64 - 1) / ((uint64_t)M * 64) * 64;
+            a = chunk * (uint64_t)m;
+            b = a + chunk < rows ? a + chunk : rows;
+        }
+        if (by_cols) out[n++] = (ferry_shard_region){t->name, 0, 0, a, b};
+        else out[n++] = (ferry_shard_region){t->name, a, b, 0, 0};
+    }
+    return n;
+}
+
+/* Region i of s equals the slice of model's tensor (BF16). */
+static int region_matches(ferry_shard_subscriber *s, size_t i, const ferry_model *model, const ferry_shard_region *r)
+{
+    const ferry_tensor *t = ferry_model_find(model, r->name);
+    uint64_t rows, cols, tr, tc, nb;
+    ferry_dtype dt;
+    if (!t || ferry_shard_region_shape(s, i, &dt, &rows, &cols, &nb)) return 0;
+    sh_view(t->ndim, t->shape, &tr, &tc);
+    uint64_t r0 = r->row_begin, c0 = r->col_begin;
+    uint8_t *buf = malloc(nb + 1);
+    int ok = buf && !ferry_shard_region_copy(s, i, buf, nb) && dt == FERRY_BF16;
+    for (uint64_t y = 0; ok && y < rows; y++)
+        ok = !memcmp(buf + y * cols * 2, (const uint8_t *)t->data + ((r0 + y) * tc + c0) * 2, cols * 2);
+    free(buf);
+    return ok;
+}
+
+typedef struct island {
+    ferry_shard_subscriber *s;
+    ferry_shard_region rg[64];
+    size_t n;
+    uint8_t *prev[64];       /* each region as of the last pull, to check the change lists */
+} island;
+
+static int island_open(island *is, ferry_store *st, const char *run, const ferry_model *m, int L, int k, int M)
+{
+    memset(is, 0, sizeof *is);
+    is->n = layout(m, L, k, M, is->rg);
+    return ferry_shard_subscriber_open(st, run, is->rg, is->n, NULL, &is->s);
+}
+
+static void island_close(island *is)
+{
+    ferry_shard_subscriber_free(is->s);
+    for (size_t i = 0; i < is->n; i++) free(is->prev[i]);
+    memset(is, 0, sizeof *is);
+}
+
+/* Pulls version v and checks every region against model, and the change
+ * lists against the previous contents.  *frac: object bytes / version bytes. */
+static int island_pull(island *is, uint64_t v, const ferry_model *model, double *frac)
+{
+    ferry_shard_pull_info info;
+    int rc = ferry_shard_pull(is->s, FERRY_SYNC_EXACT, v, &info);
+    if (rc) return rc;
+    if (info.to_version != v) return -1;
+    if (frac) *frac = info.version_bytes ? (double)info.object_bytes / (double)info.version_bytes : 0;
+    for (size_t i = 0; i < is->n; i++) {
+        if (!region_matches(is->s, i, model, &is->rg[i])) {
+            fprintf(stderr, "region %zu (%s [%llu,%llu) x [%llu,%llu)) differs at version %llu\n", i, is->rg[i].name,
+                    (unsigned long long)is->rg[i].row_begin, (unsigned long long)is->rg[i].row_end,
+                    (unsigned long long)is->rg[i].col_begin, (unsigned long long)is->rg[i].col_end, (unsigned long long)v);
+            return -2;
+        }
+        uint64_t nb;
+        ferry_shard_region_shape(is->s, i, NULL, NULL, NULL, &nb);
+        int all = 0;
+        const int64_t *pos;
+        const void *vals;
+        size_t cnt;
+        if (ferry_shard_region_changes(is->s, i, &all, &pos, &vals, &cnt)) return -3;
+        if (!all) { /* the previous contents plus the changes are the new ones */
+            if (!is->prev[i]) return -4;
+            for (size_t k = 0; k < cnt; k++) {
+                if ((uint64_t)pos[k] * 2 >= nb || (k && pos[k] <= pos[k - 1])) return -5;
+                memcpy(is->prev[i] + pos[k] * 2, (const uint8_t *)vals + k * 2, 2);
+            }
+            uint8_t *now = malloc(nb);
+            int same = now && !ferry_shard_region_copy(is->s, i, now, nb) && !memcmp(now, is->prev[i], nb);
+            free(now);
+            if (!same) return -6;
+        } else {
+            free(is->prev[i]);
+            if (!(is->prev[i] = malloc(nb)) || ferry_shard_region_copy(is->s, i, is->prev[i], nb)) return -7;
+        }
+    }
+    return 0;
+}
+
+/* ---- cases ---- */
+
+static void t_grid(void)
+{
+    uint64_t nr, nc;
+    sh_grid(192, 192, 256, &nr, &nc);
+    CHECK(nc == 24 && nr == 6);
+    sh_grid(2048, 192, 256, &nr, &nc);
+    CHECK(nc == 24 && nr == 32);
+    sh_grid(192, 1, 256, &nr, &nc);
+    CHECK(nc == 1 && nr == 1);
+    sh_grid(7, 5, 1, &nr, &nc);
+    CHECK(nc == 1 && nr == 1);
+    sh_part p = {.name = strdup("w"), .rows = 192, .cols = 192, .r0 = 48, .r1 = 96};
+    CHECK_OK(sh_part_cut(&p, 256));
+    /* grid lines at multiples of 32 inside [48, 96): 64 */
+    CHECK(p.nrc == 3 && p.rcut[0] == 48 && p.rcut[1] == 64 && p.rcut[2] == 96);
+    CHECK(p.ncc == 25 && p.ntiles == 48 && p.tiles[25].r0 == 64 && p.tiles[25].c0 == 8 && p.tiles[25].c1 == 16);
+    sh_part_release(&p);
+}
+
+static void t_publish_and_follow(void)
+{
+    ferry_store *st = open_store();
+    char run[64];
+    new_run(run, sizeof run);
+    group g;
+    CHECK_OK(group_open(&g, st, run, 4, 256, 3, 0));
+    ferry_model *m0 = step(0);
+    island rows[2], cols[3], fused[3];
+    for (int k = 0; k < 2; k++) CHECK_OK(island_open(&rows[k], st, run, m0, L_ROWS, k, 2));
+    for (int k = 0; k < 3; k++) CHECK_OK(island_open(&cols[k], st, run, m0, L_COLS, k, 3));
+    for (int k = 0; k < 3; k++) CHECK_OK(island_open(&fused[k], st, run, m0, L_FUSED, k, 3));
+    for (int v = 1; v <= 5; v++) {
+        ferry_model *m = step(v - 1);
+        ferry_shard_publish_info info;
+        CHECK_OK(group_publish(&g, m, 0, &info));
+        CHECK(info.version == (uint64_t)v && info.world == 4);
+        CHECK(info.kind == (v == 1 || v == 4 ? FERRY_SYNC_ANCHOR : FERRY_SYNC_DELTA));
+        double f;
+        for (int k = 0; k < 2; k++) {
+            CHECK_RC(island_pull(&rows[k], (uint64_t)v, m, &f), 0);
+                CHECK(f <= 1.0 / 2 * 1.05);
+        }
+        for (int k = 0; k < 3; k++) {
+            CHECK_RC(island_pull(&cols[k], (uint64_t)v, m, &f), 0);
+            CHECK(f <= 1.0 / 3 * 1.05);
+            CHECK_RC(island_pull(&fused[k], (uint64_t)v, m, &f), 0);
+            CHECK(f <= 1.0 / 3 * 1.05);
+        }
+        ferry_model_free(m);
+    }
+    /* a cold island joins at version 5: anchor 4 + chain */
+    ferry_model *m4 = step(4);
+    island late;
+    CHECK_OK(island_open(&late, st, run, m4, L_ROWS, 1, 2));
+    CHECK_RC(island_pull(&late, 5, m4, NULL), 0);
+    /* and goes back to version 2, through anchor 1 */
+    ferry_model *m1 = step(1);
+    CHECK_RC(island_pull(&late, 2, m1, NULL), 0);
+    ferry_model_free(m1);
+    island_close(&late);
+    /* a new group of processes (a restart) resumes from its own tiles */
+    group_close(&g);
+    CHECK_OK(group_open(&g, st, run, 4, 0, 3, 0));
+    ferry_model *m5 = step(5);
+    CHECK_OK(group_publish(&g, m5, 0, NULL));
+    for (int k = 0; k < 2; k++) CHECK_RC(island_pull(&rows[k], 6, m5, NULL), 0);
+    ferry_model_free(m5);
+    ferry_model_free(m4);
+    for (int k = 0; k < 2; k++) island_close(&rows[k]);
+    for (int k = 0; k < 3; k++) island_close(&cols[k]);
+    for (int k = 0; k < 3; k++) island_close(&fused[k]);
+    ferry_model_free(m0);
+    group_close(&g);
+    ferry_store_free(st);
+}
+
+static void t_fp32_master(void)
+{
+    ferry_store *st = open_store();
+    char run[64], path[512];
+    new_run(run, sizeof run);
+    group g;
+    CHECK_OK(group_open(&g, st, run, 2, 1024, 10, 1));
+    island is;
+    for (int v = 1; v <= 3; v++) {
+        ferry_model *m = NULL, *b = NULL;
+        char rel[64];
+        snprintf(rel, sizeof rel, "rl-a/master-%03d.safetensors", v - 1);
+        CHECK_OK(ferry_model_open(data_path(path, sizeof path, rel), &m));
+        CHECK_OK(fs_model_copy(m, 1, &b)); /* the BF16 cast, what islands must receive */
+        if (v == 1) {
+            CHECK_OK(island_open(&is, st, run, b, L_COLS, 1, 2));
+            for (size_t i = 0; i < is.n; i++) is.rg[i].name = strdup(is.rg[i].name); /* outlive b */
+        }
+        CHECK_OK(group_publish(&g, m, 0, NULL));
+        CHECK_RC(island_pull(&is, (uint64_t)v, b, NULL), 0);
+        ferry_model_free(m);
+        ferry_model_free(b);
+    }
+    for (size_t i = 0; i < is.n; i++) free((char *)is.rg[i].name);
+    island_close(&is);
+    group_close(&g);
+    ferry_store_free(st);
+}
+
+/* HEAD's version, 0 if none. */
+static uint64_t head_of(ferry_store *st, const char *run)
+{
+    fs_head h;
+    if (fs_head_read(st, run, NULL, &h, NULL)) {
+        ferry__clear_error();
+        return 0;
+    }
+    return h.version;
+}
+
+static int has(const char *needle) { return strstr(ferry_last_error(), needle) != NULL; }
+
+static void t_bad_parts(void)
+{
+    ferry_store *st = open_store();
+    char run[64];
+    new_run(run, sizeof run);
+    group g;
+    CHECK_OK(group_open(&g, st, run, 2, 1024, 10, 0));
+    ferry_model *m = step(0);
+    ferry_shard_part p0[64], p1[64];
+    size_t n0 = parts_of(m, 0, 2, p0), n1 = parts_of(m, 1, 2, p1);
+    char *tok = NULL, *r[2] = {0};
+    size_t tn, rn[2];
+    int rc;
+
+    /* overlap: rank 1 also claims the last row of rank 0 */
+    CHECK_OK(ferry_shard_begin(g.p[0], 0, &tok, &tn));
+    CHECK_OK(ferry_shard_put(g.p[0], tok, tn, p0, n0, &r[0], &rn[0]));
+    ferry_shard_part q = p1[0];
+    q.row_begin -= 1;
+    q.data = (const uint8_t *)q.data - ferry_model_tensor(m, 0)->shape[1] * 2;
+    ferry_shard_part p1b[64];
+    memcpy(p1b, p1, sizeof p1);
+    p1b[0] = q;
+    CHECK_OK(ferry_shard_put(g.p[1], tok, tn, p1b, n1, &r[1], &rn[1]));
+    rc = ferry_shard_commit(g.p[0], tok, tn, (const char *const *)r, rn, 2, NULL);
+    CHECK(rc == FERRY_ERR_SHARD_PARTS && has("overlap") && has(p1[0].name));
+    ferry_free(r[1]);
+    /* gap: rank 1 leaves its first row out */
+    p1b[0] = p1[0];
+    p1b[0].row_begin += 1;
+    p1b[0].data = (const uint8_t *)p1[0].data + ferry_model_tensor(m, 0)->shape[1] * 2;
+    CHECK_OK(ferry_shard_put(g.p[1], tok, tn, p1b, n1, &r[1], &rn[1]));
+    rc = ferry_shard_commit(g.p[0], tok, tn, (const char *const *)r, rn, 2, NULL);
+    CHECK(rc == FERRY_ERR_SHARD_PARTS && has("in no part"));
+    ferry_free(r[1]);
+    /* duplicate: rank 1 puts rank 0's parts */
+    CHECK_OK(ferry_shard_put(g.p[1], tok, tn, p0, n0, &r[1], &rn[1]));
+    rc = ferry_shard_commit(g.p[0], tok, tn, (const char *const *)r, rn, 2, NULL);
+    CHECK(rc == FERRY_ERR_SHARD_PARTS && has("given twice"));
+    ferry_free(r[1]);
+    /* a record given twice / a rank missing */
+    const char *twice[2] = {r[0], r[0]};
+    size_t tw[2] = {rn[0], rn[0]};
+    CHECK(ferry_shard_commit(g.p[0], tok, tn, twice, tw, 2, NULL) == FERRY_ERR_SHARD_WORLD);
+    CHECK(ferry_shard_commit(g.p[0], tok, tn, twice, tw, 1, NULL) == FERRY_ERR_SHARD_WORLD);
+    /* a part outside its tensor */
+    p1b[0] = p1[0];
+    p1b[0].row_end = p1[0].row_end + 5;
+    CHECK(ferry_shard_put(g.p[1], tok, tn, p1b, n1, &r[1], &rn[1]) == FERRY_ERR_SHARD_PARTS && has("outside"));
+    /* a record of another version: put against an older token */
+    char *tok2 = NULL;
+    size_t tn2;
+    CHECK_OK(ferry_shard_put(g.p[1], tok, tn, p1, n1, &r[1], &rn[1]));
+    CHECK_OK(ferry_shard_begin(g.p[0], 0, &tok2, &tn2)); /* a new publish began: new id */
+    rc = ferry_shard_commit(g.p[0], tok2, tn2, (const char *const *)r, rn, 2, NULL);
+    CHECK(rc == FERRY_ERR_SHARD_FOREIGN && has("belongs to version"));
+    rc = ferry_shard_commit(g.p[0], tok, tn, (const char *const *)r, rn, 2, NULL);
+    CHECK(rc == FERRY_ERR_SHARD_FOREIGN); /* the old token is no longer this handle's publish */
+    /* a token of another run */
+    ferry_shard_publisher *other = NULL;
+    ferry_shard_options oo = {.rank = 1, .world = 2};
+    CHECK_OK(ferry_shard_publisher_open(st, "t/other", &oo, &other));
+    char *rx = NULL;
+    size_t rxn;
+    CHECK(ferry_shard_put(other, tok2, tn2, p1, n1, &rx, &rxn) == FERRY_ERR_SHARD_FOREIGN);
+    ferry_shard_publisher_free(other);
+    for (int k = 0; k < 2; k++) {
+        ferry_free(r[k]);
+        ferry_shard_finish(g.p[k], 0);
+    }
+    ferry_free(tok);
+    ferry_free(tok2);
+    CHECK(head_of(st, run) == 0);
+    CHECK_OK(group_publish(&g, m, 0, NULL));
+    /* rank count change: 3 ranks on a run of 2 */
+    group g3;
+    CHECK_OK(group_open(&g3, st, run, 3, 1024, 10, 0));
+    char *t3 = NULL;
+    size_t t3n;
+    CHECK(ferry_shard_begin(g3.p[0], 0, &t3, &t3n) == FERRY_ERR_SHARD_WORLD && has("rank count"));
+    group_close(&g3);
+    /* the run still publishes cleanly */
+    ferry_model *m1 = step(1);
+    CHECK_OK(group_publish(&g, m1, 0, NULL));
+    CHECK(head_of(st, run) == 2);
+    island is;
+    CHECK_OK(island_open(&is, st, run, m1, L_ROWS, 0, 2));
+    CHECK_RC(island_pull(&is, 2, m1, NULL), 0);
+    /* regions outside their tensor, or naming none */
+    ferry_shard_subscriber *s = NULL;
+    ferry_shard_region bad1 = {"model.norm.weight", 0, 193, 0, 0}, bad2 = {"nope", 0, 0, 0, 0};
+    CHECK_OK(ferry_shard_subscriber_open(st, run, &bad1, 1, NULL, &s));
+    CHECK(ferry_shard_pull(s, FERRY_SYNC_LATEST, 0, NULL) == FERRY_ERR_SHARD_REGION && has("outside"));
+    ferry_shard_subscriber_free(s);
+    CHECK_OK(ferry_shard_subscriber_open(st, run, &bad2, 1, NULL, &s));
+    CHECK(ferry_shard_pull(s, FERRY_SYNC_LATEST, 0, NULL) == FERRY_ERR_SHARD_REGION && has("nope"));
+    ferry_shard_subscriber_free(s);
+    island_close(&is);
+    ferry_model_free(m1);
+    ferry_model_free(m);
+    group_close(&g);
+    ferry_store_free(st);
+}
+
+/* Rewrites an object of the store (file backend) with bytes changed. */
+static void tamper(const char *run, uint64_t v, const char *id, uint32_t rank, int flip)
+{
+    char key[FS_KEY_CAP], path[1024];
+    sh_key_object(key, run, v, id, rank, SH_DELTA);
+    snprintf(path, sizeof path, "%s/%s", g_root, key);
+    void *d;
+    size_t n;
+    if (ferry_file_read(path, (size_t)1 << 30, &d, &n)) return;
+    if (flip) ((uint8_t *)d)[n / 2] ^= 0x10;
+    else n /= 2;
+    ferry_file_write(path, d, n);
+    ferry_free(d);
+}
+
+static void t_corrupt_objects(void)
+{
+    ferry_store *st = open_store();
+    char run[64];
+    new_run(run, sizeof run);
+    group g;
+    CHECK_OK(group_open(&g, st, run, 2, 1024, 10, 0));
+    ferry_model *m0 = step(0), *m1 = step(1), *m2 = step(2);
+    CHECK_OK(group_publish(&g, m0, 0, NULL));
+    island is;
+    CHECK_OK(island_open(&is, st, run, m0, L_ROWS, 0, 2));
+    CHECK_RC(island_pull(&is, 1, m0, NULL), 0);
+    ferry_shard_publish_info info;
+    CHECK_OK(group_publish(&g, m1, 0, &info));
+    tamper(run, 2, info.id, 0, 1);
+    CHECK(ferry_shard_pull(is.s, FERRY_SYNC_LATEST, 0, NULL) == FERRY_ERR_SYNC_CORRUPT && has("SHA-256"));
+    CHECK(ferry_shard_subscriber_version(is.s) == 1 && region_matches(is.s, 0, m0, &is.rg[0]));
+    CHECK_OK(group_publish(&g, m2, 0, &info));
+    tamper(run, 3, info.id, 0, 0);
+    CHECK(ferry_shard_pull(is.s, FERRY_SYNC_EXACT, 3, NULL) == FERRY_ERR_SYNC_CORRUPT);
+    CHECK(ferry_shard_subscriber_version(is.s) == 1);
+    for (size_t i = 0; i < is.n; i++) CHECK(region_matches(is.s, i, m0, &is.rg[i]));
+    /* an old reader refuses the sharded manifest with a format error */
+    ferry_subscriber *sub = NULL;
+    CHECK_OK(ferry_subscriber_open(st, run, NULL, &sub));
+    CHECK(ferry_subscriber_sync(sub, FERRY_SYNC_LATEST, 0, NULL) == FERRY_ERR_SYNC_MANIFEST && has("ferry-manifest-1"));
+    ferry_subscriber_free(sub);
+    island_close(&is);
+    ferry_model_free(m0);
+    ferry_model_free(m1);
+    ferry_model_free(m2);
+    group_close(&g);
+    ferry_store_free(st);
+}
+
+static void t_kind_mismatch(void)
+{
+    ferry_store *st = open_store();
+    char run[64];
+    new_run(run, sizeof run);
+    ferry_publisher *p = NULL;
+    ferry_model *m0 = step(0);
+    CHECK_OK(ferry_publisher_open(st, run, NULL, &p));
+    CHECK_OK(ferry_publish(p, m0, NULL));
+    ferry_publisher_free(p);
+    group g;
+    CHECK_OK(group_open(&g, st, run, 2, 1024, 10, 0));
+    CHECK(group_publish(&g, m0, 0, NULL) == FERRY_ERR_SHARD_KIND);
+    island is;
+    CHECK_OK(island_open(&is, st, run, m0, L_ROWS, 0, 2));
+    CHECK(ferry_shard_pull(is.s, FERRY_SYNC_LATEST, 0, NULL) == FERRY_ERR_SHARD_KIND);
+    island_close(&is);
+    group_close(&g);
+    ferry_model_free(m0);
+    ferry_store_free(st);
+}
+
+static int g_deleted;
+static void count_deleted(void *u, const char *key, uint64_t bytes, int action, const char *why)
+{
+    (void)u, (void)bytes, (void)why;
+    if (action && strstr(key, "-r0000")) g_deleted++;
+}
+
+static void t_gc(void)
+{
+    ferry_store *st = open_store();
+    char run[64];
+    new_run(run, sizeof run);
+    group g;
+    CHECK_OK(group_open(&g, st, run, 2, 1024, 2, 0));
+    for (int v = 1; v <= 4; v++) {
+        ferry_model *m = step(v - 1);
+        CHECK_OK(group_publish(&g, m, 0, NULL));
+        ferry_model_free(m);
+    }
+    /* an orphan: every rank put version 5, rank 0 never committed */
+    char *tok = NULL, *r[2] = {0};
+    size_t tn, rn[2];
+    ferry_shard_part parts[64];
+    ferry_model *m = step(4);
+    CHECK_OK(ferry_shard_begin(g.p[0], 0, &tok, &tn));
+    for (int k = 0; k < 2; k++) CHECK_OK(ferry_shard_put(g.p[k], tok, tn, parts, parts_of(m, k, 2, parts), &r[k], &rn[k]));
+    for (int k = 0; k < 2; k++) {
+        ferry_free(r[k]);
+        ferry_shard_finish(g.p[k], 0);
+    }
+    ferry_free(tok);
+    /* the group publishes version 5 again, cleanly (a new id) */
+    CHECK_OK(group_publish(&g, m, 0, NULL));
+    ferry_gc_options o = {.keep = 1, .grace_s = -1, .on_object = count_deleted};
+    ferry_gc_report rep;
+    g_deleted = 0;
+    CHECK_OK(ferry_gc(st, run, &o, &rep));
+    CHECK(rep.head == 5 && rep.oldest_retained == 5);
+    /* versions 1..4's rank objects and the orphan's: 4 + 1 delta/anchor objects of each rank, at least */
+    CHECK(g_deleted >= 5);
+    island is;
+    CHECK_OK(island_open(&is, st, run, m, L_ROWS, 1, 2));
+    CHECK_RC(island_pull(&is, 5, m, NULL), 0);
+    ferry_run_log *log = NULL;
+    CHECK_OK(ferry_run_log_read(st, run, 0, &log));
+    CHECK(log && log->head == 5 && log->count >= 1 && log->versions[log->count - 1].version == 5);
+    ferry_run_log_free(log);
+    island_close(&is);
+    ferry_model_free(m);
+    group_close(&g);
+    ferry_store_free(st);
+}
+
+int main(void)
+{
+    snprintf(g_root, sizeof g_root, "%s/ferry-test-shard-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(g_root)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    RUN(t_grid);
+    RUN(t_publish_and_follow);
+    RUN(t_fp32_master);
+    RUN(t_bad_parts);
+    RUN(t_corrupt_objects);
+    RUN(t_kind_mismatch);
+    RUN(t_gc);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
+    if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_root);
+    return CHECK_SUMMARY();
+}
