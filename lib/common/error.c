@@ -103,6 +103,12 @@ const char *ferry_strerror(int code)
     case 143: return "signature: does not verify (forged or altered)";
     case 144: return "signature: object does not match its signed digest";
     case 145: return "signature: key file unreadable, malformed or unsafe";
+    /* shard (include/ferry_shard.h) */
+    case 160: return "shard: parts overlap, leave a gap, repeat or changed layout";
+    case 161: return "shard: token or part record of another run, version or publish";
+    case 162: return "shard: rank missing, repeated, out of range or rank count changed";
+    case 163: return "shard: region outside its tensor or naming none";
+    case 164: return "shard: sharded call on a single-rank run (or the reverse)";
     default: return "unknown error";
     }
 }

@@ -454,11 +454,20 @@ static int region_changes(ferry_shard_subscriber *s, region *g)
 {
     uint64_t rows = g->r.row_end - g->r.row_begin, cols = g->r.col_end - g->r.col_begin;
     size_t es = sh_esize(g->dtype);
-    size_t n = 0, cap = 0;
+    size_t n = 0, cap = 0, nin = 0;
+    /* the held tiles that intersect the region, in (r0, c0) order */
+    size_t *in = ferry__calloc(s->held.n + 1, sizeof *in);
+    if (!in) return FERRY_ERR_NOMEM;
+    for (size_t i = 0; i < s->held.n; i++) {
+        sh_held *h = &s->held.t[i];
+        if (!strcmp(h->name, g->r.name) && h->r1 > g->r.row_begin && h->r0 < g->r.row_end && h->c1 > g->r.col_begin &&
+            h->c0 < g->r.col_end)
+            in[nin++] = i;
+    }
     for (uint64_t r = g->r.row_begin; r < g->r.row_end; r++) {
-        for (size_t i = 0; i < s->held.n; i++) {
-            sh_held *h = &s->held.t[i];
-            if (strcmp(h->name, g->r.name) || r < h->r0 || r >= h->r1 || h->c1 <= g->r.col_begin || h->c0 >= g->r.col_end) continue;
+        for (size_t ii = 0; ii < nin; ii++) {
+            sh_held *h = &s->held.t[in[ii]];
+            if (r < h->r0 || r >= h->r1) continue;
             if (h->fresh) {
                 g->all = true;
                 continue;
@@ -476,7 +485,10 @@ static int region_changes(ferry_shard_subscriber *s, region *g)
                     if (p) g->pos = p;
                     uint8_t *v = p ? ferry__realloc(g->vals, cap * es) : NULL;
                     if (v) g->vals = v;
-                    if (!p || !v) return FERRY_ERR_NOMEM;
+                    if (!p || !v) {
+                        free(in);
+                        return FERRY_ERR_NOMEM;
+                    }
                 }
                 g->pos[n] = (int64_t)((r - g->r.row_begin) * cols + (c - g->r.col_begin));
                 memcpy(g->vals + n * es, d + e * es, es);
@@ -485,6 +497,7 @@ static int region_changes(ferry_shard_subscriber *s, region *g)
         }
     }
     (void)rows;
+    free(in);
     g->nchg = g->all ? 0 : n;
     return FERRY_OK;
 }
