@@ -62,6 +62,8 @@ CLI_SRC  := $(filter-out programs/ferry/cmd_demo.c programs/ferry/cmd_publish.c 
               programs/ferry/cmd_log.c programs/ferry/cmd_gc.c programs/ferry/cmd_compact.c programs/ferry/cmd_sync.c \
               $(wildcard programs/ferry/demo_*.c),$(CLI_SRC))
 endif
+# programs/ferry/cmd_shard_mpi.c is build/ferry-shard-mpi's (mpicc), not the CLI's
+CLI_SRC  := $(filter-out programs/ferry/cmd_shard_mpi.c,$(CLI_SRC))
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 
 TEST_SRC := $(wildcard tests/unit/test_*.c)
@@ -115,10 +117,20 @@ LOCO_MPI_TEST := $(patsubst tests/mpi/%.c,$(BUILD)/tests/mpi/%,$(wildcard tests/
 ifneq ($(MPICC),)
 LOCO_ALL := $(LOCO_LIB) $(LOCO_BIN) $(LOCO_MPI_TEST)
 endif
+# Sharded publish over MPI (include/ferry_shard.h): ferry_shard_publish_mpi in
+# build/libferry_shard_mpi.a and the publisher program build/ferry-shard-mpi,
+# both built with mpicc like lib/loco's exchange; not in libferry.
+SHARD_MPI_LIB := $(BUILD)/libferry_shard_mpi.a
+ifneq ($(MPICC),)
+ifneq ($(NO_NET),1)
+SHARD_MPI_ALL := $(SHARD_MPI_LIB) $(BUILD)/ferry-shard-mpi
+endif
+endif
 
 .PHONY: all lib cli tests examples benches test bench fuzz install clean loco
 all: lib cli tests examples loco
 loco: $(LOCO_CORE_OBJ) $(LOCO_ALL)
+all: $(SHARD_MPI_ALL)
 
 lib: $(STATIC) $(SHARED)
 cli: $(BUILD)/ferry
@@ -190,6 +202,16 @@ $(BUILD)/tests/mpi/%: tests/mpi/%.c $(LOCO_LIB) $(STATIC)
 $(BUILD)/examples/loco_%: examples/rl/loco_%.c $(RL_OBJ) $(LOCO_LIB) $(STATIC) $(wildcard examples/rl/*.h)
 	@mkdir -p $(dir $@)
 	$(MPICC_CC) $(CPPFLAGS) -Iexamples/rl $(CFLAGS) -o $@ $< $(RL_OBJ) $(LOCO_LIB) $(STATIC) $(LDFLAGS) $(LIBS)
+
+$(BUILD)/lib/sync/shard_mpi.o: lib/sync/shard_mpi.c $(wildcard include/*.h lib/*/*.h)
+	@mkdir -p $(dir $@)
+	$(MPICC_CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(SHARD_MPI_LIB): $(BUILD)/lib/sync/shard_mpi.o
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/ferry-shard-mpi: programs/ferry/cmd_shard_mpi.c $(SHARD_MPI_LIB) $(BUILD)/programs/ferry/cmd_sync.o $(BUILD)/programs/ferry/util.o $(STATIC)
+	$(MPICC_CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/programs/ferry/cmd_sync.o $(BUILD)/programs/ferry/util.o $(SHARD_MPI_LIB) $(STATIC) $(LDFLAGS) $(LIBS)
 
 $(BUILD)/bench/%: bench/%.c $(wildcard bench/*.h) $(STATIC)
 	@mkdir -p $(dir $@)

@@ -147,6 +147,9 @@ void sh_tiles_release(sh_tileset *s);
 int sh_tile_model(const char *name, ferry_dtype dt, uint64_t rows, uint64_t cols, const void *data, unsigned flags,
                   ferry_model **out);
 
+/* The handle's rank and world (shard_mpi.c checks them against the communicator). */
+void sh_pub_rank_world(const ferry_shard_publisher *p, uint32_t *rank, uint32_t *world);
+
 /* ---- island internals used by the publisher's resume (shard_sub.c) ---- */
 
 /* Moves the subscriber's held tiles into *out (the subscriber then holds none). */

@@ -608,3 +608,9 @@ out:
     if (rc && rc != FERRY_ERR_SYNC_CONFLICT) ferry__context(rc, "run %s: committing version %llu", p->run, (unsigned long long)t.version);
     return rc;
 }
+
+void sh_pub_rank_world(const ferry_shard_publisher *p, uint32_t *rank, uint32_t *world)
+{
+    *rank = p->o.rank;
+    *world = p->o.world;
+}

@@ -5,6 +5,8 @@
 #include "cli.h"
 #include "cmd_sync.h"
 
+int cmd_shard_pull(int argc, char **argv); /* cmd_shard.c */
+
 static const struct { const char *name; int (*fn)(int, char **); const char *help; } k_cmds[] = {
     {"diff", cmd_diff, "encode the patch that turns OLD into NEW"},
     {"apply", cmd_apply, "apply a patch to a base checkpoint"},
@@ -19,6 +21,7 @@ static const struct { const char *name; int (*fn)(int, char **); const char *hel
     {"compact", cmd_compact, "squash a range of a run's deltas into one"},
     {"keygen", cmd_keygen, "make an Ed25519 key pair for signed runs and batches"},
     {"mirror", cmd_mirror, "follow a run from an upstream store into a nearer one"},
+    {"shard-pull", cmd_shard_pull, "an island rank's slices of a sharded run (ranged GETs)"},
 #endif
 };
 

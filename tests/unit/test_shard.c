@@ -7,6 +7,7 @@
 #include "check.h"
 #include "ferry_shard.h"
 #include "sync/shard_impl.h"
+#include "../tools/shard_layout.h"
 
 #include <stdint.h>
 #include <unistd.h>
@@ -93,46 +94,14 @@ static int group_publish(group *g, const ferry_model *m, unsigned flags, ferry_s
 
 /* ---- islands ---- */
 
-enum { L_ROWS, L_COLS, L_FUSED };
-
-/* The regions island rank m of M holds in layout L (every region of
- * every tensor of the model, so that bytes can be compared with 1/M). */
-static size_t layout(const ferry_model *model, int L, int m, int M, ferry_shard_region *out)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < ferry_model_count(model); i++) {
-        const ferry_tensor *t = ferry_model_tensor(model, i);
-        uint64_t rows, cols;
-        sh_view(t->ndim, t->shape, &rows, &cols);
-        bool by_cols = L == L_COLS && cols > 1;
-        if (L == L_FUSED) /* row-parallel layers split dim 1, the rest dim 0 */
-            by_cols = cols > 1 && (strstr(t->name, "o_proj") || strstr(t->name, "down_proj"));
-        uint64_t len = by_cols ? cols : rows;
-        uint64_t a = len * (uint64_t)m / (uint64_t)M, b = len * (uint64_t)(m + 1) / (uint64_t)M;
-        if (L == L_FUSED && !by_cols && rows == 2048) { /* vocabulary-parallel, padded to 64 as vLLM does */
-            uint64_t chunk = (rows + (uint64_t)M * 64 - 1) / ((uint64_t)M * 64) * 64;
-            a = chunk * (uint64_t)m;
-            b = a + chunk < rows ? a + chunk : rows;
-        }
-        if (by_cols) out[n++] = (ferry_shard_region){t->name, 0, 0, a, b};
-        else out[n++] = (ferry_shard_region){t->name, a, b, 0, 0};
-    }
-    return n;
-}
-
 /* Region i of s equals the slice of model's tensor (BF16). */
 static int region_matches(ferry_shard_subscriber *s, size_t i, const ferry_model *model, const ferry_shard_region *r)
 {
-    const ferry_tensor *t = ferry_model_find(model, r->name);
-    uint64_t rows, cols, tr, tc, nb;
+    uint64_t rows, cols, nb;
     ferry_dtype dt;
-    if (!t || ferry_shard_region_shape(s, i, &dt, &rows, &cols, &nb)) return 0;
-    sh_view(t->ndim, t->shape, &tr, &tc);
-    uint64_t r0 = r->row_begin, c0 = r->col_begin;
+    if (ferry_shard_region_shape(s, i, &dt, &rows, &cols, &nb)) return 0;
     uint8_t *buf = malloc(nb + 1);
-    int ok = buf && !ferry_shard_region_copy(s, i, buf, nb) && dt == FERRY_BF16;
-    for (uint64_t y = 0; ok && y < rows; y++)
-        ok = !memcmp(buf + y * cols * 2, (const uint8_t *)t->data + ((r0 + y) * tc + c0) * 2, cols * 2);
+    int ok = buf && !ferry_shard_region_copy(s, i, buf, nb) && dt == FERRY_BF16 && shard_slice_equal(model, r, buf, rows, cols);
     free(buf);
     return ok;
 }
@@ -147,7 +116,7 @@ typedef struct island {
 static int island_open(island *is, ferry_store *st, const char *run, const ferry_model *m, int L, int k, int M)
 {
     memset(is, 0, sizeof *is);
-    is->n = layout(m, L, k, M, is->rg);
+    is->n = shard_layout(m, L, k, M, is->rg);
     return ferry_shard_subscriber_open(st, run, is->rg, is->n, NULL, &is->s);
 }
 

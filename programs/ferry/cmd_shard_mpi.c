@@ -1,0 +1,145 @@
+/* ferry-shard-mpi: publish checkpoints as sharded versions from R ranks
+ * under MPI (`mpirun -np R ferry-shard-mpi STORE --run RUN FILE...`).
+ *
+ * Each rank maps the checkpoint and owns rows [r*rows/R, (r+1)*rows/R) of
+ * every tensor: it reads (touches) only those rows, diffs them against its
+ * own previous tiles and uploads one object; rank 0 commits.  This is the
+ * CLI face of ferry_shard_publish_mpi; a trainer calls that (or the three
+ * steps with its own collectives) with the shards it already holds. */
+#define FERRY_SHARD_MPI 1
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cmd_sync.h"
+#include "ferry_shard.h"
+#include "util.h"
+
+static void help(void)
+{
+    printf("usage: mpirun -np R ferry-shard-mpi STORE --run RUN [--cast-bf16] [--tile-words N]\n"
+           "                  [--anchor-every K] [--threads N] [--json] FILE...\n\n"
+           "Publishes each FILE (a .safetensors checkpoint) as the next version of the\n"
+           "sharded run RUN, from R ranks: rank r owns rows [r*rows/R, (r+1)*rows/R) of\n"
+           "every tensor (dim 0; 1-D tensors by element), diffs and uploads only those,\n"
+           "and rank 0 commits the version (manifest, then HEAD by compare-and-swap) once\n"
+           "every rank's object is durable.  Prints one line per version (rank 0), with\n"
+           "the peak RSS of every rank.\n\n"
+           "  --cast-bf16       publish F32 tensors as their BF16 cast (FP32 masters)\n"
+           "  --tile-words N    smallest tile of the grid, in elements (default 65536;\n"
+           "                    the run's first version fixes it)\n"
+           "  --anchor-every K  an anchor version every K versions (default 10)\n"
+           "  --threads N       codec threads per rank (default 1)\n\n%s\n",
+           sync_common_help);
+}
+
+/* The rows this rank owns of every tensor of m. */
+static size_t my_parts(const ferry_model *m, int r, int R, ferry_shard_part *out)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < ferry_model_count(m); i++) {
+        const ferry_tensor *t = ferry_model_tensor(m, i);
+        uint64_t rows = t->ndim ? t->shape[0] : 1, cols = t->ndim ? t->nelem / (rows ? rows : 1) : 1;
+        uint64_t a = rows * (uint64_t)r / (uint64_t)R, b = rows * (uint64_t)(r + 1) / (uint64_t)R;
+        if (a == b) continue;
+        out[n++] = (ferry_shard_part){t->name, t->dtype, t->ndim, t->shape, a, b,
+                                      (const uint8_t *)t->data + a * cols * (ferry_dtype_bits(t->dtype) / 8)};
+    }
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int rank = 0, R = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &R);
+    const char *cmd = "shard-mpi";
+    sync_common c;
+    sync_common_init(&c);
+    ferry_shard_options o = {.rank = (uint32_t)rank, .world = (uint32_t)R};
+    char **files = calloc((size_t)argc + 1, sizeof *files);
+    int nfiles = 0, ret = 0;
+    for (int i = 1; i < argc && !ret; i++) {
+        const char *a = argv[i];
+        long v;
+        if (cli_is_help(a)) {
+            if (!rank) help();
+            MPI_Finalize();
+            return 0;
+        }
+        int r = sync_common_opt(cmd, argc, argv, &i, &c);
+        if (r == 2) ret = 2;
+        if (r) continue;
+        if (!strcmp(a, "--cast-bf16")) o.cast_bf16 = 1;
+        else if (!strcmp(a, "--tile-words") || !strcmp(a, "--anchor-every") || !strcmp(a, "--threads")) {
+            if (++i == argc || !cli_parse_int(argv[i], 1, 1L << 40, &v)) ret = cli_usage_error(cmd, "%s needs a positive number", a);
+            else if (a[2] == 't' && a[3] == 'i') o.min_tile_words = (uint64_t)v;
+            else if (a[2] == 'a') o.anchor_every = (uint32_t)v;
+            else o.threads = (int)v;
+        } else if (a[0] == '-' && a[1]) ret = cli_usage_error(cmd, "unknown option '%s'", a);
+        else if (!sync_common_pos(&c, a)) files[nfiles++] = argv[i];
+    }
+    if (!ret) ret = sync_common_check(cmd, &c);
+    if (!ret && !nfiles) ret = cli_usage_error(cmd, "expects at least one FILE");
+    ferry_store *store = NULL;
+    ferry_shard_publisher *p = NULL;
+    if (!ret) ret = sync_open_store(cmd, &c, 1, &store);
+    if (!ret) {
+        int rc = ferry_shard_publisher_open(store, c.run, &o, &p);
+        if (rc) ret = sync_fail(cmd, rc, c.run);
+    }
+    const char *piddir = getenv("FERRY_SHARD_TEST_PIDDIR"); /* tests/scripts/shard_mpi.sh kills a rank by its pid */
+    if (!ret && piddir) {
+        char path[4096], pid[32];
+        snprintf(path, sizeof path, "%s/rank-%d.pid", piddir, rank);
+        snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+        ferry_file_write(path, pid, strlen(pid));
+    }
+    for (int f = 0; f < nfiles && !ret; f++) {
+        ferry_model *m = NULL;
+        int rc = ferry_model_open(files[f], &m);
+        size_t n = 0;
+        ferry_shard_part *parts = NULL;
+        if (!rc && !(parts = calloc(ferry_model_count(m) + 1, sizeof *parts))) rc = FERRY_ERR_NOMEM;
+        if (!rc) n = my_parts(m, rank, R, parts);
+        /* a rank that cannot read its file still joins the collective, with
+         * no parts: the commit then fails with a gap, on every rank */
+        int own = rc;
+        double t0 = cli_now();
+        ferry_shard_publish_info info;
+        rc = ferry_shard_publish_mpi(p, MPI_COMM_WORLD, parts, own ? 0 : n, 0, &info);
+        double secs = cli_now() - t0;
+        if (own) rc = own;
+        long rss = cli_peak_rss_kib(), *all = rank ? NULL : calloc((size_t)R, sizeof *all);
+        MPI_Gather(&rss, 1, MPI_LONG, all, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+        if (rc) ret = sync_fail(cmd, rc, own ? files[f] : c.run);
+        else if (!rank && c.json) {
+            printf("{\"file\": ");
+            json_str(stdout, files[f]);
+            printf(", \"version\": %llu, \"kind\": \"%s\", \"world\": %u, \"parts\": %llu, \"tiles\": %llu, \"delta_bytes\": %llu, "
+                   "\"anchor_bytes\": %llu, \"manifest_bytes\": %llu, \"model_bytes\": %llu, \"seconds\": %.3f, \"peak_rss_kib\": [",
+                   (unsigned long long)info.version, info.kind == FERRY_SYNC_ANCHOR ? "anchor" : "delta", info.world,
+                   (unsigned long long)info.parts, (unsigned long long)info.tiles, (unsigned long long)info.delta_bytes,
+                   (unsigned long long)info.anchor_bytes, (unsigned long long)info.manifest_bytes,
+                   (unsigned long long)info.model_bytes, secs);
+            for (int r = 0; r < R; r++) printf("%s%ld", r ? ", " : "", all[r]);
+            printf("]}\n");
+        } else if (!rank && !c.quiet) {
+            printf("%s: version %llu (%s) from %u ranks: %llu tiles, delta %llu B, anchor %llu B, manifest %llu B, %.2f s\n",
+                   files[f], (unsigned long long)info.version, info.kind == FERRY_SYNC_ANCHOR ? "anchor" : "delta", info.world,
+                   (unsigned long long)info.tiles, (unsigned long long)info.delta_bytes, (unsigned long long)info.anchor_bytes,
+                   (unsigned long long)info.manifest_bytes, secs);
+        }
+        fflush(stdout);
+        free(all);
+        free(parts);
+        ferry_model_free(m);
+    }
+    ferry_shard_publisher_free(p);
+    ferry_store_free(store);
+    free(files);
+    MPI_Finalize();
+    return ret;
+}
