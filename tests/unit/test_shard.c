@@ -195,12 +195,11 @@ static void t_publish_and_follow(void)
     char run[64];
     new_run(run, sizeof run);
     group g;
-    CHECK_OK(group_open(&g, st, run, 4, 256, 3, 0));
+    CHECK_OK(group_open(&g, st, run, 4, 1024, 3, 0));
     ferry_model *m0 = step(0);
-    island rows[2], cols[3], fused[3];
+    island rows[2], cols[3]; /* the fused layout runs in tests/scripts/shard_mpi.sh */
     for (int k = 0; k < 2; k++) CHECK_OK(island_open(&rows[k], st, run, m0, L_ROWS, k, 2));
     for (int k = 0; k < 3; k++) CHECK_OK(island_open(&cols[k], st, run, m0, L_COLS, k, 3));
-    for (int k = 0; k < 3; k++) CHECK_OK(island_open(&fused[k], st, run, m0, L_FUSED, k, 3));
     for (int v = 1; v <= 5; v++) {
         ferry_model *m = step(v - 1);
         ferry_shard_publish_info info;
@@ -214,8 +213,6 @@ static void t_publish_and_follow(void)
         }
         for (int k = 0; k < 3; k++) {
             CHECK_RC(island_pull(&cols[k], (uint64_t)v, m, &f), 0);
-            CHECK(f <= 1.0 / 3 * 1.05);
-            CHECK_RC(island_pull(&fused[k], (uint64_t)v, m, &f), 0);
             CHECK(f <= 1.0 / 3 * 1.05);
         }
         ferry_model_free(m);
@@ -240,7 +237,6 @@ static void t_publish_and_follow(void)
     ferry_model_free(m4);
     for (int k = 0; k < 2; k++) island_close(&rows[k]);
     for (int k = 0; k < 3; k++) island_close(&cols[k]);
-    for (int k = 0; k < 3; k++) island_close(&fused[k]);
     ferry_model_free(m0);
     group_close(&g);
     ferry_store_free(st);
