@@ -95,7 +95,7 @@ int ferry_shard_begin(ferry_shard_publisher *p, unsigned flags, char **token, si
     sh_doc_release(&p->last);
     memset(&p->last, 0, sizeof p->last);
     fs_head h;
-    int rc = fs_head_read(p->st, p->run, NULL, &h, p->head_etag);
+    int rc = fs_head_read(p->st, p->run, NULL, NULL, &h, p->head_etag);
     sh_token t;
     memset(&t, 0, sizeof t);
     snprintf(t.run, sizeof t.run, "%s", p->run);
@@ -492,7 +492,7 @@ static int move_head(ferry_shard_publisher *p, const sh_doc *m)
     free(text);
     if (rc != FERRY_ERR_STORE_CONFLICT) return rc;
     fs_head h;
-    int r2 = fs_head_read(p->st, p->run, NULL, &h, p->head_etag);
+    int r2 = fs_head_read(p->st, p->run, NULL, NULL, &h, p->head_etag);
     if (!r2 && h.version == m->version && !strcmp(h.id, m->id)) {
         ferry__clear_error();
         return FERRY_OK;

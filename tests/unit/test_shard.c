@@ -275,7 +275,7 @@ static void t_fp32_master(void)
 static uint64_t head_of(ferry_store *st, const char *run)
 {
     fs_head h;
-    if (fs_head_read(st, run, NULL, &h, NULL)) {
+    if (fs_head_read(st, run, NULL, NULL, &h, NULL)) {
         ferry__clear_error();
         return 0;
     }
