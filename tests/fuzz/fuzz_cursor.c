@@ -6,7 +6,8 @@
  * Contract: a refusal is FERRY_ERR_DOCK_CURSOR (or NOMEM) with a message and
  * no state left allocated; an accepted cursor has islands in ascending order
  * with 1..FERRY_DOCK_MAX_RANGES sorted, disjoint ranges each, and encoding
- * it again gives the same bytes.  A broken rule aborts.  Run id "r".
+ * it again gives the same bytes (the same state, for a cursor of the format
+ * before the signature counters).  A broken rule aborts.  Run id "r".
  * Seeds: tests/fuzz/corpus/cursor (tests/golden-errors/batch/make.py);
  * after `make fuzz`:
  *   mkdir -p /tmp/fzu && ./build-fuzz/fuzz_cursor -max_total_time=600 /tmp/fzu tests/fuzz/corpus/cursor */
@@ -45,7 +46,14 @@ static void check(const uint8_t *data, size_t size)
     ferry_buf out = {0};
     uint64_t nonce = ferry__le64(data + 72);
     require(dk_cursor_encode(&s, "r", nonce, &out) == FERRY_OK);
-    require(out.size == size && !memcmp(out.data, data, size));
+    /* a cursor of the current format comes back byte for byte; one of the
+     * format before the signature counters comes back as the same state */
+    if (ferry__le32(data + 96) == DK_C_COUNT) require(out.size == size && !memcmp(out.data, data, size));
+    dk_state t;
+    require(dk_cursor_decode(out.data, out.size, "r", &t) == FERRY_OK);
+    require(t.commits == s.commits && t.top_tv == s.top_tv && !memcmp(t.counters, s.counters, sizeof s.counters));
+    require(t.n_islands == s.n_islands && (!s.n_islands || !memcmp(t.islands, s.islands, s.n_islands * sizeof *s.islands)));
+    dk_state_release(&t);
     ferry__buf_release(&out);
     dk_state_release(&s);
 }
