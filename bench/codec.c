@@ -300,6 +300,7 @@ typedef struct pair_result {
     double ferry_enc_s, ferry_app_s; /* medians */
     double ferry_enc_min_s, ferry_app_min_s; /* fastest runs (less hit by a busy machine) */
     double ferry_inp_s;        /* in place (ferry_apply_inplace_ex, one thread), median */
+    uint64_t ferry_table;      /* bytes of the patch outside the tensor payloads (header, table, trailer) */
     int peer_ok[PEER_COUNT];
     uint64_t peer_size[PEER_COUNT];
     double peer_enc_s[PEER_COUNT], peer_dec_s[PEER_COUNT];
@@ -400,6 +401,13 @@ static int run_ferry(const char *label, const ferry_model *a, const ferry_model 
     }
     ferry_model_free(c);
     if (!rc) r->ferry_inp_s = bench_median(ti, (size_t)reps);
+    ferry_patch_info *pi = NULL;
+    if (!rc && ferry_patch_inspect(patch, size, &pi) == 0) {
+        uint64_t payload = 0;
+        for (size_t i = 0; i < ferry_patch_info_count(pi); i++) payload += ferry_patch_info_tensor(pi, i)->bytes;
+        r->ferry_table = size - payload;
+    }
+    ferry_patch_info_free(pi);
     if (!rc) {
         r->ferry_ok = 1;
         r->ferry_size = size;
@@ -682,8 +690,8 @@ static void print_tables(const pair_spec *ps, const pair_result *res, size_t n, 
     }
 
     printf("\nRatios and ferry speed (GB/s = NEW's tensor bytes / median seconds of %d runs)\n\n", o->reps);
-    printf("%-*s %10s %10s %12s %12s %10s %10s\n", lw, "pair", "best_peer", "ferry/peer", "ferry/order0",
-           "pooled/o0", "enc_GB/s", "apply_GB/s");
+    printf("%-*s %10s %10s %12s %12s %10s %10s %8s %12s\n", lw, "pair", "best_peer", "ferry/peer", "ferry/order0",
+           "pooled/o0", "enc_GB/s", "apply_GB/s", "table", "payload/peer");
     for (size_t i = 0; i < n; i++) {
         const pair_result *r = &res[i];
         int bp = best_peer(r);
@@ -695,9 +703,13 @@ static void print_tables(const pair_spec *ps, const pair_result *res, size_t n, 
         if (r->o0_ok && r->o0.bits > 0) printf(" %12.4f", r->o0.pooled_bits / r->o0.bits);
         else printf(" %12s", "-");
         if (r->ferry_ok && r->ferry_enc_s > 0 && r->ferry_app_s > 0)
-            printf(" %10.3f %10.3f\n", (double)r->model_bytes / r->ferry_enc_s / 1e9,
+            printf(" %10.3f %10.3f", (double)r->model_bytes / r->ferry_enc_s / 1e9,
                    (double)r->model_bytes / r->ferry_app_s / 1e9);
-        else printf(" %10s %10s\n", "-", "-");
+        else printf(" %10s %10s", "-", "-");
+        if (r->ferry_ok && bp >= 0)
+            printf(" %8" PRIu64 " %12.4f\n", r->ferry_table,
+                   (double)(r->ferry_size - r->ferry_table) / (double)r->peer_size[bp]);
+        else printf(" %8s %12s\n", "-", "-");
     }
     print_speed(ps, res, n, o, lw);
 }
@@ -786,6 +798,8 @@ static int write_json(const char *path, const pair_spec *ps, const pair_result *
         json_object_set_new(f, "ok", json_boolean(r->ferry_ok));
         json_object_set_new(f, "bytes", json_size(r->ferry_size, r->ferry_ok));
         json_object_set_new(f, "encode_s", json_real(r->ferry_enc_s));
+        json_object_set_new(f, "inplace_s", json_real(r->ferry_inp_s));
+        json_object_set_new(f, "table_bytes", json_integer((json_int_t)r->ferry_table));
         json_object_set_new(f, "apply_s", json_real(r->ferry_app_s));
         json_object_set_new(f, "encode_min_s", json_real(r->ferry_enc_min_s));
         json_object_set_new(f, "apply_min_s", json_real(r->ferry_app_min_s));
