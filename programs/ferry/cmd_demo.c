@@ -93,6 +93,10 @@ static void demo_help(void)
 "                        trainer signs versions with a key made for the run,\n"
 "                        each island signs its batches with its own and trusts\n"
 "                        the trainer's; see docs/SECURITY.md)\n"
+"  --mirror URL          islands take the policy from this store (a file://\n"
+"                        path, or any writable store URL), which a `ferry\n"
+"                        mirror --follow` child keeps current from the store;\n"
+"                        the store stays their fallback (docs/MIRROR.md)\n"
 "  --json                JSON lines instead of the table\n"
 "  --quiet               only the summary\n"
 "\n"
@@ -198,13 +202,14 @@ static int parse_args(int argc, char **argv, cli_opts *c)
                                                    "--prompts", "--group", "--lr", "--task", "--digits", "--dim", "--sync",
                                                    "--anchor-every", "--queue", "--timeout", "--warmup-steps",
                                                    "--warmup-lr", "--warmup-prompts", "--cache", "--beta1", "--eps",
-                                                   "--lr-warmup"};
+                                                   "--lr-warmup", "--mirror"};
             for (size_t j = 0; j < sizeof k_valued / sizeof k_valued[0]; j++)
                 if (!strcmp(a, k_valued[j])) return cli_usage_error("demo", "option '%s' needs a value", a);
             return cli_usage_error("demo", "unknown option '%s'", a);
         }
         int bad = 0;
         if (!strcmp(a, "--store")) c->store = v;
+        else if (!strcmp(a, "--mirror")) o->mirror_url = v;
         else if (!strcmp(a, "--report")) c->report = v;
         else if (!strcmp(a, "--islands")) bad = !cli_parse_int(v, 1, DEMO_MAX_ISLANDS, &l), o->islands = (uint32_t)l;
         else if (!strcmp(a, "--steps")) bad = !cli_parse_int(v, 1, 1000000, &l), o->steps = (uint32_t)l;

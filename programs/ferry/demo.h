@@ -194,6 +194,9 @@ typedef struct demo_report_info {
 
 typedef struct demo_options {
     const char *store_url;  /* resolved URL of the store */
+    const char *mirror_url; /* NULL, or a store the islands take the policy from,
+                               kept current by a `ferry mirror` child (the
+                               store itself stays their fallback) */
     const char *exe;        /* this program, for the islands */
     const char *key_dir;    /* signed run (docs/SECURITY.md): trainer.key/.pub and
                                island-I.key/.pub here; NULL = unsigned */

@@ -54,6 +54,7 @@ int cmd_island(int argc, char **argv)
 
 typedef struct island {
     ferry_store *st;
+    ferry_store *pst;           /* --policy-store, or NULL */
     char run[DEMO_RUN_MAX + 1];
     char policy_run[DEMO_KEY_MAX];
     char control_key[DEMO_KEY_MAX], status_key[DEMO_KEY_MAX];
@@ -89,11 +90,19 @@ static int island_fail(const island *is, const char *what, int rc)
     return 1;
 }
 
+/* With --policy-store, the policy comes from that store (a mirror) and
+ * the run's store is the fallback (docs/MIRROR.md). */
 static int open_subscriber(island *is, ferry_model *m, ferry_subscriber **out)
 {
+    ferry_store *first = is->pst ? is->pst : is->st;
     ferry_subscriber_options so = {.model = m, .keys = is->trust,
-                                   .poll_interval_ms = ferry_store_kind(is->st) == FERRY_STORE_FILE ? 10 : 50};
-    return ferry_subscriber_open(is->st, is->policy_run, &so, out);
+                                   .poll_interval_ms = ferry_store_kind(first) == FERRY_STORE_FILE ? 10 : 50};
+    int rc = ferry_subscriber_open(first, is->policy_run, &so, out);
+    if (!rc && is->pst && (rc = ferry_subscriber_add_store(*out, is->st))) {
+        ferry_subscriber_free(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 /* One sync, timed, recorded in *s. */
@@ -395,20 +404,23 @@ static void island_release(island *is)
     rl_work_release(&is->ws);
     rl_policy_release(&is->pol);
     ferry_store_free(is->st);
+    ferry_store_free(is->pst);
 }
 
 static void island_help(void)
 {
-    puts("usage: ferry island --store URL --run RUN --island I [--keys DIR]\n\n"
+    puts("usage: ferry island --store URL --run RUN --island I [--keys DIR] [--policy-store URL]\n\n"
          "One rollout island of `ferry demo` (started by it; not meant to be run by\n"
          "hand).  Reads its parameters from RUN/demo/config in the store, follows\n"
          "the policy of RUN/policy through the sync layer, and puts version-tagged\n"
-         "trajectory batches through the dock until RUN/demo/control says stop.");
+         "trajectory batches through the dock until RUN/demo/control says stop.\n"
+         "With --policy-store, the policy comes from that store (a mirror), the\n"
+         "run's store being the fallback.");
 }
 
 int cmd_island(int argc, char **argv)
 {
-    const char *url = NULL, *run = NULL, *key_dir = NULL;
+    const char *url = NULL, *run = NULL, *key_dir = NULL, *purl = NULL;
     long id = -1;
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -420,6 +432,7 @@ int cmd_island(int argc, char **argv)
         if (!strcmp(a, "--store")) url = v;
         else if (!strcmp(a, "--run")) run = v;
         else if (!strcmp(a, "--keys")) key_dir = v;
+        else if (!strcmp(a, "--policy-store")) purl = v;
         else if (!strcmp(a, "--island")) {
             if (!cli_parse_int(v, 0, DEMO_MAX_ISLANDS - 1, &id)) return cli_usage_error("island", "bad island id '%s'", v);
         } else
@@ -441,7 +454,7 @@ int cmd_island(int argc, char **argv)
 
     int rc, status = 1;
     ferry_store_options so = {.deadline_ms = 60000};
-    if ((rc = ferry_store_open(url, &so, &is.st))) {
+    if ((rc = ferry_store_open(url, &so, &is.st)) || (purl && (rc = ferry_store_open(purl, &so, &is.pst)))) {
         island_fail(&is, "store", rc);
         goto out;
     }

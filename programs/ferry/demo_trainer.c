@@ -69,6 +69,8 @@ typedef struct sup {
     double restart_ms[DEMO_MAX_ISLANDS];      /* not before this time */
     uint64_t restarted_wall_ms[DEMO_MAX_ISLANDS]; /* when the current process started after a restart */
     int killed[DEMO_MAX_ISLANDS];             /* killed on purpose, not yet reaped */
+    pid_t mirror;                             /* the `ferry mirror` child, 0 = none */
+    const char *policy_run;
 } sup;
 
 static pid_t spawn(const sup *s, uint32_t i)
@@ -85,7 +87,32 @@ static pid_t spawn(const sup *s, uint32_t i)
         /* islands write nothing on stdout: it carries the trainer's rows or JSON */
         if (!freopen("/dev/null", "w", stdout)) _exit(1);
         char *argv[] = {"ferry", "island", "--store", (char *)s->url, "--run", (char *)s->run, "--island", idbuf,
-                        s->o->key_dir ? "--keys" : NULL, (char *)s->o->key_dir, NULL};
+                        NULL, NULL, NULL, NULL, NULL};
+        /* optional pairs, packed so that the first NULL ends the list */
+        int k = 8;
+        if (s->o->key_dir) argv[k++] = "--keys", argv[k++] = (char *)s->o->key_dir;
+        if (s->o->mirror_url) argv[k++] = "--policy-store", argv[k++] = (char *)s->o->mirror_url;
+        execv(s->o->exe, argv);
+        fprintf(stderr, "ferry demo: cannot run %s: %s\n", s->o->exe, strerror(errno));
+        _exit(127);
+    }
+    return pid;
+}
+
+/* The mirror child (--mirror): follows the policy run from the store into
+ * the mirror store, which the islands prefer (docs/MIRROR.md). */
+static pid_t spawn_mirror(const sup *s)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(1);
+        if (!freopen("/dev/null", "w", stdout)) _exit(1);
+        char *argv[] = {"ferry", "mirror", (char *)s->url, (char *)s->o->mirror_url, "--run", (char *)s->policy_run, "--follow",
+                        "--poll-ms", "10", "-q", NULL};
         execv(s->o->exe, argv);
         fprintf(stderr, "ferry demo: cannot run %s: %s\n", s->o->exe, strerror(errno));
         _exit(127);
@@ -111,6 +138,11 @@ static int supervise(sup *s, demo_leg *leg, uint32_t step)
     int st;
     pid_t p;
     while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
+        if (p == s->mirror) { /* islands fall back to the store itself */
+            s->mirror = 0;
+            fprintf(stderr, "ferry demo: the mirror (pid %ld) ended; islands use the store\n", (long)p);
+            continue;
+        }
         for (uint32_t i = 0; i < s->n; i++) {
             if (s->pid[i] != p) continue;
             s->pid[i] = 0;
@@ -616,6 +648,7 @@ int demo_run_leg(const demo_options *o, ferry_store *st, double adaptive, const 
     demo_policy_run(t.policy_run, t.run);
     s.url = o->store_url;
     s.run = t.run;
+    s.policy_run = t.policy_run;
 
     if (!(leg->steps = calloc(o->steps ? o->steps : 1, sizeof *leg->steps)) || !(t.k = calloc(o->islands, sizeof *t.k)) ||
         !(t.traj_hash = XXH3_createState())) {
@@ -692,6 +725,11 @@ int demo_run_leg(const demo_options *o, ferry_store *st, double adaptive, const 
         goto out;
     }
 
+    if (o->mirror_url && (s.mirror = spawn_mirror(&s)) < 0) {
+        s.mirror = 0;
+        fprintf(stderr, "ferry demo: fork: %s\n", strerror(errno));
+        goto out;
+    }
     for (uint32_t i = 0; i < o->islands; i++) {
         if ((s.pid[i] = spawn(&s, i)) < 0) {
             s.pid[i] = 0;
@@ -760,6 +798,11 @@ out:
     /* islands that miss this die with us anyway (PR_SET_PDEATHSIG) */
     if (t.st && t.run[0]) (void)write_text(st, t.run, "control", "stop\n");
     stop_all(&s);
+    if (s.mirror) {
+        kill(s.mirror, SIGTERM);
+        waitpid(s.mirror, NULL, 0);
+        s.mirror = 0;
+    }
     if (t.st && t.run[0]) read_status(&t, leg, o->steps, NULL, NULL); /* the islands' last words */
     if (t.reach) {
         for (uint64_t v = 2; v <= t.version && v <= t.max_version; v++) update_fresh(&t, leg, v);
