@@ -73,10 +73,10 @@ typedef struct sup {
     const char *policy_run;
 } sup;
 
-static pid_t spawn(const sup *s, uint32_t i)
+/* Runs this program with argv as a child that dies with the trainer and
+ * writes nothing on stdout (it carries the trainer's rows or JSON). */
+static pid_t spawn_argv(const sup *s, char **argv)
 {
-    char idbuf[16];
-    snprintf(idbuf, sizeof idbuf, "%u", i);
     fflush(stdout);
     fflush(stderr);
     pid_t parent = getpid();
@@ -84,14 +84,7 @@ static pid_t spawn(const sup *s, uint32_t i)
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent) _exit(1);
-        /* islands write nothing on stdout: it carries the trainer's rows or JSON */
         if (!freopen("/dev/null", "w", stdout)) _exit(1);
-        char *argv[] = {"ferry", "island", "--store", (char *)s->url, "--run", (char *)s->run, "--island", idbuf,
-                        NULL, NULL, NULL, NULL, NULL};
-        /* optional pairs, packed so that the first NULL ends the list */
-        int k = 8;
-        if (s->o->key_dir) argv[k++] = "--keys", argv[k++] = (char *)s->o->key_dir;
-        if (s->o->mirror_url) argv[k++] = "--policy-store", argv[k++] = (char *)s->o->mirror_url;
         execv(s->o->exe, argv);
         fprintf(stderr, "ferry demo: cannot run %s: %s\n", s->o->exe, strerror(errno));
         _exit(127);
@@ -99,25 +92,26 @@ static pid_t spawn(const sup *s, uint32_t i)
     return pid;
 }
 
+static pid_t spawn(const sup *s, uint32_t i)
+{
+    char idbuf[16];
+    snprintf(idbuf, sizeof idbuf, "%u", i);
+    char *argv[] = {"ferry", "island", "--store", (char *)s->url, "--run", (char *)s->run, "--island", idbuf,
+                    NULL, NULL, NULL, NULL, NULL};
+    /* optional pairs, packed so that the first NULL ends the list */
+    int k = 8;
+    if (s->o->key_dir) argv[k++] = "--keys", argv[k++] = (char *)s->o->key_dir;
+    if (s->o->mirror_url) argv[k++] = "--policy-store", argv[k++] = (char *)s->o->mirror_url;
+    return spawn_argv(s, argv);
+}
+
 /* The mirror child (--mirror): follows the policy run from the store into
  * the mirror store, which the islands prefer (docs/MIRROR.md). */
 static pid_t spawn_mirror(const sup *s)
 {
-    fflush(stdout);
-    fflush(stderr);
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(1);
-        if (!freopen("/dev/null", "w", stdout)) _exit(1);
-        char *argv[] = {"ferry", "mirror", (char *)s->url, (char *)s->o->mirror_url, "--run", (char *)s->policy_run, "--follow",
-                        "--poll-ms", "10", "-q", NULL};
-        execv(s->o->exe, argv);
-        fprintf(stderr, "ferry demo: cannot run %s: %s\n", s->o->exe, strerror(errno));
-        _exit(127);
-    }
-    return pid;
+    char *argv[] = {"ferry", "mirror", (char *)s->url, (char *)s->o->mirror_url, "--run", (char *)s->policy_run, "--follow",
+                    "--poll-ms", "10", "-q", NULL};
+    return spawn_argv(s, argv);
 }
 
 static void add_event(demo_leg *leg, int kind, uint32_t step, uint32_t island, long pid, const char *what)
