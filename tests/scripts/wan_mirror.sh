@@ -146,7 +146,7 @@ check_rc "a mirror trusting another key refuses the run (exit 7)" 7 \
 check "... and writes no HEAD" test ! -e "$WORK/ms2/signed/HEAD"
 # the main job with its islands behind a mirror: same trajectories and
 # weights as without (sequential mode is deterministic), policy from the mirror
-SMALL=(--islands 2 --steps 5 --dim 32 --prompts 4 --group 4 --seed 3 --mode sequential --json)
+SMALL=(--islands 2 --steps 5 --dim 32 --prompts 4 --group 4 --seed 3 --mode sequential --json --no-cache)
 fy demo "${SMALL[@]}" --report "$WORK/d1.html" >"$WORK/d1.json" 2>"$WORK/d1.err" || bad "demo without a mirror"
 fy demo "${SMALL[@]}" --report "$WORK/d2.html" --mirror "$WORK/dmirror" >"$WORK/d2.json" 2>"$WORK/d2.err" || bad "demo with --mirror"
 hashes() { grep -o '"traj_hash": *"[0-9a-f]*", *"masters_hash": *"[0-9a-f]*"' "$1"; }
