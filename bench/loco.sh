@@ -58,6 +58,23 @@
 #           path never reads --outer-lr / --outer-momentum), so its runs would
 #           be ftavg's bit for bit: the phase makes sure ftavg's DDP runs exist
 #           (finetune-avg/ddp-*) and the report reuses them.
+#
+# The phases above measure the original PULSELoCo (gate "sent", exact FP32
+# values): they pass LEGACY (--gate sent --values fp32) to every mode
+# (DiLoCo and DDP never read them), so that their rows reproduce bit for
+# bit.  The phases below run loco_train's defaults, the outer gate and
+# cell-coded values (ferry_loco.h):
+#   ftv2    finetune's setting (the default outer step, 0.7 / Nesterov 0.9;
+#           inner lr 1e-6, H 8, FT_ROUNDS rounds, seeds FT_SEEDS), PULSELoCo
+#           only: its DiLoCo and DDP rows are finetune's runs (they do not
+#           depend on the gate), which the phase makes sure exist
+#   ftavgv2 ftavg's setting (plain averaging), PULSELoCo only; DiLoCo and
+#           DDP rows from ftavg
+#   ranks4v2  finetune's setting on 4 ranks, FT4_ROUNDS (20) rounds, seeds
+#           FT4_SEEDS (1), PULSELoCo and DiLoCo
+#   ftllm   closer to LLM fine-tuning: inner lr FTLLM_LR (5e-7), H FTLLM_H
+#           (16), FTLLM_ROUNDS (20) rounds (the same 320 steps), the default
+#           outer step, seeds FTLLM_SEEDS (1), PULSELoCo and DiLoCo
 # Raw output: bench/results/loco/PHASE/MODE-lrLR-sSEED.jsonl (one JSON object
 # per round, from rank 0); runs already complete there are not redone.
 # Report: bench/results/loco/report.md (bench/loco_report.py).
@@ -75,6 +92,7 @@ if [ ! -x "$PROG" ]; then
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
+LEGACY=(--gate sent --values fp32)
 
 run() { # phase mode lr seed rounds [ranks [extra options...]]
     local dir=$OUT/$1 f np=${6:-$RANKS}
@@ -109,51 +127,77 @@ pretrained() { # -> path of the pre-trained checkpoint, made once
 
 for phase in $PHASES; do
     case $phase in
-    curves) for s in 1 2 3; do for m in pulseloco diloco ddp; do run curves $m 2e-4 $s 30; done; done ;;
-    llm) for s in 1 2; do for m in pulseloco diloco ddp; do run llm $m 2e-6 $s 40; done; done ;;
-    sweep) for lr in 2e-4 5e-5 2e-5 1e-5 5e-6 2e-6 1e-6; do run sweep pulseloco $lr 1 6; done ;;
-    llmlong) for m in pulseloco diloco ddp; do run llmlong $m 2e-6 3 100; done ;;
-    ranks4) for lr in 2e-4 2e-6; do for m in pulseloco diloco; do run ranks4 $m $lr 1 10 4; done; done ;;
+    curves) for s in 1 2 3; do for m in pulseloco diloco ddp; do run curves $m 2e-4 $s 30 "$RANKS" "${LEGACY[@]}"; done; done ;;
+    llm) for s in 1 2; do for m in pulseloco diloco ddp; do run llm $m 2e-6 $s 40 "$RANKS" "${LEGACY[@]}"; done; done ;;
+    sweep) for lr in 2e-4 5e-5 2e-5 1e-5 5e-6 2e-6 1e-6; do run sweep pulseloco $lr 1 6 "$RANKS" "${LEGACY[@]}"; done ;;
+    llmlong) for m in pulseloco diloco ddp; do run llmlong $m 2e-6 3 100 "$RANKS" "${LEGACY[@]}"; done ;;
+    ranks4) for lr in 2e-4 2e-6; do for m in pulseloco diloco; do run ranks4 $m $lr 1 10 4 "${LEGACY[@]}"; done; done ;;
     finetune)
         ck=$(pretrained)
         for lr in $FT_LRS; do for s in $FT_SEEDS; do for m in pulseloco diloco ddp; do
-            run finetune $m "$lr" "$s" "$FT_ROUNDS" "$RANKS" --init "$ck"
+            run finetune $m "$lr" "$s" "$FT_ROUNDS" "$RANKS" --init "$ck" "${LEGACY[@]}"
         done; done; done ;;
     ftouter)
         ck=$(pretrained)
         for m in pulseloco diloco; do
-            run finetune-outer $m "${FT_OUTER_LR:-7e-6}" 1 "${FT_OUTER_ROUNDS:-20}" "$RANKS" --init "$ck" \
+            run finetune-outer $m "${FT_OUTER_LR:-7e-6}" 1 "${FT_OUTER_ROUNDS:-20}" "$RANKS" --init "$ck" "${LEGACY[@]}" \
                 --outer-lr 1 --outer-momentum 0
         done ;;
     ftavg)
         ck=$(pretrained)
         for s in $FT_SEEDS; do for m in pulseloco diloco ddp; do
             RUN_H=${FT_AVG_H:-4} run finetune-avg $m "${FT_AVG_LR:-2e-6}" "$s" "${FT_AVG_ROUNDS:-80}" "$RANKS" \
-                --init "$ck" --outer-lr 1 --outer-momentum 0
+                --init "$ck" "${LEGACY[@]}" --outer-lr 1 --outer-momentum 0
         done; done ;;
     ftnest)
         ck=$(pretrained)
         for s in $FT_SEEDS; do
             for m in pulseloco diloco; do
                 RUN_H=${FT_AVG_H:-4} run finetune-nest $m "${FT_AVG_LR:-2e-6}" "$s" "${FT_AVG_ROUNDS:-80}" "$RANKS" \
-                    --init "$ck" --outer-lr 0.1 --outer-momentum 0.9
+                    --init "$ck" "${LEGACY[@]}" --outer-lr 0.1 --outer-momentum 0.9
             done
             # DDP ignores the outer options: ftavg's run is this phase's DDP run
             RUN_H=${FT_AVG_H:-4} run finetune-avg ddp "${FT_AVG_LR:-2e-6}" "$s" "${FT_AVG_ROUNDS:-80}" "$RANKS" \
-                --init "$ck" --outer-lr 1 --outer-momentum 0
+                --init "$ck" "${LEGACY[@]}" --outer-lr 1 --outer-momentum 0
         done ;;
     ftavglong)
         ck=$(pretrained)
         for m in pulseloco diloco; do
             RUN_H=${FT_AVG_H:-4} run finetune-avglong $m "${FT_AVG_LR:-2e-6}" 1 "${FT_AVGLONG_ROUNDS:-160}" "$RANKS" \
-                --init "$ck" --outer-lr 1 --outer-momentum 0
+                --init "$ck" "${LEGACY[@]}" --outer-lr 1 --outer-momentum 0
         done ;;
     ftmom)
         ck=$(pretrained)
         for om in "0.1 0.9" "0.7 0.5"; do for m in pulseloco diloco; do
             set -- $om
             RUN_H=${FT_AVG_H:-4} run "finetune-mom-o$1-m$2" $m "${FT_AVG_LR:-2e-6}" 1 40 "$RANKS" \
-                --init "$ck" --outer-lr "$1" --outer-momentum "$2"
+                --init "$ck" "${LEGACY[@]}" --outer-lr "$1" --outer-momentum "$2"
+        done; done ;;
+    ftv2)
+        ck=$(pretrained)
+        for lr in $FT_LRS; do for s in $FT_SEEDS; do
+            run finetune-v2 pulseloco "$lr" "$s" "$FT_ROUNDS" "$RANKS" --init "$ck"
+            for m in diloco ddp; do run finetune $m "$lr" "$s" "$FT_ROUNDS" "$RANKS" --init "$ck" "${LEGACY[@]}"; done
+        done; done ;;
+    ftavgv2)
+        ck=$(pretrained)
+        for s in $FT_SEEDS; do
+            RUN_H=${FT_AVG_H:-4} run finetune-avg-v2 pulseloco "${FT_AVG_LR:-2e-6}" "$s" "${FT_AVG_ROUNDS:-80}" "$RANKS" \
+                --init "$ck" --outer-lr 1 --outer-momentum 0
+            for m in diloco ddp; do
+                RUN_H=${FT_AVG_H:-4} run finetune-avg $m "${FT_AVG_LR:-2e-6}" "$s" "${FT_AVG_ROUNDS:-80}" "$RANKS" \
+                    --init "$ck" --outer-lr 1 --outer-momentum 0 "${LEGACY[@]}"
+            done
+        done ;;
+    ranks4v2)
+        ck=$(pretrained)
+        for s in ${FT4_SEEDS:-1}; do for m in pulseloco diloco; do
+            run finetune-ranks4 $m "${FT_LRS%% *}" "$s" "${FT4_ROUNDS:-20}" 4 --init "$ck"
+        done; done ;;
+    ftllm)
+        ck=$(pretrained)
+        for s in ${FTLLM_SEEDS:-1}; do for m in pulseloco diloco; do
+            RUN_H=${FTLLM_H:-16} run finetune-llm $m "${FTLLM_LR:-5e-7}" "$s" "${FTLLM_ROUNDS:-20}" "$RANKS" --init "$ck"
         done; done ;;
     *) echo "bench/loco.sh: unknown phase $phase" >&2; exit 2 ;;
     esac

@@ -24,7 +24,44 @@
  *   b ← μ·b + g;   θ_g ← θ_g − η·(g + μ·b)   (Nesterov; η 0.7, μ 0.9 default)
  *   θ_g ← θ_g − η·b                          (without Nesterov)
  *
- * (PyTorch's SGD with momentum, no dampening).  Every rank then hashes θ_g
+ * (PyTorch's SGD with momentum, no dampening).  That is the gate "sent"
+ * (FERRY_LOCO_GATE_SENT, the original PULSELoCo).  Its weakness: the gate
+ * tests s as it is sent, while the outer step moves θ_g by η(1+μ)·s at
+ * once and η/(1−μ)·s in all (1.33× and 7× at the defaults), so an entry
+ * waits in e for rounds after DiLoCo would have moved it visibly.
+ *
+ * THE OUTER GATE (FERRY_LOCO_GATE_OUTER, the default).  The outer step is
+ * linear in its gradient, and the gradient is the mean of the ranks'
+ * pseudo-gradients, so DiLoCo's update of θ_g is the mean over ranks of
+ * per-rank updates u_r = η(δ_r + μ·b_r), b_r ← μ·b_r + δ_r (Nesterov; η·b_r
+ * without), each computable by its rank alone.  Each rank therefore keeps
+ * its own momentum b_r, applies the outer step to its own δ to get u_r, and
+ * gates that:
+ *
+ *   s = e + u_r;   q = code(s)             (q = s for FP32 values)
+ *   gate_i  ⇔  q_i ≠ 0 and bf16(θ_g,i − q_i) ≠ bf16(θ_g,i)
+ *   send (i, q_i) for gated i, e_i ← s_i − q_i;  e_i ← s_i for the others
+ *   θ_g ← θ_g − mean_r(sent_r)             (no global momentum)
+ *
+ * i.e. an entry is sent exactly when the outer optimizer's update,
+ * accumulated, would change the BF16 weight, and θ_g differs from
+ * DiLoCo's by the pending residuals alone (up to FP32 rounding), never by
+ * a momentum the held-back entries missed.  With outer lr 1 and momentum
+ * 0, u_r = δ_r and both gates give the same bits.  Every rank's b_r and e
+ * are its own; θ_g is the same on every rank, checked as below.
+ *
+ * VALUE CODING.  FERRY_LOCO_VALUES_FP32 sends s exactly.
+ * FERRY_LOCO_VALUES_CELL (the default) sends q = k·c_i, k the integer
+ * nearest s/c_i (ties to even), c_i = 2^(max(E(θ_g,i), −32) − 7) the BF16
+ * cell of the global weight θ_g,i (E: its binary exponent), |k| <= 2^24 −
+ * 1; the rounding error s − q (exact in FP32: |s − q| <= c_i/2 <= |q|/2)
+ * stays in e, so nothing is lost over rounds.  An entry thus goes out once
+ * its accumulated update reaches half a cell, as a whole number of cells
+ * (and a whole cell always changes the BF16 weight).  Every rank holds
+ * θ_g, so the payload carries only k (a zigzag varint, almost always ±1)
+ * and the receiver rebuilds the exact FP32 q.  (s beyond (2^24 − 1)·c_i,
+ * 2^16 times the weight itself, is clamped; its remainder stays in e with
+ * FP32 rounding.)  Every rank then hashes θ_g
  * (XXH3-128 of the FP32 array), the hashes are gathered, and any
  * disagreement fails the round on every rank with FERRY_ERR_LOCO_DIVERGED,
  * naming the round and the ranks.  The caller resets its local weights to
@@ -53,7 +90,7 @@
  *   off size
  *     0    4  magic "FLOC"
  *     4    1  format version, 1
- *     5    1  kind, 1 = sparse FP32
+ *     5    1  kind, 1 = sparse FP32, 2 = sparse cell-coded
  *     6    2  reserved, 0
  *     8    8  round
  *    16    4  rank
@@ -69,6 +106,9 @@
  *               bit patterns of the count values as four byte planes
  *               (every value's byte 3, then byte 2, byte 1, byte 0), which
  *               lets zstd find the redundancy of signs and exponents.
+ *               Kind 2: the count gaps, then count zigzag LEB128 varints
+ *               of k (value k·c_i, see VALUE CODING; 1 <= |k| <= 2^24−1,
+ *               minimal encodings only); decoding needs θ_g.
  * Indices are therefore strictly ascending; values are exact.
  *
  * Conventions: those of ferry.h (status codes, ferry_last_error(), free
@@ -150,6 +190,19 @@ FERRY_API void ferry_loco_sparse_release(ferry_loco_sparse *s);
 FERRY_API int ferry_loco_gate(const float *global, const float *local, float *residual,
                               uint64_t n, ferry_loco_sparse *out);
 
+/* Value codings of sent entries (VALUE CODING above). */
+enum { FERRY_LOCO_VALUES_FP32 = 0, FERRY_LOCO_VALUES_CELL = 1 };
+
+/* The gate on a given per-rank update (the outer gate's second step): s =
+ * residual[i] + update[i]; q = s (FP32) or its cell code against global[i]
+ * (CELL); entries with q != 0 and bf16(global[i] − q) != bf16(global[i])
+ * are appended to out with value q (out->count reset first) and their
+ * residual becomes s − q; the others get residual[i] = s.  Errors as
+ * ferry_loco_gate (FERRY_ERR_ARG for an unknown coding); on error residual
+ * is unchanged. */
+FERRY_API int ferry_loco_gate_update(const float *global, const float *update, float *residual,
+                                     uint64_t n, int values, ferry_loco_sparse *out);
+
 /* ======================================================================
  * Payload codec (no MPI).
  * ====================================================================== */
@@ -158,6 +211,7 @@ typedef struct ferry_loco_header {
     uint32_t rank;
     uint64_t n;     /* dense length */
     uint64_t count; /* entries */
+    int values;     /* FERRY_LOCO_VALUES_FP32 (kind 1) or _CELL (kind 2) */
 } ferry_loco_header;
 
 /* Encodes hdr and the entries of sp (sp->count must equal hdr->count;
@@ -166,6 +220,14 @@ typedef struct ferry_loco_header {
  * 1..19 (0 = 1).  FERRY_ERR_ARG for entries that break those rules. */
 FERRY_API int ferry_loco_encode(const ferry_loco_header *hdr, const ferry_loco_sparse *sp,
                                 int level, void **out, size_t *size);
+
+/* ferry_loco_encode for either coding: hdr->values CELL needs base (the
+ * n global weights the values were coded against; ignored for FP32), and
+ * every value must be an exact cell multiple k·c_i with 1 <= |k| <=
+ * 2^24−1 (FERRY_ERR_ARG otherwise: what is sent is coded losslessly or
+ * refused).  ferry_loco_encode(...) is this with base NULL. */
+FERRY_API int ferry_loco_encode_with(const ferry_loco_header *hdr, const ferry_loco_sparse *sp,
+                                     const float *base, int level, void **out, size_t *size);
 
 /* Reads only the 64-byte header (no checksum check): for routing.
  * FERRY_ERR_LOCO_TRUNCATED / _MAGIC / _VERSION / _CORRUPT. */
@@ -180,6 +242,13 @@ FERRY_API int ferry_loco_peek(const void *payload, size_t size, ferry_loco_heade
  * out->count is 0. */
 FERRY_API int ferry_loco_decode(const void *payload, size_t size, uint64_t n,
                                 ferry_loco_header *hdr, ferry_loco_sparse *out);
+
+/* ferry_loco_decode for either kind: a kind-2 (cell-coded) payload needs
+ * base, the n global weights it was coded against (FERRY_ERR_ARG without);
+ * its k must be minimal varints with 1 <= |k| <= 2^24−1 (CORRUPT) and
+ * k·c_i finite (VALUE).  ferry_loco_decode(...) is this with base NULL. */
+FERRY_API int ferry_loco_decode_with(const void *payload, size_t size, uint64_t n, const float *base,
+                                     ferry_loco_header *hdr, ferry_loco_sparse *out);
 
 /* ======================================================================
  * Outer optimizer (no MPI).
@@ -199,6 +268,12 @@ FERRY_API ferry_loco_outer ferry_loco_outer_default(void);
 FERRY_API void ferry_loco_outer_step(const ferry_loco_outer *cfg, float *w, float *buf,
                                      const float *grad, uint64_t n);
 
+/* The same step's update without applying it: upd[i] = η·d_i (what
+ * ferry_loco_outer_step would subtract from w[i]), buf advanced alike.
+ * upd may be grad (in place).  The outer gate's per-rank update. */
+FERRY_API void ferry_loco_outer_update(const ferry_loco_outer *cfg, float *buf, const float *grad,
+                                       float *upd, uint64_t n);
+
 /* XXH3-128 of n FP32 weights as bytes (canonical big-endian digest): the
  * value ranks compare.  Host byte order (little-endian on every machine
  * this targets). */
@@ -213,13 +288,20 @@ typedef enum ferry_loco_mode {
     FERRY_LOCO_DDP = 2     /* dense gradient mean every step, no outer step */
 } ferry_loco_mode;
 
+/* PULSE's gates (THE OUTER GATE above).  0 is the original, so that a
+ * zeroed config keeps its meaning; ferry_loco_config_default() picks OUTER. */
+enum { FERRY_LOCO_GATE_SENT = 0, FERRY_LOCO_GATE_OUTER = 1 };
+
 typedef struct ferry_loco_config {
     ferry_loco_mode mode;
     ferry_loco_outer outer; /* PULSE and DILOCO */
     int level;              /* zstd level of PULSE payloads, 1..19 (0 = 1) */
+    int gate;               /* PULSE: FERRY_LOCO_GATE_SENT or _OUTER */
+    int values;             /* PULSE: FERRY_LOCO_VALUES_FP32 or _CELL */
 } ferry_loco_config;
 
-/* mode PULSE, outer ferry_loco_outer_default(), level 1. */
+/* mode PULSE, outer ferry_loco_outer_default(), level 1, gate OUTER,
+ * values CELL. */
 FERRY_API ferry_loco_config ferry_loco_config_default(void);
 
 /* What one round did, identical on every rank except the *_rank fields. */
@@ -245,8 +327,11 @@ typedef struct ferry_loco ferry_loco;
  * ints), else FERRY_ERR_LIMIT.  Copies the n initial global weights, which
  * must be bit-identical on every rank (checked: FERRY_ERR_LOCO_DIVERGED); n and
  * cfg->mode must agree too (FERRY_ERR_ARG).  The outer settings are not
- * compared: ranks configured differently diverge, and the first sync says
- * so.  Residual and momentum start at 0. */
+ * compared under the gate "sent" and in DiLoCo: ranks configured
+ * differently diverge, and the first sync says so.  Gate and values are
+ * compared, and under the outer gate the outer settings too (each rank
+ * applies its own there, so a mismatch would not show as divergence):
+ * FERRY_ERR_ARG on every rank.  Residual and momentum start at 0. */
 FERRY_API int ferry_loco_create(MPI_Comm comm, const float *init, uint64_t n,
                                 const ferry_loco_config *cfg, ferry_loco **out);
 /* Collective (MPI_Comm_free of the duplicated communicator).  Accepts NULL. */

@@ -58,7 +58,7 @@
  * ====================================================================== */
 typedef struct opts {
     ferry_loco_mode mode;
-    int h, rounds, prompts, group, json, quiet, level;
+    int h, rounds, prompts, group, json, quiet, level, gate, values;
     uint64_t seed;
     rl_task task;
     rl_policy_config net;
@@ -91,6 +91,13 @@ static void usage(FILE *f)
 "  --outer-lr X          outer SGD learning rate (default 0.7)\n"
 "  --outer-momentum X    outer momentum (default 0.9)\n"
 "  --no-nesterov         plain momentum instead of Nesterov\n"
+"  --gate outer|sent     PULSELoCo's gate (default outer): gate each rank's\n"
+"                        outer-step update by the BF16 change it makes, the\n"
+"                        global step the mean of what was sent; or gate the\n"
+"                        pseudo-gradient as sent, the outer step on the mean\n"
+"  --values cell|fp32    PULSELoCo's sent values (default cell): integer\n"
+"                        multiples of half the weight's BF16 cell, the\n"
+"                        rounding error kept in the residual; or exact FP32\n"
 "  --level N             zstd level of PULSELoCo payloads (default 1)\n"
 "  --publish-dir DIR     rank 0 writes DIR/round-NNNNNN.safetensors, the BF16\n"
 "                        cast of the global weights after each round\n"
@@ -128,7 +135,8 @@ static int parse_args(int argc, char **argv, opts *o)
     *o = (opts){.mode = FERRY_LOCO_PULSE, .h = 8, .rounds = 25, .prompts = 16, .group = 8,
                 .level = 1, .seed = 1, .task = rl_task_default(),
                 .net = rl_policy_config_default(), .adam = rl_adamw_config_default(),
-                .outer = ferry_loco_outer_default()};
+                .outer = ferry_loco_outer_default(), .gate = ferry_loco_config_default().gate,
+                .values = ferry_loco_config_default().values};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0, takes = 1;
@@ -141,6 +149,16 @@ static int parse_args(int argc, char **argv, opts *o)
             if (!strcmp(v, "pulseloco") || !strcmp(v, "pulse")) o->mode = FERRY_LOCO_PULSE;
             else if (!strcmp(v, "diloco")) o->mode = FERRY_LOCO_DILOCO;
             else if (!strcmp(v, "ddp")) o->mode = FERRY_LOCO_DDP;
+            else bad = 1;
+        }
+        else if (!strcmp(a, "--gate")) {
+            if (!strcmp(v, "outer")) o->gate = FERRY_LOCO_GATE_OUTER;
+            else if (!strcmp(v, "sent")) o->gate = FERRY_LOCO_GATE_SENT;
+            else bad = 1;
+        }
+        else if (!strcmp(a, "--values")) {
+            if (!strcmp(v, "cell")) o->values = FERRY_LOCO_VALUES_CELL;
+            else if (!strcmp(v, "fp32")) o->values = FERRY_LOCO_VALUES_FP32;
             else bad = 1;
         }
         else if (!strcmp(a, "--h")) bad = rl_arg_int(v, 1, 1000000, &o->h);
@@ -313,7 +331,8 @@ int main(int argc, char **argv)
     ferry_loco_hash(t.w.w, t.w.nparams, init_hash);
     hex16(init_hash, init_hx);
     uint64_t n = t.w.nparams;
-    ferry_loco_config cfg = {.mode = o.mode, .outer = o.outer, .level = o.level};
+    ferry_loco_config cfg = {.mode = o.mode, .outer = o.outer, .level = o.level, .gate = o.gate,
+                             .values = o.values};
     ferry_loco *lc;
     if ((rc = ferry_loco_create(MPI_COMM_WORLD, t.w.w, n, &cfg, &lc))) die(rank, -1, "ferry_loco_create", rc);
 
@@ -321,12 +340,13 @@ int main(int argc, char **argv)
     if (out && o.json)
         printf("{\"event\":\"start\",\"mode\":\"%s\",\"ranks\":%d,\"h\":%d,\"rounds\":%d,\"params\":%" PRIu64
                ",\"task\":\"%s\",\"digits\":%u,\"dim\":%u,\"layers\":%u,\"prompts_per_rank\":%d,\"group\":%d,"
-               "\"lr\":%g,\"outer_lr\":%g,\"outer_momentum\":%g,\"nesterov\":%d,\"seed\":%" PRIu64
-               ",\"init\":\"%s\",\"init_hash\":\"%s\"}\n",
+               "\"lr\":%g,\"outer_lr\":%g,\"outer_momentum\":%g,\"nesterov\":%d,\"gate\":\"%s\",\"values\":\"%s\","
+               "\"seed\":%" PRIu64 ",\"init\":\"%s\",\"init_hash\":\"%s\"}\n",
                mode_name(o.mode), nranks, o.h, o.rounds, n, rl_task_name(o.task.kind),
                o.task.prompt_len, o.net.hidden, o.net.layers, o.prompts, o.group, (double)o.adam.lr,
-               (double)o.outer.lr, (double)o.outer.momentum, o.outer.nesterov, o.seed,
-               o.init_path ? "file" : "seed", init_hx);
+               (double)o.outer.lr, (double)o.outer.momentum, o.outer.nesterov,
+               o.gate == FERRY_LOCO_GATE_OUTER ? "outer" : "sent", o.values == FERRY_LOCO_VALUES_CELL ? "cell" : "fp32",
+               o.seed, o.init_path ? "file" : "seed", init_hx);
     else if (out)
         printf("loco_train: %s, %d ranks, H %d, %d rounds; %" PRIu64 " params (%s/%u digits, %u x %u hidden); "
                "%d prompts x %d samples per step and rank; lr %g, outer lr %g momentum %g%s; seed %" PRIu64 "\n",

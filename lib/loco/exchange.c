@@ -19,7 +19,9 @@ struct ferry_loco {
     ferry_loco_config cfg;
     uint64_t n, round;
     float *global;     /* θ_g */
-    float *momentum;   /* outer momentum buffer, identical on every rank */
+    float *momentum;   /* outer momentum: identical on every rank, except for
+                          the outer gate's, which is this rank's own b_r */
+    float *mom_next;   /* outer gate: b_r advanced on a copy, kept on success */
     float *residual;   /* PULSE: error feedback e */
     float *res_next;   /* PULSE: the gate works on a copy, kept only on success */
     float *acc;        /* n: DiLoCo's δ, then the sum / mean */
@@ -31,7 +33,9 @@ struct ferry_loco {
     uint64_t *status;  /* size × STATUS_WORDS */
 };
 
-enum { STATUS_WORDS = 4 }; /* status, then up to three values per rank */
+enum { STATUS_WORDS = 4 };
+
+void (*ferry__loco_tamper)(unsigned char **payload, size_t *size); /* status, then up to three values per rank */
 
 static int mpi_fail(int mrc, const char *what)
 {
@@ -110,7 +114,13 @@ static int check_hash(ferry_loco *s, const float *w, const char *label, uint8_t 
 
 ferry_loco_config ferry_loco_config_default(void)
 {
-    return (ferry_loco_config){.mode = FERRY_LOCO_PULSE, .outer = ferry_loco_outer_default(), .level = 1};
+    return (ferry_loco_config){.mode = FERRY_LOCO_PULSE, .outer = ferry_loco_outer_default(), .level = 1,
+                               .gate = FERRY_LOCO_GATE_OUTER, .values = FERRY_LOCO_VALUES_CELL};
+}
+
+static int outer_gate(const ferry_loco *s)
+{
+    return s->cfg.mode == FERRY_LOCO_PULSE && s->cfg.gate == FERRY_LOCO_GATE_OUTER;
 }
 
 /* Everything but the status words, which create allocates first. */
@@ -128,6 +138,7 @@ static int alloc_state(ferry_loco *s)
         (!(s->residual = ferry__calloc(n, sizeof *s->residual)) ||
          !(s->res_next = ferry__malloc(n * sizeof *s->res_next))))
         return FERRY_ERR_NOMEM;
+    if (outer_gate(s) && !(s->mom_next = ferry__malloc(n * sizeof *s->mom_next))) return FERRY_ERR_NOMEM;
     return FERRY_OK;
 }
 
@@ -139,6 +150,9 @@ static int check_config(uint64_t n, const ferry_loco_config *cfg)
                            (unsigned long long)n, INT_MAX / 4);
     if ((unsigned)cfg->mode > FERRY_LOCO_DDP || cfg->level < 0 || cfg->level > 19)
         return ferry__fail(FERRY_ERR_ARG, "loco create: mode %d, level %d", (int)cfg->mode, cfg->level);
+    if ((cfg->gate != FERRY_LOCO_GATE_SENT && cfg->gate != FERRY_LOCO_GATE_OUTER) ||
+        (cfg->values != FERRY_LOCO_VALUES_FP32 && cfg->values != FERRY_LOCO_VALUES_CELL))
+        return ferry__fail(FERRY_ERR_ARG, "loco create: gate %d, values %d", cfg->gate, cfg->values);
     if (!isfinite(cfg->outer.lr) || !isfinite(cfg->outer.momentum) || cfg->outer.lr < 0 ||
         cfg->outer.momentum < 0 || cfg->outer.momentum >= 1)
         return ferry__fail(FERRY_ERR_ARG, "loco create: outer lr %g, momentum %g",
@@ -173,12 +187,30 @@ int ferry_loco_create(MPI_Comm comm, const float *init, uint64_t n, const ferry_
     }
     int rc = check_config(n, cfg);
     if (!rc) rc = alloc_state(s);
-    rc = agree(s, rc, "create", n, (uint64_t)cfg->mode, 0);
+    /* Gate and value coding decide what a payload means, so they must
+     * agree.  So must the outer settings under the outer gate: each rank
+     * applies its own there, and ranks configured differently would keep
+     * the same global weights while computing something else. */
+    uint64_t v1 = (uint64_t)cfg->mode, v2 = 0;
+    if (!rc) {
+        v2 = (uint64_t)cfg->gate | (uint64_t)cfg->values << 8;
+        if (cfg->mode == FERRY_LOCO_PULSE && cfg->gate == FERRY_LOCO_GATE_OUTER) {
+            uint32_t lr, mu;
+            memcpy(&lr, &cfg->outer.lr, 4);
+            memcpy(&mu, &cfg->outer.momentum, 4);
+            v1 |= (uint64_t)mu << 32;
+            v2 |= (uint64_t)(cfg->outer.nesterov != 0) << 16 | (uint64_t)lr << 32;
+        }
+    }
+    rc = agree(s, rc, "create", n, v1, v2);
     for (int r = 0; !rc && r < s->size; r++)
-        if (peer_value(s, r, 0) != n || peer_value(s, r, 1) != (uint64_t)cfg->mode)
-            rc = ferry__fail(FERRY_ERR_ARG, "loco create: rank %d has %llu weights in mode %llu, rank %d %llu in mode %d",
+        if (peer_value(s, r, 0) != n || peer_value(s, r, 1) != v1 || peer_value(s, r, 2) != v2)
+            rc = ferry__fail(FERRY_ERR_ARG, "loco create: rank %d has %llu weights, mode and outer momentum %#llx, "
+                             "gate, values, outer lr %#llx; rank %d %llu, %#llx, %#llx (n, mode, gate, values "
+                             "and, with the outer gate, the outer settings must agree)",
                              r, (unsigned long long)peer_value(s, r, 0), (unsigned long long)peer_value(s, r, 1),
-                             s->rank, (unsigned long long)n, (int)cfg->mode);
+                             (unsigned long long)peer_value(s, r, 2), s->rank, (unsigned long long)n,
+                             (unsigned long long)v1, (unsigned long long)v2);
     if (!rc) {
         memcpy(s->global, init, (size_t)n * sizeof *init);
         rc = check_hash(s, s->global, "initial weights", NULL);
@@ -197,6 +229,7 @@ void ferry_loco_free(ferry_loco *s)
     if (s->comm != MPI_COMM_NULL) MPI_Comm_free(&s->comm);
     free(s->global);
     free(s->momentum);
+    free(s->mom_next);
     free(s->residual);
     free(s->res_next);
     free(s->acc);
@@ -257,19 +290,38 @@ int ferry_loco_mean(ferry_loco *s, float *vec, uint64_t *bytes)
     return FERRY_OK;
 }
 
+/* The gate for either kind: the outer gate runs this rank's outer step on
+ * δ first (its momentum advanced in s->mom_next) and gates the update. */
+static int pulse_gate(ferry_loco *s, const float *local)
+{
+    size_t n = (size_t)s->n;
+    memcpy(s->res_next, s->residual, n * sizeof *s->res_next);
+    if (!outer_gate(s))
+        return ferry__loco_gate(s->global, local, NULL, s->res_next, s->n, s->cfg.values, &s->sp);
+    for (size_t i = 0; i < n; i++) s->acc[i] = s->global[i] - local[i];
+    memcpy(s->mom_next, s->momentum, n * sizeof *s->mom_next);
+    ferry_loco_outer_update(&s->cfg.outer, s->mom_next, s->acc, s->acc, s->n);
+    return ferry__loco_gate(s->global, NULL, s->acc, s->res_next, s->n, s->cfg.values, &s->sp);
+}
+
 /* PULSE: gate, encode, gather every payload, decode and sum in rank order
  * into s->acc, then divide.  On success s->res_next holds the new
- * residual. */
+ * residual (and s->mom_next the outer gate's momentum). */
 static int pulse_exchange(ferry_loco *s, const float *local, ferry_loco_stats *st)
 {
     size_t n = (size_t)s->n;
     void *payload = NULL;
     size_t psize = 0;
-    memcpy(s->res_next, s->residual, n * sizeof *s->res_next);
-    int rc = ferry_loco_gate(s->global, local, s->res_next, s->n, &s->sp);
+    int rc = pulse_gate(s, local);
     if (!rc) {
-        ferry_loco_header h = {.round = s->round, .rank = (uint32_t)s->rank, .n = s->n, .count = s->sp.count};
-        rc = ferry_loco_encode(&h, &s->sp, s->cfg.level, &payload, &psize);
+        ferry_loco_header h = {.round = s->round, .rank = (uint32_t)s->rank, .n = s->n, .count = s->sp.count,
+                               .values = s->cfg.values};
+        rc = ferry_loco_encode_with(&h, &s->sp, s->global, s->cfg.level, &payload, &psize);
+    }
+    if (!rc && ferry__loco_tamper) {
+        unsigned char *p = payload;
+        ferry__loco_tamper(&p, &psize);
+        payload = p;
     }
     if ((rc = agree(s, rc, "sync", psize, rc ? 0 : s->sp.count, 0))) {
         free(payload);
@@ -316,9 +368,13 @@ static int pulse_exchange(ferry_loco *s, const float *local, ferry_loco_stats *s
     memset(s->acc, 0, n * sizeof *s->acc);
     for (int r = 0; r < s->size; r++) {
         ferry_loco_header h;
-        rc = ferry_loco_decode(s->recv + s->displs[r], (size_t)s->counts[r], s->n, &h, &s->dec);
+        rc = ferry_loco_decode_with(s->recv + s->displs[r], (size_t)s->counts[r], s->n, s->global, &h, &s->dec);
         if (rc) return ferry__context(rc, "loco sync (round %llu): payload of rank %d",
                                       (unsigned long long)s->round, r);
+        if (h.values != s->cfg.values)
+            return ferry__fail(FERRY_ERR_LOCO_VERSION, "loco sync (round %llu): rank %d sent %s values, this run codes %s",
+                               (unsigned long long)s->round, r, h.values ? "cell-coded" : "FP32",
+                               s->cfg.values ? "cell-coded" : "FP32");
         if (h.round != s->round || h.rank != (uint32_t)r)
             return ferry__fail(FERRY_ERR_LOCO_ROUND, "loco sync (round %llu): rank %d sent a payload of round %llu, rank %u",
                                (unsigned long long)s->round, r, (unsigned long long)h.round, h.rank);
@@ -366,7 +422,12 @@ int ferry_loco_sync(ferry_loco *s, float *local, ferry_loco_stats *st)
      * inputs.  A disagreement means a rank computed differently (another
      * binary, other outer settings, corrupted memory): the new weights are
      * kept for inspection, the round fails on every rank. */
-    ferry_loco_outer_step(&s->cfg.outer, s->global, s->momentum, s->acc, s->n);
+    if (outer_gate(s)) {
+        /* the ranks' outer steps are in what they sent: apply the mean */
+        for (size_t i = 0; i < (size_t)s->n; i++) s->global[i] = s->global[i] - s->acc[i];
+    } else {
+        ferry_loco_outer_step(&s->cfg.outer, s->global, s->momentum, s->acc, s->n);
+    }
     char label[48];
     snprintf(label, sizeof label, "round %llu", (unsigned long long)s->round);
     if ((rc = check_hash(s, s->global, label, st->hash))) return rc;
@@ -375,6 +436,11 @@ int ferry_loco_sync(ferry_loco *s, float *local, ferry_loco_stats *st)
         float *t = s->residual;
         s->residual = s->res_next;
         s->res_next = t;
+        if (outer_gate(s)) {
+            t = s->momentum;
+            s->momentum = s->mom_next;
+            s->mom_next = t;
+        }
         double l1 = 0;
         for (size_t i = 0; i < (size_t)s->n; i++) l1 += fabs((double)s->residual[i]);
         st->residual_l1 = l1;

@@ -81,30 +81,39 @@ static void local_of(const float *global, int r, int t, float *out)
     }
 }
 
-/* The serial reference of PULSELoCo / DiLoCo for every rank. */
+/* The serial reference of PULSELoCo / DiLoCo for every rank: with the
+ * outer gate, each rank's own momentum turns its δ into an update that is
+ * gated, and the global step is the plain mean of what was sent; with the
+ * gate "sent", δ is gated and the outer step runs on the mean. */
 typedef struct ref {
-    float global[N], momentum[N], acc[N], local[N];
-    float residual[16][N];
+    float global[N], momentum[N], acc[N], local[N], upd[N];
+    float residual[16][N], rank_mom[16][N];
     ferry_loco_sparse sp;
 } ref;
 
-static void ref_round(ref *x, int pulse, const ferry_loco_outer *o, int t)
+static void ref_round(ref *x, int pulse, const ferry_loco_config *c, int t)
 {
+    int outer = pulse && c->gate == FERRY_LOCO_GATE_OUTER;
     memset(x->acc, 0, sizeof x->acc);
     for (int r = 0; r < nranks; r++) {
         local_of(x->global, r, t, x->local);
+        for (int i = 0; i < N; i++) x->upd[i] = x->global[i] - x->local[i];
+        if (outer) ferry_loco_outer_update(&c->outer, x->rank_mom[r], x->upd, x->upd, N);
         if (pulse) {
-            ferry_loco_gate(x->global, x->local, x->residual[r], N, &x->sp);
+            ferry_loco_gate_update(x->global, x->upd, x->residual[r], N, c->values, &x->sp);
             for (uint64_t k = 0; k < x->sp.count; k++) x->acc[x->sp.idx[k]] += x->sp.val[k];
         } else {
-            for (int i = 0; i < N; i++) x->acc[i] += x->global[i] - x->local[i];
+            for (int i = 0; i < N; i++) x->acc[i] += x->upd[i];
         }
     }
     for (int i = 0; i < N; i++) x->acc[i] /= (float)nranks;
-    ferry_loco_outer_step(o, x->global, x->momentum, x->acc, N);
+    if (outer)
+        for (int i = 0; i < N; i++) x->global[i] = x->global[i] - x->acc[i];
+    else
+        ferry_loco_outer_step(&c->outer, x->global, x->momentum, x->acc, N);
 }
 
-static void exchange_matches(ferry_loco_mode mode, int wild_locals)
+static void exchange_matches_with(ferry_loco_mode mode, int wild_locals, int gate, int values)
 {
     wild = wild_locals;
     static ref x;
@@ -112,6 +121,8 @@ static void exchange_matches(ferry_loco_mode mode, int wild_locals)
     init_weights(x.global);
     ferry_loco_config cfg = ferry_loco_config_default();
     cfg.mode = mode;
+    cfg.gate = gate;
+    cfg.values = values;
     ferry_loco *s = NULL;
     EXPECT(ferry_loco_create(MPI_COMM_WORLD, x.global, N, &cfg, &s) == 0);
     if (!s) return;
@@ -120,7 +131,7 @@ static void exchange_matches(ferry_loco_mode mode, int wild_locals)
         local_of(ferry_loco_global(s), rank, t, local);
         ferry_loco_stats st;
         EXPECT(ferry_loco_sync(s, local, &st) == 0);
-        ref_round(&x, mode == FERRY_LOCO_PULSE, &cfg.outer, t);
+        ref_round(&x, mode == FERRY_LOCO_PULSE, &cfg, t);
         EXPECT(memcmp(local, x.global, sizeof x.global) == 0);
         EXPECT(memcmp(ferry_loco_global(s), x.global, sizeof x.global) == 0);
         EXPECT(st.round == (uint64_t)t && ferry_loco_round(s) == (uint64_t)t + 1);
@@ -142,7 +153,20 @@ static void exchange_matches(ferry_loco_mode mode, int wild_locals)
     wild = 0;
 }
 
+static void exchange_matches(ferry_loco_mode mode, int wild_locals)
+{
+    exchange_matches_with(mode, wild_locals, ferry_loco_config_default().gate, ferry_loco_config_default().values);
+}
+
 static void test_pulse_matches_serial(void) { exchange_matches(FERRY_LOCO_PULSE, 0); }
+/* every gate and value coding, the original (sent, FP32) included */
+static void test_pulse_codings(void)
+{
+    exchange_matches_with(FERRY_LOCO_PULSE, 0, FERRY_LOCO_GATE_SENT, FERRY_LOCO_VALUES_FP32);
+    exchange_matches_with(FERRY_LOCO_PULSE, 0, FERRY_LOCO_GATE_SENT, FERRY_LOCO_VALUES_CELL);
+    exchange_matches_with(FERRY_LOCO_PULSE, 0, FERRY_LOCO_GATE_OUTER, FERRY_LOCO_VALUES_FP32);
+    exchange_matches_with(FERRY_LOCO_PULSE, 1, FERRY_LOCO_GATE_OUTER, FERRY_LOCO_VALUES_CELL);
+}
 static void test_diloco_matches_serial(void) { exchange_matches(FERRY_LOCO_DILOCO, 0); }
 static void test_pulse_order_exact(void) { exchange_matches(FERRY_LOCO_PULSE, 1); }
 static void test_diloco_order_exact(void) { exchange_matches(FERRY_LOCO_DILOCO, 1); }
@@ -206,7 +230,78 @@ static void test_peer_failure(void)
      * is round 0 of the reference */
     local_of(ferry_loco_global(s), rank, 0, local);
     EXPECT(ferry_loco_sync(s, local, NULL) == 0);
-    ref_round(&x, 1, &cfg.outer, 0);
+    ref_round(&x, 1, &cfg, 0);
+    EXPECT(memcmp(local, x.global, sizeof x.global) == 0);
+    free(local), free(before);
+    ferry_loco_free(s);
+    ferry_loco_sparse_release(&x.sp);
+}
+
+/* The payload hook of lib/loco/exchange.c (tests only): rank `victim`
+ * damages its own payload after encoding, before the exchange. */
+extern void (*ferry__loco_tamper)(unsigned char **payload, size_t *size);
+extern uint64_t ferry__loco_checksum(const unsigned char *hdr, const unsigned char *body, size_t body_len);
+static int tamper_kind;
+
+static void reseal(unsigned char *p, size_t size)
+{
+    uint64_t c = ferry__loco_checksum(p, p + 64, size - 64);
+    for (int i = 0; i < 8; i++) p[56 + i] = (unsigned char)(c >> (8 * i));
+}
+
+static void tamper(unsigned char **p, size_t *size)
+{
+    switch (tamper_kind) {
+    case 0: *size -= 3; break;                       /* truncated */
+    case 1: (*p)[*size - 2] ^= 0x10; break;          /* a bit flipped in the body */
+    case 2: {                                        /* bytes after the body */
+        unsigned char *q = realloc(*p, *size + 100);
+        if (!q) break;
+        memset(q + *size, 0xAB, 100);
+        *p = q;
+        *size += 100;
+        break;
+    }
+    case 3: (*p)[32] = 0xFF, (*p)[33] = 0xFF, (*p)[34] = 0xFF; break; /* count > n */
+    case 4: (*p)[8] ^= 1, reseal(*p, *size); break;  /* another round, checksum fixed */
+    case 5: (*p)[5] = 1, reseal(*p, *size); break;   /* cell values declared FP32 */
+    }
+}
+
+/* A bad payload from one rank is refused on every rank with the same
+ * code, naming the rank; nothing changes; the next clean round is the
+ * reference's round 0. */
+static void test_bad_payloads(void)
+{
+    static const int want[] = {FERRY_ERR_LOCO_TRUNCATED, FERRY_ERR_LOCO_CHECKSUM, FERRY_ERR_LOCO_TRAILING,
+                               FERRY_ERR_LOCO_COUNT, FERRY_ERR_LOCO_ROUND, FERRY_ERR_LOCO_CORRUPT};
+    static ref x;
+    memset(&x, 0, sizeof x);
+    init_weights(x.global);
+    ferry_loco_config cfg = ferry_loco_config_default();
+    ferry_loco *s = NULL;
+    EXPECT(ferry_loco_create(MPI_COMM_WORLD, x.global, N, &cfg, &s) == 0);
+    if (!s) return;
+    int victim = nranks - 1;
+    float *local = malloc(N * sizeof *local), *before = malloc(N * sizeof *before);
+    memcpy(before, ferry_loco_global(s), N * sizeof *before);
+    char name[32];
+    snprintf(name, sizeof name, "payload of rank %d", victim);
+    for (tamper_kind = 0; tamper_kind < (int)(sizeof want / sizeof want[0]); tamper_kind++) {
+        local_of(before, rank, 0, local);
+        ferry__loco_tamper = rank == victim ? tamper : NULL;
+        int rc = ferry_loco_sync(s, local, NULL);
+        ferry__loco_tamper = NULL;
+        if (rc != want[tamper_kind])
+            fprintf(stderr, "rank %d: tamper %d: %d (%s)\n", rank, tamper_kind, rc, ferry_last_error());
+        EXPECT(rc == want[tamper_kind]);
+        EXPECT(tamper_kind == 4 ? strstr(ferry_last_error(), "rank") != NULL
+                                : strstr(ferry_last_error(), name) != NULL);
+        EXPECT(memcmp(before, ferry_loco_global(s), N * sizeof *before) == 0 && ferry_loco_round(s) == 0);
+    }
+    local_of(ferry_loco_global(s), rank, 0, local);
+    EXPECT(ferry_loco_sync(s, local, NULL) == 0);
+    ref_round(&x, 1, &cfg, 0);
     EXPECT(memcmp(local, x.global, sizeof x.global) == 0);
     free(local), free(before);
     ferry_loco_free(s);
@@ -252,6 +347,26 @@ static void test_create_mismatch(void)
     if (rank == nranks - 1) cfg.outer.momentum = 1.5f;
     rc = ferry_loco_create(MPI_COMM_WORLD, w, N, &cfg, &s);
     EXPECT(rc == (rank == nranks - 1 ? FERRY_ERR_ARG : FERRY_ERR_LOCO_PEER) && s == NULL);
+    /* under the outer gate each rank runs its own outer step: settings that
+     * differ are refused on every rank (they would not show as divergence);
+     * under the gate "sent" they are not compared (they diverge, loudly) */
+    cfg = ferry_loco_config_default();
+    if (rank == nranks - 1) cfg.outer.lr = 0.71f;
+    rc = ferry_loco_create(MPI_COMM_WORLD, w, N, &cfg, &s);
+    EXPECT(nranks == 1 ? rc == 0 : rc == FERRY_ERR_ARG && s == NULL);
+    if (nranks > 1) EXPECT(strstr(ferry_last_error(), "outer settings must agree") != NULL);
+    ferry_loco_free(s);
+    s = NULL;
+    cfg.gate = FERRY_LOCO_GATE_SENT;
+    EXPECT(ferry_loco_create(MPI_COMM_WORLD, w, N, &cfg, &s) == 0);
+    ferry_loco_free(s);
+    s = NULL;
+    /* and so are gate and value coding, in any case */
+    cfg = ferry_loco_config_default();
+    if (rank == 0) cfg.values = FERRY_LOCO_VALUES_FP32;
+    rc = ferry_loco_create(MPI_COMM_WORLD, w, N, &cfg, &s);
+    EXPECT(nranks == 1 ? rc == 0 : rc == FERRY_ERR_ARG && s == NULL);
+    ferry_loco_free(s);
     free(w);
 }
 
@@ -265,6 +380,8 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     RUN(test_pulse_matches_serial);
+    RUN(test_pulse_codings);
+    RUN(test_bad_payloads);
     RUN(test_diloco_matches_serial);
     RUN(test_pulse_order_exact);
     RUN(test_diloco_order_exact);

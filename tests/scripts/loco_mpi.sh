@@ -38,18 +38,22 @@ pass=0; fail=0
 ok() { echo "ok   $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL $1"; fail=$((fail + 1)); }
 
-# The library against its serial reference (tests/mpi/test_loco_mpi.c):
-# 3 ranks, so that the rank order of the sums is not a mirror image.
+# The library against its serial reference (tests/mpi/test_loco_mpi.c),
+# every gate and value coding, bad payloads refused on every rank: 3
+# ranks, so that the rank order of the sums is not a mirror image, and 2
+# and 4.
 MT=$BUILD/tests/mpi/test_loco_mpi
 if [ -x "$MT" ]; then
-    timeout 120 "${MPIENV[@]}" mpirun -np 3 --oversubscribe "$MT" >"$tmp/mt.out" 2>&1
-    rc=$?
-    line=$(grep -E '^mpi: [0-9]+ passed' "$tmp/mt.out")
-    if [ $rc -eq 0 ] && grep -q ', 0 failed' <<<"$line"; then
-        ok "test_loco_mpi -np 3: $line"
-    else
-        bad "test_loco_mpi -np 3: exit $rc"; sed 's/^/    | /' "$tmp/mt.out" | tail -20
-    fi
+    for np in 2 3 4; do
+        timeout 120 "${MPIENV[@]}" mpirun -np $np --oversubscribe "$MT" >"$tmp/mt.out" 2>&1
+        rc=$?
+        line=$(grep -E '^mpi: [0-9]+ passed' "$tmp/mt.out")
+        if [ $rc -eq 0 ] && grep -q ', 0 failed' <<<"$line"; then
+            ok "test_loco_mpi -np $np: $line"
+        else
+            bad "test_loco_mpi -np $np: exit $rc"; sed 's/^/    | /' "$tmp/mt.out" | tail -20
+        fi
+    done
 else
     bad "$MT is not built"
 fi
@@ -107,9 +111,9 @@ fi
 
 # Divergence is loud: ranks with different outer settings (MPMD launch)
 # disagree after round 0; with different inner lr, DDP disagrees too.
-diverge() { # name, mode, option, value rank0, value rank1
-    timeout 120 "${MPIENV[@]}" mpirun --oversubscribe -np 1 "$PROG" --mode "$2" --h 2 --rounds 2 "${SMALL[@]}" "$3" "$4" \
-        : -np 1 "$PROG" --mode "$2" --h 2 --rounds 2 "${SMALL[@]}" "$3" "$5" >"$tmp/$1.out" 2>&1
+diverge() { # name, mode, option, value rank0, value rank1, more options
+    timeout 120 "${MPIENV[@]}" mpirun --oversubscribe -np 1 "$PROG" --mode "$2" --h 2 --rounds 2 "${SMALL[@]}" "$3" "$4" "${@:6}" \
+        : -np 1 "$PROG" --mode "$2" --h 2 --rounds 2 "${SMALL[@]}" "$3" "$5" "${@:6}" >"$tmp/$1.out" 2>&1
     local rc=$?
     if [ $rc -ne 0 ] && grep -q "round 0: weights differ across ranks" "$tmp/$1.out" &&
         grep -q "loco_train: rank [01], round 0" "$tmp/$1.out"; then
@@ -118,7 +122,19 @@ diverge() { # name, mode, option, value rank0, value rank1
         bad "$1: exit $rc"; sed 's/^/    | /' "$tmp/$1.out" | tail -20
     fi
 }
-diverge diverge-pulseloco pulseloco --outer-lr 0.7 0.71
+diverge diverge-pulseloco-sent pulseloco --outer-lr 0.7 0.71 --gate sent
+# Under the outer gate each rank applies its own outer step, so different
+# settings would not show as divergence: creation refuses them on every rank.
+timeout 120 "${MPIENV[@]}" mpirun --oversubscribe -np 1 "$PROG" --mode pulseloco --h 2 --rounds 2 "${SMALL[@]}" --outer-lr 0.7 \
+    : -np 1 "$PROG" --mode pulseloco --h 2 --rounds 2 "${SMALL[@]}" --outer-lr 0.71 >"$tmp/outer-mismatch.out" 2>&1
+rc=$?
+# (every rank refuses, tests/mpi checks that; the first to abort may stop
+# the other before it prints)
+if [ $rc -ne 0 ] && grep -q 'ferry_loco_create.*outer settings must agree' "$tmp/outer-mismatch.out"; then
+    ok "outer gate, outer lr 0.7 against 0.71: exit $rc, creation refused"
+else
+    bad "outer gate, outer lr mismatch: exit $rc"; sed 's/^/    | /' "$tmp/outer-mismatch.out" | tail -20
+fi
 diverge diverge-ddp ddp --lr 2e-4 3e-4
 
 # Publishing: one BF16 checkpoint per round; consecutive ones diff and apply

@@ -486,6 +486,210 @@ static void test_mutations(void)
     ferry_loco_sparse_release(&out);
 }
 
+/* ---- the outer gate's update and the cell code ------------------------------ */
+
+/* The BF16 cell of g, independently of the library: 2^(E − 7) with E g's
+ * binary exponent, floored at −32. */
+static double cell_unit(float g)
+{
+    int e;
+    double m = frexp(fabs((double)g), &e); /* |g| = m·2^e, m in [0.5, 1) */
+    int E = m == 0 || e - 1 < -32 ? -32 : e - 1;
+    return ldexp(1.0, E - 7);
+}
+
+static uint16_t bf16(float f) { return ferry_f32_to_bf16(f); }
+
+static void test_cell_gate(void)
+{
+    enum { N = 100000 };
+    float *g = malloc(N * sizeof *g), *u = malloc(N * sizeof *u), *r = malloc(N * sizeof *r),
+          *r0 = malloc(N * sizeof *r0);
+    for (int i = 0; i < N; i++) {
+        g[i] = random_weight();
+        /* updates from far below a cell to several cells */
+        u[i] = (float)((unif() - 0.5) * fabs((double)g[i]) * pow(2.0, -14.0 + 12.0 * unif()));
+        r[i] = r0[i] = (float)((unif() - 0.5) * fabs((double)g[i]) * 0x1.0p-9);
+    }
+    ferry_loco_sparse sp = {0};
+    CHECK_OK(ferry_loco_gate_update(g, u, r, N, FERRY_LOCO_VALUES_CELL, &sp));
+    uint64_t k = 0;
+    int bad = 0, multiples = 0;
+    for (int i = 0; i < N; i++) {
+        float sv = r0[i] + u[i];
+        double c = cell_unit(g[i]), m = nearbyint((double)sv / c);
+        if (m > 16777215) m = 16777215;
+        if (m < -16777215) m = -16777215;
+        float q = (float)(m * c);
+        int want = m != 0 && bf16(g[i] - q) != bf16(g[i]);
+        int sent = k < sp.count && sp.idx[k] == (uint64_t)i;
+        if (want != sent) bad++;
+        if (sent) {
+            if (f_bits(sp.val[k]) != f_bits(q)) bad++;
+            /* what was not sent stays, exactly: r + q == s */
+            if ((double)r[i] + (double)q != (double)sv) bad++;
+            if (fabs(m) > 1) multiples++;
+            k++;
+        } else if (f_bits(r[i]) != f_bits(sv)) {
+            bad++;
+        }
+    }
+    printf("     cell gate: %llu of %d sent, %d of them more than one unit\n", (unsigned long long)sp.count,
+           N, multiples);
+    CHECK(bad == 0 && k == sp.count);
+    CHECK(sp.count > N / 20 && sp.count < N - N / 20 && multiples > 0);
+    /* FP32 values through the same entry point are the original gate */
+    ferry_loco_sparse sp2 = {0};
+    float *l = malloc(N * sizeof *l), *ra = malloc(N * sizeof *ra), *rb = malloc(N * sizeof *rb);
+    for (int i = 0; i < N; i++) l[i] = g[i] - u[i], u[i] = g[i] - l[i], ra[i] = rb[i] = r0[i];
+    CHECK_OK(ferry_loco_gate_update(g, u, ra, N, FERRY_LOCO_VALUES_FP32, &sp2));
+    CHECK_OK(ferry_loco_gate(g, l, rb, N, &sp));
+    CHECK(same_sparse(&sp, &sp2) && !memcmp(ra, rb, N * sizeof *ra));
+    /* a NaN update fails and leaves the residual alone; so does an unknown coding */
+    u[5] = NAN;
+    memcpy(ra, r0, N * sizeof *ra);
+    CHECK_RC(ferry_loco_gate_update(g, u, ra, N, FERRY_LOCO_VALUES_CELL, &sp2), FERRY_ERR_LOCO_VALUE);
+    CHECK(sp2.count == 0 && !memcmp(ra, r0, N * sizeof *ra));
+    CHECK_RC(ferry_loco_gate_update(g, u, ra, N, 7, &sp2), FERRY_ERR_ARG);
+    ferry_loco_sparse_release(&sp);
+    ferry_loco_sparse_release(&sp2);
+    free(g), free(u), free(r), free(r0), free(l), free(ra), free(rb);
+}
+
+/* A random cell-coded sparse vector against base: k mostly ±1..±3. */
+static void random_cells(ferry_loco_sparse *sp, const float *base, uint64_t n, double density)
+{
+    random_sparse(sp, n, density);
+    for (uint64_t k = 0; k < sp->count; k++) {
+        int64_t m = 1 + (int64_t)(rnd() % 3);
+        if (rnd() % 16 == 0) m = 1 + (int64_t)(rnd() % 16777215);
+        if (rnd() & 1) m = -m;
+        sp->val[k] = (float)((double)m * cell_unit(base[sp->idx[k]]));
+    }
+}
+
+static void test_cell_round_trip(void)
+{
+    enum { N = 50000 };
+    float *base = malloc(N * sizeof *base);
+    for (int i = 0; i < N; i++) base[i] = random_weight();
+    ferry_loco_sparse sp = {0}, out = {0};
+    random_cells(&sp, base, N, 0.1);
+    ferry_loco_header h = {.round = 9, .rank = 2, .n = N, .count = sp.count, .values = FERRY_LOCO_VALUES_CELL}, g;
+    void *buf = NULL, *fbuf = NULL;
+    size_t size = 0, fsize = 0;
+    CHECK_OK(ferry_loco_encode_with(&h, &sp, base, 3, &buf, &size));
+    if (!buf) return;
+    CHECK(((uint8_t *)buf)[5] == 2);
+    CHECK_OK(ferry_loco_decode_with(buf, size, N, base, &g, &out));
+    CHECK(same_sparse(&sp, &out) && g.values == FERRY_LOCO_VALUES_CELL && g.round == 9 && g.rank == 2);
+    /* without the global weights a cell payload cannot be read */
+    CHECK_RC(ferry_loco_decode(buf, size, N, &g, &out), FERRY_ERR_ARG);
+    CHECK(out.count == 0);
+    /* the same entries as FP32 (whose low mantissa bytes are 0 here, unlike
+     * real updates'): the cell code is still the smaller */
+    ferry_loco_header hf = h;
+    hf.values = FERRY_LOCO_VALUES_FP32;
+    CHECK_OK(ferry_loco_encode_with(&hf, &sp, base, 3, &fbuf, &fsize));
+    printf("     cell code: %.2f bytes per entry (FP32 %.2f), %llu entries\n", (double)size / (double)sp.count,
+           (double)fsize / (double)sp.count, (unsigned long long)sp.count);
+    CHECK(4 * size < 3 * fsize);
+    /* the encoder refuses what it cannot code exactly */
+    CHECK_RC(ferry_loco_encode_with(&h, &sp, NULL, 1, &fbuf, &fsize), FERRY_ERR_ARG);
+    float keep = sp.val[0];
+    sp.val[0] = keep * 1.5f + (float)cell_unit(base[sp.idx[0]]) * 0.25f; /* off the grid */
+    CHECK_RC(ferry_loco_encode_with(&h, &sp, base, 1, &fbuf, &fsize), FERRY_ERR_ARG);
+    sp.val[0] = (float)(16777216.0 * cell_unit(base[sp.idx[0]])); /* |k| = 2^24 */
+    CHECK_RC(ferry_loco_encode_with(&h, &sp, base, 1, &fbuf, &fsize), FERRY_ERR_ARG);
+    sp.val[0] = keep;
+    h.values = 5;
+    CHECK_RC(ferry_loco_encode_with(&h, &sp, base, 1, &fbuf, &fsize), FERRY_ERR_ARG);
+    ferry_free(buf);
+    ferry_loco_sparse_release(&sp);
+    ferry_loco_sparse_release(&out);
+    free(base);
+}
+
+static void test_cell_hostile(void)
+{
+    float base[8] = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 3e38f, 1.0f};
+    ferry_loco_header h;
+    ferry_loco_sparse out = {0};
+    size_t size;
+    struct { uint8_t raw[8]; size_t len; uint64_t count; int want; } cases[] = {
+        {{0x02, 0x03}, 2, 1, 0},                          /* index 2, k = −2 */
+        {{0x02, 0x00}, 2, 1, FERRY_ERR_LOCO_CORRUPT},     /* k = 0 is never sent */
+        {{0x02, 0xFF, 0xFF, 0xFF, 0x0F}, 5, 1, FERRY_ERR_LOCO_CORRUPT}, /* |k| >= 2^24 */
+        {{0x02, 0x81, 0x00}, 3, 1, FERRY_ERR_LOCO_CORRUPT}, /* non-minimal */
+        {{0x02, 0x02, 0x02}, 3, 1, FERRY_ERR_LOCO_CORRUPT}, /* a byte left over */
+        {{0x02, 0x80}, 2, 1, FERRY_ERR_LOCO_CORRUPT},     /* runs past the stream */
+        {{0x00, 0x00, 0x02}, 3, 2, FERRY_ERR_LOCO_CORRUPT}, /* two gaps, one value */
+        {{0x06, 0xFE, 0x0F}, 3, 1, FERRY_ERR_LOCO_VALUE}, /* 1023 cells of 3e38 overflow */
+        {{0x06, 0x02}, 2, 1, 0},                          /* 1 cell of 3e38 does not */
+        {{0x09, 0x02}, 2, 1, FERRY_ERR_LOCO_INDEX},       /* index 9 in n = 8 */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        uint8_t *p = make_payload(4, 0, 8, cases[c].count, cases[c].raw, cases[c].len, &size);
+        p[5] = 2;
+        reseal(p, size);
+        int rc = ferry_loco_decode_with(p, size, 8, base, &h, &out);
+        if (rc != cases[c].want) fprintf(stderr, "cell case %zu: %d (%s)\n", c, rc, ferry_last_error());
+        CHECK(rc == cases[c].want);
+        if (rc) CHECK(out.count == 0);
+        else if (cases[c].raw[0] == 2) CHECK(out.count == 1 && out.idx[0] == 2 && out.val[0] == -2.0f * 0x1.0p-7f);
+        else CHECK(out.count == 1 && out.idx[0] == 6 && out.val[0] == 0x1.0p120f);
+        free(p);
+    }
+    /* random damage to cell payloads: loco codes or clean values, never a crash */
+    float *b2 = malloc(500 * sizeof *b2);
+    for (int i = 0; i < 500; i++) b2[i] = random_weight();
+    ferry_loco_sparse sp = {0};
+    int bad = 0, fails = 0;
+    for (int t = 0; t < 2000; t++) {
+        random_cells(&sp, b2, 500, 0.02 + 0.3 * unif());
+        ferry_loco_header hh = {.round = (uint64_t)t, .n = 500, .count = sp.count, .values = FERRY_LOCO_VALUES_CELL};
+        void *v;
+        if (ferry_loco_encode_with(&hh, &sp, b2, 1, &v, &size)) { bad++; continue; }
+        uint8_t *p = v;
+        for (int f = 0, flips = 1 + (int)(rnd() % 4); f < flips; f++) p[rnd() % size] ^= (uint8_t)(1u << (rnd() % 8));
+        size_t cut = (rnd() % 8 == 0) ? (size_t)(rnd() % size) : size;
+        if ((t & 1) && cut >= 64) reseal(p, cut);
+        int rc = ferry_loco_decode_with(p, cut, 500, b2, &h, &out);
+        if (rc == 0) {
+            for (uint64_t k = 0; k < out.count; k++)
+                if (out.idx[k] >= 500 || !isfinite(out.val[k])) bad++;
+        } else {
+            fails++;
+            if ((rc < 120 || rc > 139) || out.count) bad++;
+        }
+        ferry_free(v);
+    }
+    CHECK(bad == 0 && fails > 500);
+    ferry_loco_sparse_release(&sp);
+    ferry_loco_sparse_release(&out);
+    free(b2);
+}
+
+static void test_outer_update(void)
+{
+    ferry_loco_outer c = ferry_loco_outer_default();
+    enum { N = 1000 };
+    float w[N], w0[N], b1[N] = {0}, b2[N] = {0}, g[N], u[N];
+    for (int t = 0; t < 3; t++) {
+        for (int i = 0; i < N; i++) w[i] = w0[i] = random_weight(), g[i] = (float)(unif() - 0.5) * 1e-3f;
+        ferry_loco_outer_step(&c, w, b1, g, N);
+        ferry_loco_outer_update(&c, b2, g, u, N);
+        int bad = 0;
+        for (int i = 0; i < N; i++) bad += f_bits(w[i]) != f_bits(w0[i] - u[i]) || f_bits(b1[i]) != f_bits(b2[i]);
+        CHECK(bad == 0);
+    }
+    /* in place, and with lr 1 / momentum 0 the update is the gradient itself */
+    ferry_loco_outer plain = {.lr = 1.0f, .momentum = 0.0f, .nesterov = 1};
+    memcpy(u, g, sizeof g);
+    ferry_loco_outer_update(&plain, b1, u, u, N);
+    CHECK(!memcmp(u, g, sizeof g));
+}
+
 /* ---- outer step, hash, names ------------------------------------------------ */
 
 static void test_outer_step(void)
@@ -538,6 +742,10 @@ int main(void)
     RUN(test_hostile_body);
     RUN(test_mutations);
     RUN(test_outer_step);
+    RUN(test_cell_gate);
+    RUN(test_cell_round_trip);
+    RUN(test_cell_hostile);
+    RUN(test_outer_update);
     RUN(test_hash);
     RUN(test_error_names);
     return CHECK_SUMMARY();
