@@ -78,8 +78,8 @@ def phase_report(name, phase_dir, tracking=False, preamble=(), borrow=None):
         lines += ["### inner lr %s: %d ranks, H %d, %d rounds (%d local steps per rank), %d params, seeds %s"
                   % (lr, start["ranks"], start["h"], nr, nr * start["h"], start["params"],
                      " ".join(map(str, seeds))), ""]
-        lines += ["| mode | bytes/round (all ranks) | total bytes | DiLoCo / mode | DDP / mode | gated share first/last round | reward round 0 | reward last %d rounds (mean ± sd over seeds) |" % k,
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += ["| mode | bytes/round (all ranks) | total bytes | DiLoCo / mode | DDP / mode | gated share first/last round (mean) | bytes per sent entry | reward round 0 | reward last %d rounds (mean ± sd over seeds) |" % k,
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         totals = {}
         for m in MODES:
             if not by_mode[m]:
@@ -95,11 +95,14 @@ def phase_report(name, phase_dir, tracking=False, preamble=(), borrow=None):
             gl = statistics.mean(r[-1]["gated_fraction"] for r in rr)
             last = [window_mean(r, k) for r in rr]
             r0 = statistics.mean(r[0]["reward"] for r in rr)
-            lines.append("| %s | %s | %s | %s | %s | %.1f%% / %.1f%% | %.4f | %.4f ± %s |" % (
+            gm = statistics.mean(by_mode[m][s][2]["mean_gated_fraction"] for s in seeds)
+            sent = statistics.mean(sum(x["gated"] for x in r) for r in rr)
+            lines.append("| %s | %s | %s | %s | %s | %.1f%% / %.1f%% (%.1f%%) | %.2f | %.4f | %.4f ± %s |" % (
                 m, mb(per_round), mb(totals[m]),
                 "%.1fx" % (totals["diloco"] / totals[m]) if "diloco" in totals else "-",
                 "%.1fx" % (totals["ddp"] / totals[m]) if "ddp" in totals else "-",
-                100 * g0, 100 * gl, r0, statistics.mean(last), fmt(sd(last))))
+                100 * g0, 100 * gl, 100 * gm, totals[m] / sent if m == "pulseloco" else 4.0 if m == "diloco" else 4.0,
+                r0, statistics.mean(last), fmt(sd(last))))
         lines.append("")
         # Reward curves: mean over seeds per round, the seed spread, and the
         # PULSELoCo - DiLoCo gap against that spread.
@@ -159,6 +162,11 @@ def tracking_report(by_mode, seeds, nr, k, gaps, sds):
             best = (shift, err)
     within_txt = ("|pulse - diloco| <= mean seed sd in %d of %d rounds" % (within, nr) if len(seeds) > 1
                   else "one seed, so no seed spread to compare with")
+    q = max(1, nr // 4)
+    quarters = [statistics.mean(gaps[i:i + q]) for i in range(0, nr - nr % q if nr >= 4 else nr, q)]
+    pos = sum(1 for g in gaps if g > 0)
+    lines += ["Gap by quarter of the run (drift): %s; PULSELoCo above DiLoCo in %d of %d rounds, below in %d."
+              % (" ".join("%+.4f" % x for x in quarters), pos, nr, sum(1 for g in gaps if g < 0)), ""]
     lines += ["Tracking: %s; the gap averaged over all rounds "
               "is %+.4f (per seed %s; standard error over seeds %s); reward gained from the first %d rounds to "
               "the last %d: %s; the shift that best lines the mean curves up: PULSELoCo %d round(s) behind."
@@ -215,6 +223,18 @@ def main():
                           preamble=["DDP has no outer step (loco_train's DDP path never reads the outer "
                                     "options), so its rows are finetune-avg's DDP runs, the same bits as a "
                                     "rerun with outer lr 0.1 / momentum 0.9 would give.", ""])
+    v2 = ["PULSELoCo with the outer gate and cell-coded values (loco_train's defaults); its DiLoCo and "
+          "DDP rows are the runs of the phase named, which do not depend on PULSELoCo's options.", ""]
+    lines += phase_report("finetune-v2: finetune's setting (outer lr 0.7, Nesterov 0.9), PULSELoCo with the outer gate",
+                          os.path.join(out, "finetune-v2"), tracking=True, preamble=v2,
+                          borrow={"diloco": ft, "ddp": ft})
+    lines += phase_report("finetune-avg-v2: finetune-avg's setting (plain averaging), PULSELoCo with the outer gate",
+                          os.path.join(out, "finetune-avg-v2"), tracking=True, preamble=v2,
+                          borrow={"diloco": os.path.join(out, "finetune-avg"), "ddp": os.path.join(out, "finetune-avg")})
+    lines += phase_report("finetune-ranks4: finetune's setting on four ranks, PULSELoCo with the outer gate",
+                          os.path.join(out, "finetune-ranks4"), tracking=True)
+    lines += phase_report("finetune-llm: lower inner lr, larger H (closer to LLM fine-tuning), default outer step",
+                          os.path.join(out, "finetune-llm"), tracking=True)
     lines += phase_report("finetune-avglong: finetune-avg's seed 1 over twice the rounds",
                           os.path.join(out, "finetune-avglong"), tracking=True)
     for d in sorted(glob.glob(os.path.join(out, "finetune-mom-*"))):

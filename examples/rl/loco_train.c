@@ -369,17 +369,21 @@ int main(int argc, char **argv)
         double t0 = now_ms();
         rl_grpo_stats st = {0};
         uint64_t ddp_bytes = 0;
+        double sync_ms = 0; /* time in the exchange (and the weight check) */
         for (int h = 0; h < o.h; h++) {
             uint64_t step = (uint64_t)r * (uint64_t)o.h + (uint64_t)h;
             if ((rc = trainer_grad(&t, &o, rank, step, &st))) die(rank, r, "rollout/grpo", rc);
             if (o.mode == FERRY_LOCO_DDP) {
                 uint64_t b;
+                double m0 = now_ms();
                 if ((rc = ferry_loco_mean(lc, t.grad, &b))) die(rank, r, "ferry_loco_mean", rc);
+                sync_ms += now_ms() - m0;
                 ddp_bytes += b;
             }
             rl_adamw_step(&t.adam, t.w.w, t.grad);
         }
         ferry_loco_stats ls = {0};
+        double s0 = now_ms();
         if (o.mode == FERRY_LOCO_DDP) {
             if ((rc = ferry_loco_check(lc, t.w.w, (uint64_t)r, ls.hash))) die(rank, r, "weight check", rc);
             ls.bytes_rank = ddp_bytes;
@@ -389,6 +393,7 @@ int main(int argc, char **argv)
         } else if ((rc = ferry_loco_sync(lc, t.w.w, &ls))) {
             die(rank, r, "ferry_loco_sync", rc);
         }
+        sync_ms += now_ms() - s0;
         /* mean reward over every completion of every rank this round */
         double mine[2] = {st.reward_sum, (double)st.completions}, all[2];
         MPI_Allreduce(mine, all, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); /* for display only */
@@ -407,9 +412,9 @@ int main(int argc, char **argv)
             printf("{\"round\":%d,\"steps\":%" PRIu64 ",\"reward\":%.4f,\"bytes\":%" PRIu64
                    ",\"bytes_per_rank\":%" PRIu64 ",\"bytes_cum\":%" PRIu64 ",\"gated\":%" PRIu64
                    ",\"gated_fraction\":%.6f,\"residual_l1_rank0\":%.6g,\"hash\":\"%s\",\"ranks_agree\":%d,"
-                   "\"round_ms\":%.1f}\n",
+                   "\"round_ms\":%.1f,\"sync_ms\":%.1f}\n",
                    r, (uint64_t)(r + 1) * (uint64_t)o.h, reward, ls.bytes_all, ls.bytes_all / (uint64_t)nranks,
-                   bytes_cum, ls.gated_all, ls.gated_fraction, ls.residual_l1, hx, nranks, round_ms);
+                   bytes_cum, ls.gated_all, ls.gated_fraction, ls.residual_l1, hx, nranks, round_ms, sync_ms);
         else if (out && !o.quiet)
             printf("%5d %7" PRIu64 " %7.4f %12" PRIu64 " %14" PRIu64 " %7.3f  hash-agree %d/%d %s\n", r,
                    (uint64_t)(r + 1) * (uint64_t)o.h, reward, ls.bytes_all, bytes_cum,
