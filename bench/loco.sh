@@ -6,10 +6,10 @@
 # each rank sends (loco_train's "bytes"), summed over ranks.
 #
 #   bash bench/loco.sh            phases curves, llm, sweep, finetune, ftavg,
-#                                 ftnest (over two hours on a busy 2-core machine)
+#                                 ftnest, ftv2, ftavgv2 (hours on a busy 2-core machine)
 #   bash bench/loco.sh sweep      one phase: curves | llm | sweep | finetune |
 #                                 ftavg | ftnest | llmlong | ranks4 | ftouter |
-#                                 ftavglong | ftmom
+#                                 ftavglong | ftmom | ftv2 | ftavgv2 | ranks4v2 | ftllm
 #   PHASES="curves llm" RANKS=2 H=8 bash bench/loco.sh
 #
 # Phases:
@@ -84,7 +84,7 @@ BUILD=${BUILD:-build}
 RANKS=${RANKS:-2}
 H=${H:-8}
 OUT=${OUT:-bench/results/loco}
-PHASES=${PHASES:-${1:-curves llm sweep finetune ftavg ftnest}}
+PHASES=${PHASES:-${1:-curves llm sweep finetune ftavg ftnest ftv2 ftavgv2}}
 PROG=$BUILD/examples/loco_train
 if [ ! -x "$PROG" ]; then
     echo "bench/loco.sh: $PROG is not built (make; needs mpicc)" >&2

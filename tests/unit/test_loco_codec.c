@@ -594,6 +594,8 @@ static void test_cell_round_trip(void)
     printf("     cell code: %.2f bytes per entry (FP32 %.2f), %llu entries\n", (double)size / (double)sp.count,
            (double)fsize / (double)sp.count, (unsigned long long)sp.count);
     CHECK(4 * size < 3 * fsize);
+    ferry_free(fbuf);
+    fbuf = NULL;
     /* the encoder refuses what it cannot code exactly */
     CHECK_RC(ferry_loco_encode_with(&h, &sp, NULL, 1, &fbuf, &fsize), FERRY_ERR_ARG);
     float keep = sp.val[0];
