@@ -198,17 +198,24 @@ out:
     free(w), free(v), free(want);
 }
 
+/* A reference at round 0 and the object it must match (NULL on failure). */
+static ferry_loco *fresh(ref *x, const ferry_loco_config *cfg)
+{
+    memset(x, 0, sizeof *x);
+    init_weights(x->global);
+    ferry_loco *s = NULL;
+    EXPECT(ferry_loco_create(MPI_COMM_WORLD, x->global, N, cfg, &s) == 0);
+    return s;
+}
+
 /* Rank 1 (or 0 alone) fails its gate with a NaN: every rank returns, the
  * failing one with its own code, the others with PEER naming it; nothing
  * changes, and the next round goes through. */
 static void test_peer_failure(void)
 {
     static ref x;
-    memset(&x, 0, sizeof x);
-    init_weights(x.global);
     ferry_loco_config cfg = ferry_loco_config_default();
-    ferry_loco *s = NULL;
-    EXPECT(ferry_loco_create(MPI_COMM_WORLD, x.global, N, &cfg, &s) == 0);
+    ferry_loco *s = fresh(&x, &cfg);
     if (!s) return;
     int bad = nranks > 1 ? 1 : 0;
     float *local = malloc(N * sizeof *local), *before = malloc(N * sizeof *before);
@@ -276,11 +283,8 @@ static void test_bad_payloads(void)
     static const int want[] = {FERRY_ERR_LOCO_TRUNCATED, FERRY_ERR_LOCO_CHECKSUM, FERRY_ERR_LOCO_TRAILING,
                                FERRY_ERR_LOCO_COUNT, FERRY_ERR_LOCO_ROUND, FERRY_ERR_LOCO_CORRUPT};
     static ref x;
-    memset(&x, 0, sizeof x);
-    init_weights(x.global);
     ferry_loco_config cfg = ferry_loco_config_default();
-    ferry_loco *s = NULL;
-    EXPECT(ferry_loco_create(MPI_COMM_WORLD, x.global, N, &cfg, &s) == 0);
+    ferry_loco *s = fresh(&x, &cfg);
     if (!s) return;
     int victim = nranks - 1;
     float *local = malloc(N * sizeof *local), *before = malloc(N * sizeof *before);
