@@ -160,19 +160,11 @@ static int check_head(ferry_publisher *p)
  * another publisher (or a HEAD moved backwards) and fences the handle. */
 static int move_head(ferry_publisher *p, const fs_manifest *m, char new_etag[FERRY_STORE_ETAG_MAX])
 {
-    char key[FS_KEY_CAP], mkey[FS_KEY_CAP];
-    fs_key_head(key, p->run);
-    fs_key_version(mkey, p->run, m->version, m->id, FS_OBJ_MANIFEST);
-    fs_head nh = {m->version, "", m->kind, {0}, "", fs_now()};
-    memcpy(nh.id, m->id, FS_ID_CAP);
-    memcpy(nh.model_hash, m->model_hash, 16);
-    snprintf(nh.publisher, sizeof nh.publisher, "%s", p->pubid);
-    char *text = fs_head_json(p->run, &nh, mkey);
-    if (!text) return FERRY_ERR_NOMEM;
-    int rc = fs_record_seal(p->keys, &text);
-    if (rc) return rc;
+    fs_head nh;
+    fs_head_init(&nh, m->version, m->id, m->kind, m->model_hash, p->pubid);
+    int rc = FERRY_OK;
     for (int attempt = 0; attempt < 5; attempt++) {
-        rc = ferry_store_cas(p->st, key, p->last.version ? p->head_etag : NULL, text, strlen(text), new_etag);
+        rc = fs_head_swap(p->st, p->run, p->keys, &nh, p->last.version ? p->head_etag : NULL, new_etag);
         if (rc != FERRY_ERR_STORE_CONFLICT) break;
         fs_head h;
         char etag[FERRY_STORE_ETAG_MAX];
@@ -198,7 +190,6 @@ static int move_head(ferry_publisher *p, const fs_manifest *m, char new_etag[FER
                     &h);
         break;
     }
-    free(text);
     return rc;
 }
 

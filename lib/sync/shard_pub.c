@@ -479,17 +479,11 @@ static int merge(const sh_token *t, sh_doc *recs, size_t n, sh_doc *m)
  * another publisher. */
 static int move_head(ferry_shard_publisher *p, const sh_doc *m)
 {
-    char key[FS_KEY_CAP], mkey[FS_KEY_CAP];
-    fs_key_head(key, p->run);
-    fs_key_version(mkey, p->run, m->version, m->id, FS_OBJ_MANIFEST);
-    fs_head nh = {m->version, "", m->kind, {0}, "", fs_now()};
-    memcpy(nh.id, m->id, FS_ID_CAP);
-    memcpy(nh.model_hash, m->model_hash, 16);
-    snprintf(nh.publisher, sizeof nh.publisher, "%s", p->pubid);
-    char *text = fs_head_json(p->run, &nh, mkey);
-    if (!text) return FERRY_ERR_NOMEM;
-    int rc = ferry_store_cas(p->st, key, m->prev.version ? p->head_etag : NULL, text, strlen(text), p->head_etag);
-    free(text);
+    fs_head nh;
+    fs_head_init(&nh, m->version, m->id, m->kind, m->model_hash, p->pubid);
+    char etag[FERRY_STORE_ETAG_MAX];
+    int rc = fs_head_swap(p->st, p->run, NULL, &nh, m->prev.version ? p->head_etag : NULL, etag);
+    if (!rc) memcpy(p->head_etag, etag, sizeof etag);
     if (rc != FERRY_ERR_STORE_CONFLICT) return rc;
     fs_head h;
     int r2 = fs_head_read(p->st, p->run, NULL, NULL, &h, p->head_etag);

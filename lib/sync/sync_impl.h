@@ -139,6 +139,12 @@ typedef struct fs_count {
  * that does not parse or verify is read again (up to 3 times, 50 ms
  * apart), since a store that writes objects in place (s3rver) can show a
  * partial one.  etag (may be NULL) receives its etag. */
+/* HEAD of a new version (time = now), and its one write: serialised,
+ * sealed with keys when they can sign, put by compare-and-swap against
+ * expected_etag (NULL: no HEAD yet) — head.c. */
+void fs_head_init(fs_head *h, uint64_t version, const char *id, int kind, const uint8_t hash[16], const char *publisher);
+int fs_head_swap(ferry_store *st, const char *run, const ferry_keys *keys, const fs_head *h, const char *expected_etag,
+                 char new_etag[FERRY_STORE_ETAG_MAX]);
 int fs_head_read(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_head *h,
                  char etag[FERRY_STORE_ETAG_MAX]);
 /* Reads and checks the manifest of (version, id).  With enforcing keys a
