@@ -42,7 +42,7 @@ int dk_load_cursor(ferry_dock *d)
     void *data = NULL;
     size_t size = 0;
     ferry_store_stat st;
-    int rc = ferry_store_get(d->store, d->cursor_key, &data, &size, &st);
+    int rc = ferry_store_get_max(d->store, d->cursor_key, DK_CURSOR_MAX_BYTES, &data, &size, &st);
     dk_state fresh;
     if (rc == FERRY_ERR_STORE_NOT_FOUND) {
         memset(&fresh, 0, sizeof fresh);
@@ -160,7 +160,7 @@ int ferry_dock_resume_seq(ferry_dock *d, uint32_t island, uint64_t *next_seq)
      * in between is then in the cursor; the other order could miss it. */
     void *data = NULL;
     size_t size = 0;
-    rc = ferry_store_get(d->store, d->cursor_key, &data, &size, NULL);
+    rc = ferry_store_get_max(d->store, d->cursor_key, DK_CURSOR_MAX_BYTES, &data, &size, NULL);
     if (rc && rc != FERRY_ERR_STORE_NOT_FOUND) return ferry__context(rc, "dock '%s': resume_seq: reading the cursor", d->run);
     if (!rc) {
         dk_state st;

@@ -48,6 +48,10 @@ static inline int dk_rej_counter(int code)
     return DK_C_REJ0 + (code - FERRY_ERR_DOCK_MAGIC);
 }
 
+/* The largest cursor dk_cursor_decode accepts (every island, every range,
+ * every counter): reads of the cursor are bounded by it, so a planted
+ * object cannot make the trainer download more than this. */
+#define DK_CURSOR_MAX_BYTES (104u + 8u * DK_C_COUNT + (size_t)FERRY_DOCK_MAX_ISLANDS * (8u + 16u * FERRY_DOCK_MAX_RANGES) + 16u)
 #define DK_FLAG_SIGNED 1u /* header flags: a signature follows the payload */
 #define DK_REJ_CODES 10
 

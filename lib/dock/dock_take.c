@@ -255,7 +255,7 @@ static int fetch(dk_pass *ps, const ferry_store_entry *e, bool key_ok, uint64_t 
 {
     ferry_dock *d = ps->d;
     *admitted = false;
-    if (e->stat.size > FERRY_DOCK_HEADER_SIZE + d->o.max_payload) {
+    if (e->stat.size > FERRY_DOCK_HEADER_SIZE + d->o.max_payload + FERRY_DOCK_SIG_SIZE) {
         /* Too large to read: judged on the listing's size and deleted,
          * not quarantined (copying it is what the bound forbids). */
         int code = key_ok ? FERRY_ERR_DOCK_LENGTH : FERRY_ERR_DOCK_KEY;
@@ -266,7 +266,10 @@ static int fetch(dk_pass *ps, const ferry_store_entry *e, bool key_ok, uint64_t 
     void *data = NULL;
     size_t size = 0;
     ferry_store_stat st;
-    int rc = ferry_store_get(d->store, e->key, &data, &size, &st);
+    /* bounded by what a valid batch can be, whatever the listing said (a
+     * batch rewritten larger after the listing is cut off, not read) */
+    int rc = ferry_store_get_max(d->store, e->key, FERRY_DOCK_HEADER_SIZE + d->o.max_payload + FERRY_DOCK_SIG_SIZE, &data,
+                                 &size, &st);
     d->work.gets++;
     if (rc == FERRY_ERR_STORE_NOT_FOUND) return FERRY_OK; /* deleted since the listing */
     if (rc == FERRY_ERR_LIMIT) {

@@ -25,6 +25,7 @@ int main(void)
 #include <xxhash.h>
 
 #include "check.h"
+#include "dock/dock_impl.h" /* DK_CURSOR_MAX_BYTES */
 #include "ferry_dock.h"
 #include "ferry_sign.h"
 #include "ferry_sync.h"
@@ -574,6 +575,55 @@ static void test_signed_batches(void)
     ferry_store_free(st);
 }
 
+/* The dock's reads are bounded by what a valid object can be: a signed
+ * batch whose payload is exactly max_payload is admitted (its 72-byte
+ * signature is not held against the bound), and a cursor larger than any
+ * valid cursor is refused without being read in full. */
+static void test_dock_bounds(void)
+{
+    ferry_store *st = new_store();
+    ferry_keys *i0 = signer_ring("island0");
+    char priv[512], pub0[512];
+    keypair("island0", priv, pub0);
+    ferry_keys *enrolled = NULL;
+    ferry_keys_create(&enrolled);
+    CHECK_OK(ferry_keys_trust(enrolled, pub0, 0, NULL));
+    ferry_dock_options po = {.role = FERRY_DOCK_PRODUCER, .keys = i0, .max_payload = 256};
+    ferry_dock_options co = {.role = FERRY_DOCK_CONSUMER, .keys = enrolled, .corrupt_grace_ms = -1, .max_payload = 256};
+    ferry_dock *p = NULL, *c = NULL;
+    CHECK_OK(ferry_dock_open(st, "rl", &po, &p));
+    CHECK_OK(ferry_dock_open(st, "rl", &co, &c));
+    uint8_t full[256];
+    memset(full, 7, sizeof full);
+    CHECK_OK(ferry_dock_put(p, 0, 1, 0, full, sizeof full));
+    size_t n = 0;
+    CHECK_OK(take_all(c, 1, &n));
+    CHECK(n == 1);
+    ferry_dock_free(c);
+    /* a planted cursor one byte over the largest valid one */
+    size_t big = DK_CURSOR_MAX_BYTES + 1;
+    uint8_t *junk = calloc(1, big);
+    memcpy(junk, "FDCU", 4);
+    ferry_store_listing *l = NULL;
+    CHECK_OK(ferry_store_list(st, "rl/", &l));
+    const char *ckey = NULL;
+    for (size_t i = 0; l && i < l->count; i++)
+        if (strstr(l->entries[i].key, "cursor")) ckey = l->entries[i].key;
+    CHECK(ckey != NULL);
+    if (ckey) {
+        CHECK_OK(ferry_store_put(st, ckey, junk, big, NULL));
+        c = NULL;
+        CHECK_RC(ferry_dock_open(st, "rl", &co, &c), FERRY_ERR_LIMIT);
+        ferry_dock_free(c);
+    }
+    ferry_store_listing_free(l);
+    free(junk);
+    ferry_dock_free(p);
+    ferry_keys_free(i0);
+    ferry_keys_free(enrolled);
+    ferry_store_free(st);
+}
+
 /* The trailer parser on hostile bytes: a sealed record cut at every
  * length, every byte of it flipped, junk appended: a reader with keys
  * accepts none of them; one without keys never takes a cut trailer for a
@@ -631,6 +681,7 @@ int main(void)
     RUN(test_forged_records);
     RUN(test_wrong_key_and_unsigned);
     RUN(test_signed_batches);
+    RUN(test_dock_bounds);
     rm_rf(g_root);
     return CHECK_SUMMARY();
 }
