@@ -78,8 +78,8 @@ for L in ("rows", "cols", "fused"):
         r = [x for x in rows if x["layout"] == L and x["M"] == M]
         if not r:
             continue
-        dl = max(x["share"] for x in r if x["version"] > 1)
-        an = max(x["share"] for x in r if x["version"] == 1)
+        dl = max([x["share"] for x in r if x["version"] > 1] or [float("nan")])
+        an = max([x["share"] for x in r if x["version"] == 1] or [float("nan")])
         print("| %s | %d | %.4f | %.4f | %.4f | %s | %s |" % (L, M, 1 / M, dl, an,
               "yes" if all(x["within"] for x in r) else "no", "yes" if all(x["identical"] for x in r) else "no"))
 sp = [json.loads(l) for l in open(d + "/syn_publish.jsonl") if l.startswith("{")]
