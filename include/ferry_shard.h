@@ -97,6 +97,13 @@ typedef struct ferry_shard_options {
     int threads;              /* codec threads, 0 = 1 */
     uint64_t min_tile_words;  /* smallest tile the grid makes (elements),
                                  unless a dimension forbids it; 0 = 65536 */
+    const ferry_keys *keys;   /* optional (borrowed; must outlive the handle).
+                                 With a signing key, rank 0 signs the manifest
+                                 and HEAD it writes (include/ferry_sign.h);
+                                 with trusted keys, HEAD and the manifests a
+                                 rank reads (begin, a restarted rank's own
+                                 tiles) must verify: a publisher with a key
+                                 never resumes from a HEAD it cannot verify */
 } ferry_shard_options;
 
 /* Opens the publisher of one rank on RUN; sends no request.  The handle
@@ -214,6 +221,12 @@ typedef struct ferry_shard_sub_options {
     uint64_t coalesce_gap;    /* tiles of one object at most this many bytes
                                  apart are fetched in one ranged GET (the gap
                                  is read and dropped); 0 = 0 (adjacent only) */
+    const ferry_keys *keys;   /* optional (borrowed): with trusted keys, HEAD
+                                 and every manifest must carry a valid
+                                 signature before anything in them is used
+                                 (FERRY_ERR_SIG_*); the tiles are then
+                                 authenticated by the signed SHA-256 each
+                                 manifest gives them */
 } ferry_shard_sub_options;
 
 /* Opens an island rank with its regions (copied); sends no request.

@@ -541,19 +541,34 @@ int sh_manifest_parse(const char *run, const char *key, const void *text, size_t
     return c.rc;
 }
 
-int sh_manifest_read(ferry_store *st, const char *run, uint64_t version, const char *id, fs_count *cnt, sh_doc *out)
+int sh_manifest_read(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id, fs_count *cnt,
+                     sh_doc *out)
 {
     char key[FS_KEY_CAP];
     fs_key_version(key, run, version, id, FS_OBJ_MANIFEST);
     void *d;
     size_t n;
     memset(out, 0, sizeof *out);
-    int rc = ferry_store_get(st, key, &d, &n, NULL);
+    /* bounded in the GET itself: a manifest-2 lists every tile, so it may
+     * exceed FS_JSON_MAX, but never SH_MANIFEST_MAX */
+    int rc = ferry_store_get_max(st, key, SH_MANIFEST_MAX, &d, &n, NULL);
+    if (rc == FERRY_ERR_LIMIT)
+        return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: larger than %llu bytes, too large for a sharded manifest", key,
+                           (unsigned long long)SH_MANIFEST_MAX);
     if (rc) return rc;
     if (cnt) {
         cnt->bytes += n;
         cnt->manifests++;
     }
+    /* the signature before anything else is looked at: with trusted keys an
+     * unsigned or forged manifest is refused unparsed */
+    bool is_signed;
+    size_t body = n;
+    if ((rc = fs_sig_open(keys, FS_DOM_RECORD, key, d, n, &body, &is_signed))) {
+        ferry_free(d);
+        return rc;
+    }
+    n = body;
     /* a single-rank manifest is a distinct, clear error */
     if (n < 4096 && strstr((const char *)d, "\"ferry-manifest-1\"")) {
         ferry_free(d);
@@ -575,18 +590,12 @@ int sh_manifest_links(ferry_store *st, const char *run, const ferry_keys *keys, 
 {
     memset(out, 0, sizeof *out);
     sh_doc m;
-    int rc = sh_manifest_read(st, run, version, id, NULL, &m);
+    int rc = sh_manifest_read(st, run, keys, version, id, NULL, &m);
     if (rc == FERRY_ERR_SHARD_KIND) {
         ferry__clear_error();
         return fs_manifest_read(st, run, keys, version, id, NULL, out);
     }
     if (rc) return rc;
-    if (fs_keys_enforce(keys)) {
-        sh_doc_release(&m);
-        char key[FS_KEY_CAP];
-        fs_key_version(key, run, version, id, FS_OBJ_MANIFEST);
-        return ferry__fail(FERRY_ERR_SIG_MISSING, "%s: a sharded manifest (not signed), and this reader trusts only signed records", key);
-    }
     out->version = m.version;
     memcpy(out->id, m.id, FS_ID_CAP);
     out->kind = m.kind;

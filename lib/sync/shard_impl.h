@@ -113,7 +113,8 @@ void sh_parts_sort(sh_part *p, size_t n);
 int sh_parts_cover(const sh_part *p, size_t n, int code, const char *what);
 /* Reads and parses the manifest of (version, id); FERRY_ERR_SHARD_KIND if
  * it is a single-rank one. */
-int sh_manifest_read(ferry_store *st, const char *run, uint64_t version, const char *id, fs_count *cnt, sh_doc *out);
+int sh_manifest_read(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id, fs_count *cnt,
+                     sh_doc *out);
 /* The manifest of (version, id) in either format, as the fields of a
  * single-rank one that GC and the run log use (links, sizes, hash). */
 int sh_manifest_links(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id,

@@ -95,7 +95,7 @@ int ferry_shard_begin(ferry_shard_publisher *p, unsigned flags, char **token, si
     sh_doc_release(&p->last);
     memset(&p->last, 0, sizeof p->last);
     fs_head h;
-    int rc = fs_head_read(p->st, p->run, NULL, NULL, &h, p->head_etag);
+    int rc = fs_head_read(p->st, p->run, p->o.keys, NULL, &h, p->head_etag);
     sh_token t;
     memset(&t, 0, sizeof t);
     snprintf(t.run, sizeof t.run, "%s", p->run);
@@ -109,7 +109,7 @@ int ferry_shard_begin(ferry_shard_publisher *p, unsigned flags, char **token, si
     } else if (rc) {
         return rc;
     } else {
-        if ((rc = sh_manifest_read(p->st, p->run, h.version, h.id, NULL, &p->last))) return rc;
+        if ((rc = sh_manifest_read(p->st, p->run, p->o.keys, h.version, h.id, NULL, &p->last))) return rc;
         if (memcmp(h.model_hash, p->last.model_hash, 16))
             return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "run %s: HEAD and the manifest of version %llu disagree on its hash", p->run,
                                (unsigned long long)h.version);
@@ -199,7 +199,7 @@ static int resume(ferry_shard_publisher *p, const sh_token *t, const sh_doc *rec
     if (!rg) return FERRY_ERR_NOMEM;
     for (size_t i = 0; i < rec->nparts; i++)
         rg[i] = (ferry_shard_region){rec->parts[i].name, rec->parts[i].r0, rec->parts[i].r1, 0, 0};
-    ferry_shard_sub_options so = {.threads = p->o.threads};
+    ferry_shard_sub_options so = {.threads = p->o.threads, .keys = p->o.keys};
     ferry_shard_subscriber *s = NULL;
     int rc = ferry_shard_subscriber_open(p->st, p->run, rg, rec->nparts, &so, &s);
     if (!rc && rec->nparts) rc = ferry_shard_pull(s, FERRY_SYNC_EXACT, t->base.version, NULL);
@@ -482,11 +482,11 @@ static int move_head(ferry_shard_publisher *p, const sh_doc *m)
     fs_head nh;
     fs_head_init(&nh, m->version, m->id, m->kind, m->model_hash, p->pubid);
     char etag[FERRY_STORE_ETAG_MAX];
-    int rc = fs_head_swap(p->st, p->run, NULL, &nh, m->prev.version ? p->head_etag : NULL, etag);
+    int rc = fs_head_swap(p->st, p->run, p->o.keys, &nh, m->prev.version ? p->head_etag : NULL, etag);
     if (!rc) memcpy(p->head_etag, etag, sizeof etag);
     if (rc != FERRY_ERR_STORE_CONFLICT) return rc;
     fs_head h;
-    int r2 = fs_head_read(p->st, p->run, NULL, NULL, &h, p->head_etag);
+    int r2 = fs_head_read(p->st, p->run, p->o.keys, NULL, &h, p->head_etag);
     if (!r2 && h.version == m->version && !strcmp(h.id, m->id)) {
         ferry__clear_error();
         return FERRY_OK;
@@ -570,6 +570,7 @@ int ferry_shard_commit(ferry_shard_publisher *p, const char *token, size_t token
     }
     char key[FS_KEY_CAP];
     fs_key_version(key, p->run, m.version, m.id, FS_OBJ_MANIFEST);
+    if ((rc = fs_record_seal(p->o.keys, &text))) goto out; /* frees text on failure */
     size_t mbytes = strlen(text);
     if ((rc = ferry_store_put(p->st, key, text, mbytes, NULL))) goto out;
     if ((rc = move_head(p, &m))) goto out;

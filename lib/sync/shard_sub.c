@@ -526,7 +526,7 @@ static int walk(ferry_shard_subscriber *s, fs_ref top, uint64_t lo, chain *out, 
     fs_ref r = top;
     for (size_t i = n; i-- > 0;) {
         fs_count cnt = {0};
-        int rc = sh_manifest_read(s->st, s->run, r.version, r.id, &cnt, &out->m[i]);
+        int rc = sh_manifest_read(s->st, s->run, s->o.keys, r.version, r.id, &cnt, &out->m[i]);
         info->bytes_fetched += cnt.bytes;
         info->manifest_bytes += cnt.bytes;
         if (rc == FERRY_ERR_STORE_NOT_FOUND)
@@ -549,7 +549,7 @@ int ferry_shard_pull(ferry_shard_subscriber *s, int mode, uint64_t version, ferr
     s->stats.pulls++;
     fs_head h;
     fs_count cnt = {0};
-    int rc = fs_head_read(s->st, s->run, NULL, &cnt, &h, NULL);
+    int rc = fs_head_read(s->st, s->run, s->o.keys, &cnt, &h, NULL);
     in->bytes_fetched += cnt.bytes;
     in->manifest_bytes += cnt.bytes;
     chain ch = {0};
@@ -660,7 +660,7 @@ int ferry_shard_wait(ferry_shard_subscriber *s, uint64_t after_version, uint64_t
     for (;;) {
         fs_head h;
         fs_count cnt = {0};
-        int rc = fs_head_read(s->st, s->run, NULL, &cnt, &h, NULL);
+        int rc = fs_head_read(s->st, s->run, s->o.keys, &cnt, &h, NULL);
         s->stats.bytes_fetched += cnt.bytes;
         s->stats.manifest_bytes += cnt.bytes;
         if (rc == FERRY_ERR_STORE_NOT_FOUND) {

@@ -125,7 +125,8 @@ int cmd_shard_pull(int argc, char **argv)
     if (ret) return ret;
     ferry_shard_subscriber *s = NULL;
     ferry_shard_pull_info info;
-    int rc = ferry_shard_subscriber_open(store, c.run, rg, n, NULL, &s);
+    ferry_shard_sub_options so = {.keys = c.keys}; /* --trust-key: HEAD and manifests must verify */
+    int rc = ferry_shard_subscriber_open(store, c.run, rg, n, &so, &s);
     if (!rc) rc = ferry_shard_pull(s, mode, version, &info);
     if (rc) ret = sync_fail(cmd, rc, c.run);
     else if (out) ret = write_out(cmd, s, rg, n, out);

@@ -19,7 +19,7 @@
 static void help(void)
 {
     printf("usage: mpirun -np R ferry-shard-mpi STORE --run RUN [--cast-bf16] [--tile-words N]\n"
-           "                  [--anchor-every K] [--threads N] [--json] FILE...\n\n"
+           "                  [--anchor-every K] [--threads N] [--sign-key PATH] [--json] FILE...\n\n"
            "Publishes each FILE (a .safetensors checkpoint) as the next version of the\n"
            "sharded run RUN, from R ranks: rank r owns rows [r*rows/R, (r+1)*rows/R) of\n"
            "every tensor (dim 0; 1-D tensors by element), diffs and uploads only those,\n"
@@ -87,6 +87,7 @@ int main(int argc, char **argv)
     ferry_shard_publisher *p = NULL;
     if (!ret) ret = sync_open_store(cmd, &c, 1, &store);
     if (!ret) {
+        o.keys = c.keys; /* --sign-key: rank 0 signs the manifest and HEAD */
         int rc = ferry_shard_publisher_open(store, c.run, &o, &p);
         if (rc) ret = sync_fail(cmd, rc, c.run);
     }

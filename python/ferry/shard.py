@@ -36,7 +36,8 @@ _PP = ctypes.POINTER(ctypes.c_void_p)
 
 class _Options(ctypes.Structure):
     _fields_ = [("rank", _U32), ("world", _U32), ("publisher_id", _S), ("anchor_every", _U32),
-                ("cast_bf16", _I), ("level", _I), ("threads", _I), ("min_tile_words", _U64)]
+                ("cast_bf16", _I), ("level", _I), ("threads", _I), ("min_tile_words", _U64),
+                ("keys", _P)]  # const ferry_keys * (ferry.Keys, include/ferry_sign.h)
 
 
 class _Part(ctypes.Structure):
@@ -58,7 +59,8 @@ class _Region(ctypes.Structure):
 
 
 class _SubOptions(ctypes.Structure):
-    _fields_ = [("threads", _I), ("poll_interval_ms", _U32), ("coalesce_gap", _U64)]
+    _fields_ = [("threads", _I), ("poll_interval_ms", _U32), ("coalesce_gap", _U64),
+                ("keys", _P)]  # const ferry_keys * (ferry.Keys, include/ferry_sign.h)
 
 
 class _PullInfo(ctypes.Structure):
@@ -187,13 +189,16 @@ class ShardPublisher(_lib.Handle):
     group: the torch.distributed group of the R trainer ranks (default the
     world); rank and world default to this process's in it.  Options as
     ferry_shard_options (anchor_every, cast_bf16: F32 parts published as
-    their BF16 cast, min_tile_words ...)."""
+    their BF16 cast, min_tile_words ...).  keys: a ferry.Keys; with a
+    signing key rank 0 signs the manifest and HEAD, with trusted keys what
+    is read back must verify."""
 
     _FREE = "ferry_shard_publisher_free"
 
     def __init__(self, store, run, rank=None, world=None, group=None, anchor_every=0,
-                 cast_bf16=True, level=0, threads=1, min_tile_words=0, publisher_id=None):
+                 cast_bf16=True, level=0, threads=1, min_tile_words=0, publisher_id=None, keys=None):
         self.group = group
+        self._keys = keys  # the library borrows it: kept alive with the handle
         if rank is None or world is None:
             d = _dist()
             rank = d.get_rank(group) if rank is None else rank
@@ -203,7 +208,8 @@ class ShardPublisher(_lib.Handle):
         self._id = None if publisher_id is None else cstr(publisher_id, "publisher_id")
         o = _Options(rank=self.rank, world=self.world, publisher_id=self._id,
                      anchor_every=int(anchor_every), cast_bf16=1 if cast_bf16 else 0,
-                     level=int(level), threads=int(threads), min_tile_words=int(min_tile_words))
+                     level=int(level), threads=int(threads), min_tile_words=int(min_tile_words),
+                     keys=keys.handle if keys is not None else None)
         h = ctypes.c_void_p()
         check(L.ferry_shard_publisher_open(self._store.handle, cstr(run, "run name"),
                                            ctypes.byref(o), ctypes.byref(h)))
@@ -338,8 +344,9 @@ class ShardSubscriber(_lib.Handle):
 
     _FREE = "ferry_shard_subscriber_free"
 
-    def __init__(self, store, run, layout, threads=1, coalesce_gap=0, poll_interval_s=None):
+    def __init__(self, store, run, layout, threads=1, coalesce_gap=0, poll_interval_s=None, keys=None):
         self.layout, self.run = layout, run
+        self._keys = keys  # trusted keys (ferry.Keys): HEAD and manifests must verify
         self._store = _store(store, create=False)
         self._names = [cstr(r.source, "tensor name") for r in layout.regions]
         regs = (_Region * max(1, len(self._names)))()
@@ -353,7 +360,8 @@ class ShardSubscriber(_lib.Handle):
                               col_begin=r.col_begin, col_end=0 if r.col_end == cols else r.col_end)
         o = _SubOptions(threads=int(threads), coalesce_gap=int(coalesce_gap),
                         poll_interval_ms=0 if poll_interval_s is None
-                        else max(1, int(poll_interval_s * 1000)))
+                        else max(1, int(poll_interval_s * 1000)),
+                        keys=keys.handle if keys is not None else None)
         h = ctypes.c_void_p()
         check(L.ferry_shard_subscriber_open(self._store.handle, cstr(run, "run name"), regs,
                                             len(self._names), ctypes.byref(o), ctypes.byref(h)))

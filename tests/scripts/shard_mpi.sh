@@ -149,4 +149,19 @@ fy gc "$S" --run $RUN --keep 2 --grace 0 -q
 check "gc: the killed attempt's rank objects are gone" bash -c "! ls '$S/$RUN/v/' | grep -q '$orphan'"
 check "... HEAD's version is kept and still pulls" bash -c \
     "timeout 60 '$FERRY' shard-pull '$S' --run $RUN --slice model.norm.weight --exact-version 8 -q"
+# --- a signed sharded run -------------------------------------------------------
+fy keygen -o "$WORK/trainer" >/dev/null
+fy keygen -o "$WORK/mallory" >/dev/null 2>&1
+mapfile -t F < <(steps 0 1)
+pub 2 "$PUB" "$S" --run shard/signed --tile-words 256 --sign-key "$WORK/trainer.key" --json "${F[@]}" \
+    >"$WORK/pubs.json" 2>"$WORK/pubs.err"
+check "--sign-key: 2 ranks publish a signed run" [ "$(grep -c '"version"' "$WORK/pubs.json")" -eq 2 ]
+check "... shard-pull --trust-key reads it" timeout 60 "$FERRY" shard-pull "$S" --run shard/signed \
+    --slice model.norm.weight --trust-key "$WORK/trainer.pub" -q
+rc=0; timeout 60 "$FERRY" shard-pull "$S" --run shard/signed --slice model.norm.weight \
+    --trust-key "$WORK/mallory.pub" -q 2>"$WORK/mallory.err" || rc=$?
+check "... another key: refused, exit 7 ($rc)" [ $rc -eq 7 ]
+rc=0; timeout 60 "$FERRY" shard-pull "$S" --run $RUN --slice model.norm.weight \
+    --trust-key "$WORK/trainer.pub" -q 2>"$WORK/unsigned.err" || rc=$?
+check "... the unsigned run with a trusted key: refused, exit 7 ($rc)" [ $rc -eq 7 ]
 finish

@@ -6,6 +6,7 @@
  * part, and leaves HEAD and the islands where they were. */
 #include "check.h"
 #include "ferry_shard.h"
+#include "ferry_sign.h"
 #include "sync/shard_impl.h"
 #include "../tools/shard_layout.h"
 
@@ -40,12 +41,14 @@ typedef struct group {
     int R;
 } group;
 
+static const ferry_keys *g_group_keys; /* the next groups' keys (NULL: unsigned) */
+
 static int group_open(group *g, ferry_store *st, const char *run, int R, uint64_t words, uint32_t anchor_every, int cast)
 {
     g->R = R;
     for (int r = 0; r < R; r++) {
         ferry_shard_options o = {.rank = (uint32_t)r, .world = (uint32_t)R, .min_tile_words = words, .anchor_every = anchor_every,
-                                 .cast_bf16 = cast, .publisher_id = "test-group"};
+                                 .cast_bf16 = cast, .publisher_id = "test-group", .keys = g_group_keys};
         int rc = ferry_shard_publisher_open(st, run, &o, &g->p[r]);
         if (rc) return rc;
     }
@@ -513,6 +516,97 @@ static void t_gc(void)
     ferry_store_free(st);
 }
 
+/* Signed sharded runs: rank 0 signs the manifest and HEAD; an island with
+ * trusted keys refuses a forged manifest, another signer and an unsigned
+ * run before using anything in them, keeps its version, and recovers when
+ * the store is repaired; a publisher with a key will not resume an
+ * unsigned HEAD. */
+static ferry_keys *ring(const char *who, int signer)
+{
+    char prefix[400], path[420];
+    snprintf(prefix, sizeof prefix, "%s/%s", g_root, who);
+    snprintf(path, sizeof path, "%s.key", prefix);
+    if (access(path, F_OK)) ferry_keygen(prefix, NULL);
+    ferry_keys *k = NULL;
+    ferry_keys_create(&k);
+    if (signer) ferry_keys_set_signer(k, path, NULL);
+    snprintf(path, sizeof path, "%s.pub", prefix);
+    if (!signer) ferry_keys_trust(k, path, -1, NULL);
+    return k;
+}
+
+static int signed_island(island *is, ferry_store *st, const char *run, const ferry_model *m, const ferry_keys *k)
+{
+    memset(is, 0, sizeof *is);
+    is->n = shard_layout(m, L_ROWS, 0, 2, is->rg);
+    ferry_shard_sub_options so = {.keys = k};
+    return ferry_shard_subscriber_open(st, run, is->rg, is->n, &so, &is->s);
+}
+
+static void t_signed(void)
+{
+    ferry_store *st = open_store();
+    ferry_keys *trainer = ring("trainer", 1), *trust = ring("trainer", 0), *other = ring("mallory", 0);
+    char run[64], unsigned_run[64];
+    new_run(run, sizeof run);
+    new_run(unsigned_run, sizeof unsigned_run);
+    ferry_model *m0 = step(0), *m1 = step(1);
+    group g;
+    g_group_keys = trainer;
+    CHECK_OK(group_open(&g, st, run, 2, 1024, 10, 0));
+    g_group_keys = NULL;
+    ferry_shard_publish_info info;
+    CHECK_OK(group_publish(&g, m0, 0, NULL));
+    CHECK_OK(group_publish(&g, m1, 0, &info));
+    island is, bad;
+    CHECK_OK(signed_island(&is, st, run, m0, trust));
+    CHECK_OK(island_pull(&is, 1, m0, NULL));
+    CHECK_OK(signed_island(&bad, st, run, m0, other));
+    CHECK_RC(ferry_shard_pull(bad.s, FERRY_SYNC_LATEST, 0, NULL), FERRY_ERR_SIG_UNTRUSTED);
+    island_close(&bad);
+    /* a forged manifest of version 2: one byte of its body changed */
+    char key[FS_KEY_CAP], path[1024];
+    fs_key_version(key, run, 2, info.id, FS_OBJ_MANIFEST);
+    snprintf(path, sizeof path, "%s/%s", g_root, key);
+    void *d = NULL;
+    size_t n = 0;
+    CHECK_OK(ferry_file_read(path, (size_t)1 << 30, &d, &n));
+    char *at = d ? strstr((char *)d, "\"anchor_every\"") : NULL;
+    CHECK(at != NULL);
+    if (at) {
+        at[1] ^= 0x20; /* "Anchor_every" */
+        CHECK_OK(ferry_file_write(path, d, n));
+        CHECK_RC(ferry_shard_pull(is.s, FERRY_SYNC_EXACT, 2, NULL), FERRY_ERR_SIG_INVALID);
+        CHECK(ferry_shard_subscriber_version(is.s) == 1 && region_matches(is.s, 0, m0, &is.rg[0]));
+        at[1] ^= 0x20; /* repaired */
+        CHECK_OK(ferry_file_write(path, d, n));
+        CHECK_OK(island_pull(&is, 2, m1, NULL));
+    }
+    ferry_free(d);
+    island_close(&is);
+    group_close(&g);
+    /* an unsigned sharded run: refused by a reader with keys, and not
+     * resumed by a publisher with a key */
+    CHECK_OK(group_open(&g, st, unsigned_run, 2, 1024, 10, 0));
+    CHECK_OK(group_publish(&g, m0, 0, NULL));
+    group_close(&g);
+    CHECK_OK(signed_island(&is, st, unsigned_run, m0, trust));
+    CHECK_RC(ferry_shard_pull(is.s, FERRY_SYNC_LATEST, 0, NULL), FERRY_ERR_SIG_MISSING);
+    CHECK(ferry_shard_subscriber_version(is.s) == 0);
+    island_close(&is);
+    g_group_keys = trainer;
+    CHECK_OK(group_open(&g, st, unsigned_run, 2, 1024, 10, 0));
+    g_group_keys = NULL;
+    CHECK_RC(group_publish(&g, m1, 0, NULL), FERRY_ERR_SIG_MISSING);
+    group_close(&g);
+    ferry_model_free(m0);
+    ferry_model_free(m1);
+    ferry_keys_free(trainer);
+    ferry_keys_free(trust);
+    ferry_keys_free(other);
+    ferry_store_free(st);
+}
+
 int main(void)
 {
     snprintf(g_root, sizeof g_root, "%s/ferry-test-shard-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -527,6 +621,7 @@ int main(void)
     RUN(t_corrupt_objects);
     RUN(t_kind_mismatch);
     RUN(t_gc);
+    RUN(t_signed);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_root);
