@@ -84,7 +84,10 @@ check_rc "DST holding another version 1 is refused (exit 3)" 3 fy mirror "$WORK/
 # nginx: ETags and ranges, so the full object is fetched in parallel chunks
 command -v nginx >/dev/null || { bad "nginx is not installed (scripts/install-deps.sh installs nginx-light)"; finish; exit 1; }
 chmod 755 "$WORK"
-wan_nginx "" "$O" "127.0.0.1:$PORT" origin || bad "start nginx"
+# the server caps each response at 128 KiB/s, so the 2 MB full object takes
+# seconds in 256 KiB chunks whatever the machine's speed: the kill below
+# lands mid-copy (a client-side cap alone let a quiet machine finish first)
+wan_nginx "" "$O" "127.0.0.1:$PORT" origin 128k || bad "start nginx"
 st gen "$WORK/b" 2 1000000 5 >/dev/null || bad "generate big models"
 fy publish "$O" --run big "$WORK/b/m-000.safetensors" -q || bad "publish big 1"
 fy mirror "$O" "$WORK/m3" --run big -q || bad "m3 at 1"

@@ -51,12 +51,13 @@ wan_tx() {
     ip netns exec "${WAN_TAG}$1" cat "/sys/class/net/${WAN_TAG}$2/statistics/tx_bytes"
 }
 
-# wan_nginx NS ROOT LISTEN NAME: nginx in NS ("" = this namespace)
+# wan_nginx NS ROOT LISTEN NAME [RATE]: nginx in NS ("" = this namespace)
 # serving the directory ROOT on LISTEN (a port: all addresses of NS; or
 # 127.0.0.1:PORT), access log in $WORK/NAME.access.log; adds its pid to
-# PIDS and waits until it answers.
+# PIDS and waits until it answers.  RATE (nginx's limit_rate, e.g. 128k)
+# caps each response's bytes per second on the server side.
 wan_nginx() {
-    local root=$2 port=$3 name=$4 d="$WORK/nginx-$4" exec=()
+    local root=$2 port=$3 name=$4 rate=${5:-0} d="$WORK/nginx-$4" exec=()
     [ -n "$1" ] && exec=(ip netns exec "${WAN_TAG}$1")
     mkdir -p "$d" "$root"
     cat >"$d/nginx.conf" <<EOF
@@ -77,7 +78,7 @@ http {
     server {
         listen $port;
         root $root;
-        location / { }
+        location / { limit_rate $rate; }
     }
 }
 EOF
