@@ -30,25 +30,12 @@ int main(void)
 #include "ferry_sign.h"
 #include "ferry_sync.h"
 #include "sync/sig.h"
-
-static char g_root[256];
-static int g_nstore;
-
-static void rm_rf(const char *path)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    if (system(cmd)) fprintf(stderr, "cannot remove %s\n", path);
-}
+#include "sync_fixture.h"
 
 static ferry_store *new_store(void)
 {
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/store-%d", g_root, ++g_nstore);
-    ferry_store_options o = {.create = 1, .deadline_ms = 20000};
-    ferry_store *s = NULL;
-    if (ferry_store_open(dir, &o, &s)) fprintf(stderr, "store: %s\n", ferry_last_error());
-    return s;
+    return fixture_store(dir);
 }
 
 /* A key pair under the test root: NAME.key / NAME.pub. */
@@ -669,11 +656,7 @@ static void test_hostile_trailers(void)
 
 int main(void)
 {
-    snprintf(g_root, sizeof g_root, "%s/ferry-sign-test.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(g_root)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    if (fixture_root("sign")) return 1;
     RUN(test_key_files);
     RUN(test_hostile_trailers);
     RUN(test_signed_run_reads);

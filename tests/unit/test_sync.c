@@ -27,26 +27,7 @@ int main(void)
 
 /* ---- fixtures ---------------------------------------------------------- */
 
-static char g_root[256];
-static int g_nstore;
-
-static void rm_rf(const char *path)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    if (system(cmd)) fprintf(stderr, "cannot remove %s\n", path);
-}
-
-/* A new empty file store under the test's root. */
-static ferry_store *new_store(char dir[512])
-{
-    snprintf(dir, 512, "%s/store-%d", g_root, ++g_nstore);
-    ferry_store_options o = {.create = 1, .deadline_ms = 20000};
-    ferry_store *s = NULL;
-    int rc = ferry_store_open(dir, &o, &s);
-    if (rc) fprintf(stderr, "store: %s\n", ferry_last_error());
-    return s;
-}
+#include "sync_fixture.h"
 
 static uint64_t splitmix(uint64_t *x)
 {
@@ -217,7 +198,7 @@ static void copy_file(const char *from, const char *to)
 static void test_publish_pull_targets(void)
 {
     char dir[512];
-    ferry_store *st = new_store(dir);
+    ferry_store *st = fixture_store(dir);
     trainer t;
     tr_init(&t, 1, 2e-5f);
     ferry_publisher *pub = NULL;
@@ -289,7 +270,7 @@ static void test_publish_pull_targets(void)
 static void test_rl_steps_file_mode(void)
 {
     char dir[512], p[512];
-    ferry_store *st = new_store(dir);
+    ferry_store *st = fixture_store(dir);
     ferry_publisher *pub = NULL;
     ferry_publisher_options po = {.anchor_every = 4};
     CHECK_OK(ferry_publisher_open(st, "rl-a", &po, &pub));
@@ -392,7 +373,7 @@ static void caller_free(caller_model *c)
 static void test_memory_mode(void)
 {
     char dir[512];
-    ferry_store *st = new_store(dir);
+    ferry_store *st = fixture_store(dir);
     trainer t;
     tr_init(&t, 2, 2e-5f);
     ferry_publisher *pub = NULL;
@@ -470,7 +451,7 @@ static void test_memory_mode(void)
 static void test_cast_masters(void)
 {
     char dir[512];
-    ferry_store *st = new_store(dir);
+    ferry_store *st = fixture_store(dir);
     trainer t;
     tr_init(&t, 3, 2e-5f);
     ferry_publisher *pub = NULL;
@@ -501,7 +482,7 @@ static void test_cast_masters(void)
 static void test_anchor_rule_and_resume(void)
 {
     char dir[512], cache[600];
-    ferry_store *st = new_store(dir);
+    ferry_store *st = fixture_store(dir);
     snprintf(cache, sizeof cache, "%s/pub-cache.safetensors", g_root);
     trainer t;
     tr_init(&t, 4, 2e-5f);
@@ -550,7 +531,7 @@ static void test_anchor_rule_and_resume(void)
 static void test_second_publisher_conflict(void)
 {
     char dir[512];
-    ferry_store *st = new_store(dir);
+    ferry_store *st = fixture_store(dir);
     trainer t;
     tr_init(&t, 5, 2e-5f);
     ferry_publisher *a = NULL, *b = NULL;
@@ -653,7 +634,7 @@ static uint64_t best_alternative(ferry_store *st, const char *run, uint64_t from
 static void far_behind(uint32_t K, bool compact)
 {
     char dir[512];
-    ferry_store *st = new_store(dir);
+    ferry_store *st = fixture_store(dir);
     trainer t;
     tr_init(&t, 6, 1e-5f);
     ferry_publisher *pub = NULL;
@@ -698,7 +679,7 @@ static void test_fifty_behind_compacted(void) { far_behind(100, true); }
 static void test_compaction_shortcut(void)
 {
     char dir[512];
-    ferry_store *st = new_store(dir);
+    ferry_store *st = fixture_store(dir);
     trainer t;
     tr_init(&t, 7, 1e-5f);
     ferry_publisher *pub = NULL;
@@ -758,7 +739,7 @@ static void on_obj(void *user, const char *key, uint64_t bytes, int action, cons
 static void test_gc(void)
 {
     char dir[512];
-    ferry_store *st = new_store(dir);
+    ferry_store *st = fixture_store(dir);
     trainer t;
     tr_init(&t, 8, 2e-5f);
     ferry_publisher *pub = NULL;
@@ -848,7 +829,7 @@ static void test_gc(void)
 static void test_corrupt_objects(void)
 {
     char dir[512];
-    ferry_store *st = new_store(dir);
+    ferry_store *st = fixture_store(dir);
     trainer t;
     tr_init(&t, 9, 2e-5f);
     ferry_publisher *pub = NULL;
@@ -968,7 +949,7 @@ static void *publish_later(void *arg)
 static void test_wait(void)
 {
     char dir[512];
-    ferry_store *st = new_store(dir);
+    ferry_store *st = fixture_store(dir);
     trainer t;
     tr_init(&t, 10, 2e-5f);
     ferry_publisher *pub = NULL;
@@ -1006,11 +987,7 @@ static void test_wait(void)
 
 int main(void)
 {
-    snprintf(g_root, sizeof g_root, "%s/ferry-sync-test.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(g_root)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    if (fixture_root("sync")) return 1;
     RUN(test_publish_pull_targets);
     RUN(test_rl_steps_file_mode);
     RUN(test_memory_mode);

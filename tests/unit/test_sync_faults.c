@@ -24,18 +24,7 @@ int main(void)
 
 #include "check.h"
 #include "sync/sync_impl.h"
-
-static char g_root[256];
-static int g_nstore;
-
-static ferry_store *new_store(char dir[512])
-{
-    snprintf(dir, 512, "%s/store-%d", g_root, ++g_nstore);
-    ferry_store_options o = {.create = 1, .deadline_ms = 20000};
-    ferry_store *s = NULL;
-    if (ferry_store_open(dir, &o, &s)) fprintf(stderr, "store: %s\n", ferry_last_error());
-    return s;
-}
+#include "sync_fixture.h"
 
 /* Model of version v: one BF16 tensor of 64 Ki elements, a few of which
  * change per version. */
@@ -97,7 +86,7 @@ static int put_text(ferry_store *st, const char *key, char *text)
 static void test_absurd_head_does_not_wedge(void)
 {
     char dir[512];
-    ferry_store *st = new_store(dir);
+    ferry_store *st = fixture_store(dir);
     CHECK_OK(publish_upto(st, "w", 4, 3));
     ferry_subscriber *s = NULL;
     CHECK_OK(ferry_subscriber_open(st, "w", NULL, &s));
@@ -138,7 +127,7 @@ static void test_absurd_head_does_not_wedge(void)
 static void test_publish_past_last_version(void)
 {
     char dir[512];
-    ferry_store *st = new_store(dir);
+    ferry_store *st = fixture_store(dir);
     CHECK_OK(publish_upto(st, "top", 4, 1));
     fs_head h;
     CHECK_OK(fs_head_read(st, "top", NULL, NULL, &h, NULL));
@@ -214,7 +203,7 @@ static void plant_big(const char *dir, const char *key, uint64_t size)
 static void test_delta_larger_than_declared(void)
 {
     char dir[512], k3[FS_KEY_CAP];
-    ferry_store *st = new_store(dir);
+    ferry_store *st = fixture_store(dir);
     CHECK_OK(publish_upto(st, "d", 2, 4));
     fs_manifest m3;
     obj_key(st, "d", 3, FS_OBJ_DELTA, k3, &m3);
@@ -241,7 +230,7 @@ static void test_delta_larger_than_declared(void)
 static void test_anchor_larger_than_declared(void)
 {
     char dir[512], k3[FS_KEY_CAP];
-    ferry_store *st = new_store(dir);
+    ferry_store *st = fixture_store(dir);
     CHECK_OK(publish_upto(st, "a", 2, 4));
     fs_manifest m3;
     obj_key(st, "a", 3, FS_OBJ_FULL, k3, &m3);
@@ -272,7 +261,7 @@ static void test_anchor_larger_than_declared(void)
 static void test_head_over_bound(void)
 {
     char dir[512];
-    ferry_store *st = new_store(dir);
+    ferry_store *st = fixture_store(dir);
     CHECK_OK(publish_upto(st, "h", 2, 1));
     plant_big(dir, "h/HEAD", 3u << 20);
     ferry_subscriber *s = NULL;
@@ -305,7 +294,7 @@ static void test_declared_size_cannot_be_allocated(void)
     puts("  (skipped under ASan: RLIMIT_AS)");
 #else
     char dir[512], k3[FS_KEY_CAP], mk[FS_KEY_CAP];
-    ferry_store *st = new_store(dir);
+    ferry_store *st = fixture_store(dir);
     CHECK_OK(publish_upto(st, "m", 2, 4));
     fs_manifest m3;
     obj_key(st, "m", 3, FS_OBJ_DELTA, k3, &m3);
@@ -343,20 +332,14 @@ static void test_declared_size_cannot_be_allocated(void)
 
 int main(void)
 {
-    snprintf(g_root, sizeof g_root, "%s/ferry-syncf-test.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(g_root)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    if (fixture_root("syncf")) return 1;
     RUN(test_absurd_head_does_not_wedge);
     RUN(test_publish_past_last_version);
     RUN(test_delta_larger_than_declared);
     RUN(test_anchor_larger_than_declared);
     RUN(test_head_over_bound);
     RUN(test_declared_size_cannot_be_allocated);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
-    if (system(cmd)) fprintf(stderr, "cannot remove %s\n", g_root);
+    rm_rf(g_root);
     return CHECK_SUMMARY();
 }
 #endif
