@@ -131,6 +131,16 @@ static inline int peer_split_header(const uint8_t *p, size_t n, json_t **hdr, si
     return 0;
 }
 
+/* The header's "tensors" list when its "format" is fmt, else NULL with the
+ * reason in err (the list is borrowed from hdr). */
+static inline json_t *peer_tensor_list(json_t *hdr, const char *fmt, const char *who, bench_err *err)
+{
+    json_t *list = json_object_get(hdr, "tensors"), *f = json_object_get(hdr, "format");
+    if (json_is_array(list) && json_is_string(f) && !strcmp(json_string_value(f), fmt)) return list;
+    bench_fail(err, "%s: header is not %s", who, fmt);
+    return NULL;
+}
+
 /* Prepends "u32 len(header)" and the header to body: out = len | hdr | body. */
 static inline int peer_assemble(bench_buf *out, json_t *hdr, const bench_buf *body, bench_err *err)
 {
@@ -738,10 +748,8 @@ static inline int slime_decode(const peer_ctx *ctx, const bench_pair *base, cons
     json_t *hdr = NULL;
     size_t at = 0;
     if (peer_split_header(patch, size, &hdr, &at, err)) return -1;
-    json_t *list = json_object_get(hdr, "tensors"), *fmt = json_object_get(hdr, "format");
-    int rc = json_is_array(list) && json_is_string(fmt) && !strcmp(json_string_value(fmt), "deltas_zstd")
-                 ? 0
-                 : bench_fail(err, "slime: header is not deltas_zstd");
+    json_t *list = peer_tensor_list(hdr, "deltas_zstd", "slime", err);
+    int rc = list ? 0 : -1;
     for (size_t i = 0; !rc && i < json_array_size(list); i++) {
         const json_t *m = json_array_get(list, i);
         const char *name = NULL, *gd = NULL;
@@ -942,11 +950,9 @@ static inline int prime_decode(const peer_ctx *ctx, const bench_pair *base, cons
     json_t *hdr = NULL, *st = NULL;
     size_t at = 0;
     if (peer_split_header(patch, size, &hdr, &at, err)) return -1;
-    json_t *list = json_object_get(hdr, "tensors"), *fmt = json_object_get(hdr, "format"),
-           *bs = json_object_get(hdr, "base_step");
-    int rc = json_is_array(list) && json_is_string(fmt) &&
-                     !strcmp(json_string_value(fmt), "prime-rl-sparse-update") &&
-                     json_integer_value(json_object_get(hdr, "version")) == 1 && json_is_integer(bs)
+    json_t *list = peer_tensor_list(hdr, "prime-rl-sparse-update", "prime", err), *bs = json_object_get(hdr, "base_step");
+    int rc = !list ? -1
+             : json_integer_value(json_object_get(hdr, "version")) == 1 && json_is_integer(bs)
                  ? 0
                  : bench_fail(err, "prime: manifest is not prime-rl-sparse-update v1");
     if (!rc && json_integer_value(bs) != base->base_version)
@@ -1025,10 +1031,8 @@ static inline int vllm_decode(const peer_ctx *ctx, const bench_pair *base, const
     json_t *hdr = NULL;
     size_t at = 0;
     if (peer_split_header(patch, size, &hdr, &at, err)) return -1;
-    json_t *list = json_object_get(hdr, "tensors"), *fmt = json_object_get(hdr, "format");
-    int rc = json_is_array(list) && json_is_string(fmt) && !strcmp(json_string_value(fmt), "sparse_nccl")
-                 ? 0
-                 : bench_fail(err, "vllm: header is not sparse_nccl");
+    json_t *list = peer_tensor_list(hdr, "sparse_nccl", "vllm", err);
+    int rc = list ? 0 : -1;
     for (size_t i = 0; !rc && i < json_array_size(list); i++) {
         const json_t *m = json_array_get(list, i);
         long bi;
@@ -1105,11 +1109,10 @@ static inline int verl_decode(const peer_ctx *ctx, const bench_pair *base, const
     json_t *hdr = NULL;
     size_t at = 0;
     if (peer_split_header(patch, size, &hdr, &at, err)) return -1;
-    json_t *list = json_object_get(hdr, "tensors"), *fmt = json_object_get(hdr, "format");
-    int rc = json_is_array(list) && json_is_string(fmt) && !strcmp(json_string_value(fmt), "delta_sharded") &&
-                     json_integer_value(json_object_get(hdr, "pos_bits")) == 24
-                 ? 0
-                 : bench_fail(err, "verl: header is not delta_sharded with 24-bit positions");
+    json_t *list = peer_tensor_list(hdr, "delta_sharded", "verl", err);
+    int rc = !list ? -1
+             : json_integer_value(json_object_get(hdr, "pos_bits")) == 24 ? 0
+                                                                          : bench_fail(err, "verl: positions are not 24-bit");
     for (size_t i = 0; !rc && i < json_array_size(list); i++) {
         const json_t *m = json_array_get(list, i);
         long bi;
