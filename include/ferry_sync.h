@@ -325,12 +325,27 @@ typedef struct ferry_run_log {
                                       store reachable from HEAD */
     size_t ncompactions;
     ferry_compaction_info *compactions;
+    int verified;                  /* 1: read with trusted keys, and HEAD, every
+                                      manifest listed and the compaction index
+                                      verified (ferry_run_log_read_keys) */
 } ferry_run_log;
 
 /* Reads HEAD, walks the manifests back until one is gone (GC) or version 1,
  * at most max_versions of them (0 = all), and reads the compaction index.
+ * No signature is checked: what it lists is what the store says.
  * Returns FERRY_ERR_SYNC_NOT_YET for a run without HEAD. */
 FERRY_API int ferry_run_log_read(ferry_store *store, const char *run, uint64_t max_versions, ferry_run_log **out);
+/* As ferry_run_log_read, checking each record against keys (borrowed; a
+ * ring that trusts no key checks nothing) as a subscriber does before it
+ * uses one: HEAD, every manifest on the walk (either format) and the
+ * compaction index must carry a valid signature by a trusted key, and a
+ * signed manifest or index must give the SHA-256 of every object it
+ * names.  Objects themselves are not read.  On success log->verified is 1
+ * when the ring trusts a key.  Fails with the first refusal
+ * (FERRY_ERR_SIG_MISSING, _INVALID, _UNTRUSTED, _MALFORMED, ...), naming
+ * the record, and lists nothing. */
+FERRY_API int ferry_run_log_read_keys(ferry_store *store, const char *run, uint64_t max_versions,
+                                      const ferry_keys *keys, ferry_run_log **out);
 FERRY_API void ferry_run_log_free(ferry_run_log *log);
 
 /* ======================================================================

@@ -21,12 +21,18 @@ static void version_info(const fs_manifest *m, ferry_version_info *v)
 
 int ferry_run_log_read(ferry_store *store, const char *run, uint64_t max_versions, ferry_run_log **out)
 {
+    return ferry_run_log_read_keys(store, run, max_versions, NULL, out);
+}
+
+int ferry_run_log_read_keys(ferry_store *store, const char *run, uint64_t max_versions, const ferry_keys *keys,
+                            ferry_run_log **out)
+{
     if (!store || !out) return ferry__fail(FERRY_ERR_ARG, "ferry_run_log_read: NULL argument");
     *out = NULL;
     int rc = ferry_sync_run_check(run);
     if (rc) return rc;
     fs_head h;
-    if ((rc = fs_head_read(store, run, NULL, NULL, &h, NULL))) {
+    if ((rc = fs_head_read(store, run, keys, NULL, &h, NULL))) {
         if (rc == FERRY_ERR_STORE_NOT_FOUND) return ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: no version published yet", run);
         return rc;
     }
@@ -39,7 +45,7 @@ int ferry_run_log_read(ferry_store *store, const char *run, uint64_t max_version
     memcpy(r.id, h.id, FS_ID_CAP);
     while (r.version && (!max_versions || log->count < max_versions)) {
         fs_manifest m;
-        rc = sh_manifest_links(store, run, NULL, r.version, r.id, &m); /* either format */
+        rc = sh_manifest_links(store, run, keys, r.version, r.id, &m); /* either format */
         if (rc == FERRY_ERR_STORE_NOT_FOUND && r.version != h.version) { /* retention: older versions are gone */
             ferry__clear_error();
             rc = FERRY_OK;
@@ -64,7 +70,7 @@ int ferry_run_log_read(ferry_store *store, const char *run, uint64_t max_version
         log->versions[log->count - 1 - i] = t;
     }
     fs_index ix;
-    if ((rc = fs_index_read(store, run, NULL, NULL, &ix, NULL))) goto fail;
+    if ((rc = fs_index_read(store, run, keys, NULL, &ix, NULL))) goto fail;
     if (ix.n && !(log->compactions = ferry__calloc(ix.n, sizeof *log->compactions))) {
         fs_index_release(&ix);
         rc = FERRY_ERR_NOMEM;
@@ -79,6 +85,7 @@ int ferry_run_log_read(ferry_store *store, const char *run, uint64_t max_version
         fs_key_compact(c->key, run, ix.c[i].from, ix.c[i].to, ix.c[i].id);
     }
     log->ncompactions = ix.n;
+    log->verified = fs_keys_enforce(keys);
     fs_index_release(&ix);
     *out = log;
     return FERRY_OK;

@@ -15,7 +15,9 @@ static void log_help(void)
            "Lists the versions of RUN reachable from HEAD that the store still holds\n"
            "(oldest first): version, kind (anchor or delta), base version, anchor it\n"
            "chains back to, delta and full-object bytes, creation time, publisher and\n"
-           "model hash; then the compacted deltas.\n\n"
+           "model hash; then the compacted deltas.  With --trust-key every record\n"
+           "listed (HEAD, the manifests, the compaction index) must verify, else\n"
+           "nothing is listed and the exit status is 7.\n\n"
            "  --last N    only the N newest versions\n\n%s\n",
            sync_common_help);
 }
@@ -42,7 +44,7 @@ int cmd_log(int argc, char **argv)
     int ret = sync_open_store("log", &c, 0, &store);
     if (ret) return ret;
     ferry_run_log *log = NULL;
-    int rc = ferry_run_log_read(store, c.run, last, &log);
+    int rc = ferry_run_log_read_keys(store, c.run, last, c.keys, &log);
     if (rc) {
         ret = sync_fail("log", rc, c.run);
         ferry_store_free(store);
@@ -51,11 +53,13 @@ int cmd_log(int argc, char **argv)
     if (c.json) {
         printf("{\"run\": ");
         json_str(stdout, c.run);
-        printf(", \"head\": %llu, \"head_publisher\": ", (unsigned long long)log->head);
+        printf(", \"head\": %llu, \"verified\": %s, \"head_publisher\": ", (unsigned long long)log->head,
+               log->verified ? "true" : "false");
         json_str(stdout, log->head_publisher);
         printf(", \"versions\": [");
     } else {
-        printf("run %s: HEAD is version %llu (published by %s)\n", c.run, (unsigned long long)log->head, log->head_publisher);
+        printf("run %s: HEAD is version %llu (published by %s)%s\n", c.run, (unsigned long long)log->head,
+               log->head_publisher, log->verified ? "; HEAD, manifests and index signed by a trusted key" : "");
         printf("%8s %-6s %6s %6s %12s %12s %-20s %-32s %s\n", "version", "kind", "base", "anchor", "delta_bytes", "full_bytes",
                "created (UTC)", "model hash", "publisher");
     }

@@ -41,11 +41,19 @@ check_rc "a version 3 signed by the attacker's key: the pull refuses it (exit 7)
 check "... and the island still holds version 2" same_model "$WORK/island.safetensors" "$(m 1)"
 check_rc "... and the trainer's next publish refuses to chain onto it (exit 7)" 7 \
     fy publish $U --run rl "$(m 2)" "${T[@]}" -q
+check_rc "... and ferry log trusting the trainer's key refuses to list it (exit 7)" 7 \
+    fy log $U --run rl "${R[@]}" --json
+fy log $U --run rl --json >"$WORK/log.json"
+check "... while ferry log without a key lists it, marked unverified" \
+    $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(not (d["head"] == 3 and d["verified"] is False))' "$WORK/log.json"
 rm -rf "$S" && cp -a "$WORK/saved" "$S"
 fy publish $U --run rl "$(m 5)" -q >/dev/null 2>&1
 check_rc "an unsigned version 3: refused too (exit 7)" 7 \
     fy pull $U --run rl --to "$WORK/island.safetensors" "${R[@]}" -q
 rm -rf "$S" && cp -a "$WORK/saved" "$S"
+fy log $U --run rl "${R[@]}" --json >"$WORK/log.json"
+check "ferry log trusting the trainer's key lists versions 1 and 2, verified" \
+    $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(not (d["verified"] is True and [v["version"] for v in d["versions"]] == [1, 2]))' "$WORK/log.json"
 
 # HEAD frozen at 2^63-1, then rolled back: a follower is never wedged
 fy publish $U --run rl "$(m 2)" "${T[@]}" -q

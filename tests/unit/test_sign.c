@@ -341,10 +341,16 @@ static void test_forged_records(void)
     put(st, mkey, forged, n);
     CHECK_RC(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL), FERRY_ERR_SIG_INVALID);
     CHECK(holds(s, 2));
+    ferry_run_log *log = NULL;
+    CHECK_RC(ferry_run_log_read_keys(st, "run", 0, rk, &log), FERRY_ERR_SIG_INVALID);
+    CHECK(log == NULL && strstr(ferry_last_error(), mkey) != NULL);
     /* the manifest without its signature */
     put(st, mkey, man, n - 160);
     CHECK_RC(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL), FERRY_ERR_SIG_MISSING);
     put(st, mkey, man, n);
+    CHECK_OK(ferry_run_log_read_keys(st, "run", 0, rk, &log));
+    CHECK(log && log->count == 3 && log->verified);
+    ferry_run_log_free(log);
     ferry_free(man);
     free(forged);
 
@@ -426,6 +432,15 @@ static void test_wrong_key_and_unsigned(void)
     CHECK_OK(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL));
     CHECK(holds(s, 2));
     ferry_subscriber_free(s);
+    /* the run log refuses to list either with the trainer's key */
+    ferry_run_log *log = NULL;
+    CHECK_RC(ferry_run_log_read_keys(st, "m", 0, rk, &log), FERRY_ERR_SIG_UNTRUSTED);
+    CHECK(log == NULL);
+    CHECK_RC(ferry_run_log_read_keys(st, "u", 0, rk, &log), FERRY_ERR_SIG_MISSING);
+    CHECK(log == NULL);
+    CHECK_OK(ferry_run_log_read_keys(st, "u", 0, NULL, &log));
+    CHECK(log && log->count == 2 && !log->verified);
+    ferry_run_log_free(log);
     /* the trainer's publisher refuses to resume mallory's run */
     ferry_keys *tk = signer_ring("trainer");
     ferry_publisher_options po = {.keys = tk};
