@@ -70,11 +70,13 @@
 #           depend on the gate), which the phase makes sure exist
 #   ftavgv2 ftavg's setting (plain averaging), PULSELoCo only; DiLoCo and
 #           DDP rows from ftavg
-#   ranks4v2  finetune's setting on 4 ranks, FT4_ROUNDS (20) rounds, seeds
-#           FT4_SEEDS (1), PULSELoCo and DiLoCo
+#   ranks4v2  finetune's setting on 4 ranks, FT4_ROUNDS (16) rounds, seeds
+#           FT4_SEEDS (1 2 3), modes FT4_MODES (pulseloco diloco ddp); runs
+#           go to finetune-ranks4-rROUNDS/
 #   ftllm   closer to LLM fine-tuning: inner lr FTLLM_LR (5e-7), H FTLLM_H
-#           (16), FTLLM_ROUNDS (20) rounds (the same 320 steps), the default
-#           outer step, seeds FTLLM_SEEDS (1), PULSELoCo and DiLoCo
+#           (16), FTLLM_ROUNDS (20) rounds (the same 320 steps as ftv2), the
+#           default outer step, seeds FTLLM_SEEDS (1 2 3), modes FTLLM_MODES
+#           (pulseloco diloco); runs go to finetune-llm-rROUNDS/
 # Raw output: bench/results/loco/PHASE/MODE-lrLR-sSEED.jsonl (one JSON object
 # per round, from rank 0); runs already complete there are not redone.
 # Report: bench/results/loco/report.md (bench/loco_report.py).
@@ -191,13 +193,15 @@ for phase in $PHASES; do
         done ;;
     ranks4v2)
         ck=$(pretrained)
-        for s in ${FT4_SEEDS:-1}; do for m in pulseloco diloco; do
-            run finetune-ranks4 $m "${FT_LRS%% *}" "$s" "${FT4_ROUNDS:-20}" 4 --init "$ck"
+        r=${FT4_ROUNDS:-16}
+        for s in ${FT4_SEEDS:-1 2 3}; do for m in ${FT4_MODES:-pulseloco diloco ddp}; do
+            run "finetune-ranks4-r$r" $m "${FT_LRS%% *}" "$s" "$r" 4 --init "$ck"
         done; done ;;
     ftllm)
         ck=$(pretrained)
-        for s in ${FTLLM_SEEDS:-1}; do for m in pulseloco diloco; do
-            RUN_H=${FTLLM_H:-16} run finetune-llm $m "${FTLLM_LR:-5e-7}" "$s" "${FTLLM_ROUNDS:-20}" "$RANKS" --init "$ck"
+        r=${FTLLM_ROUNDS:-20}
+        for s in ${FTLLM_SEEDS:-1 2 3}; do for m in ${FTLLM_MODES:-pulseloco diloco}; do
+            RUN_H=${FTLLM_H:-16} run "finetune-llm-r$r" $m "${FTLLM_LR:-5e-7}" "$s" "$r" "$RANKS" --init "$ck"
         done; done ;;
     *) echo "bench/loco.sh: unknown phase $phase" >&2; exit 2 ;;
     esac

@@ -198,6 +198,11 @@ def sweep_report(phase_dir):
     return lines
 
 
+def rounds_of(phase_dir):
+    """The round count in a phase directory named ...-rN (ranks4v2, ftllm)."""
+    return int(re.search(r"-r(\d+)$", phase_dir).group(1))
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "bench/results/loco"
     lines = ["# bench/loco: PULSELoCo, DiLoCo, DDP on the reference RL workload", ""]
@@ -231,10 +236,12 @@ def main():
     lines += phase_report("finetune-avg-v2: finetune-avg's setting (plain averaging), PULSELoCo with the outer gate",
                           os.path.join(out, "finetune-avg-v2"), tracking=True, preamble=v2,
                           borrow={"diloco": os.path.join(out, "finetune-avg"), "ddp": os.path.join(out, "finetune-avg")})
-    lines += phase_report("finetune-ranks4: finetune's setting on four ranks, PULSELoCo with the outer gate",
-                          os.path.join(out, "finetune-ranks4"), tracking=True)
-    lines += phase_report("finetune-llm: lower inner lr, larger H (closer to LLM fine-tuning), default outer step",
-                          os.path.join(out, "finetune-llm"), tracking=True)
+    for d in sorted(glob.glob(os.path.join(out, "finetune-ranks4-r*")), key=rounds_of):
+        lines += phase_report("%s: finetune's setting on four ranks, PULSELoCo with the outer gate"
+                              % os.path.basename(d), d, tracking=True)
+    for d in sorted(glob.glob(os.path.join(out, "finetune-llm-r*")), key=rounds_of):
+        lines += phase_report("%s: lower inner lr, larger H (closer to LLM fine-tuning), default outer step"
+                              % os.path.basename(d), d, tracking=True)
     lines += phase_report("finetune-avglong: finetune-avg's seed 1 over twice the rounds",
                           os.path.join(out, "finetune-avglong"), tracking=True)
     for d in sorted(glob.glob(os.path.join(out, "finetune-mom-*"))):
