@@ -262,8 +262,11 @@ static json_t *load(pctx *c, const void *text, size_t n, const char *format)
     }
     if (!json_is_object(root)) bad(c, "not a JSON object");
     else if (strcmp(g_str(c, root, "format"), format) && !c->rc) {
-        char w[96];
-        snprintf(w, sizeof w, "format is not \"%s\"", format);
+        char w[160];
+        if (!strcmp(format, "ferry-manifest-1") && !strcmp(json_string_value(json_object_get(root, "format")), "ferry-manifest-2"))
+            snprintf(w, sizeof w, "a sharded version (ferry-manifest-2): read it with ferry shard-pull or ferry_shard_pull");
+        else
+            snprintf(w, sizeof w, "format is not \"%s\"", format);
         bad(c, w);
     }
     if (c->rc) {

@@ -73,7 +73,7 @@ static int check_local(const sync_common *c, ferry_store *st, ferry_subscriber *
         return 1;
     }
     ferry_run_log *log = NULL;
-    int rc = ferry_run_log_read(st, c->run, 0, &log);
+    int rc = ferry_run_log_read_keys(st, c->run, 0, c->keys, &log);
     if (rc) return sync_fail("pull", rc, c->run);
     int found = 0;
     for (size_t i = 0; i < log->count; i++)
