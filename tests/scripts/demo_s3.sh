@@ -45,6 +45,8 @@ assert sm["versions"] == 6 and sm["admitted"] - sm["discarded"] == 10, sm
 # two first anchors, then deltas only: far less than a full checkpoint per sync
 assert sm["fetched_bytes"] < 2 * sm["full_bytes"] + 10 * max(s["patch_bytes"] for s in st) + 65536, sm
 PYEOF
+    # islands that died (and were restarted) refetch an anchor: say why they died
+    grep -h -e '"event":"died"' -e 'ferry island' -e 'ferry demo:' "$out" "$WORK/$mode.err" 2>/dev/null | head -n 10 | sed 's/^/    | /'
     run=$($PY -c 'import json,sys
 for l in open(sys.argv[1]):
     e = json.loads(l)
