@@ -51,6 +51,7 @@ int cmd_island(int argc, char **argv)
 #include "traj.h"
 
 #define ISLAND_IDLE_EXIT_MS (600 * 1000.0) /* backstop: no work for this long */
+#define CONTROL_BAD_MS (10 * 1000.0)        /* a control object unreadable this long is an error */
 
 typedef struct island {
     ferry_store *st;
@@ -81,6 +82,7 @@ typedef struct island {
     uint64_t ready_version;
     demo_island_status bg_status;
     volatile int stop, fatal;
+    double control_bad_since; /* first unreadable control object in a row, or 0 */
 } island;
 
 static int island_fail(const island *is, const char *what, int rc)
@@ -147,9 +149,21 @@ static int read_control(island *is, int *stop, uint64_t *step, uint64_t *version
     if (rc) return rc;
     const char *t = data;
     unsigned long long s, v;
-    if (!strncmp(t, "stop", 4)) *stop = 1;
-    else if (sscanf(t, "step %llu version %llu", &s, &v) == 2) *step = s, *version = v;
-    else rc = FERRY_ERR_ARG;
+    int end = 0;
+    /* A store that writes objects in place (s3rver, docs/STORE.md) can show
+     * the trainer's control object empty or cut while it is rewritten, so a
+     * request counts only whole, up to its newline ("step 1 version 1" may
+     * be the start of "step 1 version 12"), and an unreadable one means "no
+     * request yet" until it has stayed so for CONTROL_BAD_MS. */
+    if (!strncmp(t, "stop\n", 5)) *stop = 1;
+    else if (sscanf(t, "step %llu version %llu%n", &s, &v, &end) == 2 && t[end] == '\n') *step = s, *version = v;
+    else if (!is->control_bad_since) is->control_bad_since = demo_now_ms();
+    else if (demo_now_ms() - is->control_bad_since > CONTROL_BAD_MS) {
+        fprintf(stderr, "ferry island %u: %s: unreadable for %.0f s (%zu bytes, not \"step S version V\" or \"stop\")\n",
+                is->id, is->control_key, CONTROL_BAD_MS / 1e3, size);
+        rc = FERRY_ERR_ARG;
+    }
+    if (*stop || *step != UINT64_MAX) is->control_bad_since = 0;
     ferry_free(data);
     return rc;
 }
