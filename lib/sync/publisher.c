@@ -234,7 +234,14 @@ int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flag
     ferry_model *next = NULL;
     void *patch = NULL;
     size_t psize = 0;
-    if ((rc = fs_model_copy(model, p->cast, &next))) return rc;
+    /* A delta version needs no copy of the model before HEAD moves: the
+     * previous model's buffers are overwritten with it once the version is
+     * published (off the time-to-fresh-policy path, no allocation).  An
+     * anchor (saved from the copy), --verify (hashes it) or a new layout
+     * copies it first. */
+    bool reuse = !anchor && !p->verify && p->prev && fs_model_fits(p->prev, model, p->cast);
+    if (!reuse && (rc = fs_model_copy(model, p->cast, &next))) return rc;
+    const ferry_model *pub = reuse ? p->prev : next; /* its layout is the published model's */
     if (m.version > 1) {
         ferry_diff_options d = {.level = p->level, .threads = p->threads, .cast_bf16 = p->cast, .base_hash = L->model_hash};
         ferry_patch_info *pi = NULL;
@@ -289,8 +296,8 @@ int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flag
         m.anchor = L->anchor;
         m.prev_anchor = L->prev_anchor;
     }
-    m.model_bytes = ferry_model_nbytes(next);
-    m.tensors = ferry_model_count(next);
+    m.model_bytes = ferry_model_nbytes(pub);
+    m.tensors = ferry_model_count(pub);
     m.created = fs_now();
     snprintf(m.publisher, sizeof m.publisher, "%s", p->pubid);
     m.anchor_every = p->anchor_every;
@@ -311,17 +318,21 @@ int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flag
     if ((rc = move_head(p, &m, etag))) goto out;
 
     /* published: this is now the base of the next delta */
+    if (reuse) {
+        fs_model_overwrite(p->prev, model, p->cast);
+    } else {
+        ferry_model_free(p->prev);
+        p->prev = next;
+        next = NULL;
+    }
     if (p->cache_path) {
         fs_state from, to;
         state_of(L, &from);
         state_of(&m, &to);
-        if (fs_local_commit(p->cache_path, p->run, next, NULL, &from, &to)) ferry__clear_error(); /* only an optimisation */
+        if (fs_local_commit(p->cache_path, p->run, p->prev, NULL, &from, &to)) ferry__clear_error(); /* only an optimisation */
     }
     memcpy(p->head_etag, etag, sizeof etag);
     p->last = m;
-    ferry_model_free(p->prev);
-    p->prev = next;
-    next = NULL;
     if (info) {
         memset(info, 0, sizeof *info);
         info->version = m.version;

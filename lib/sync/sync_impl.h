@@ -238,6 +238,11 @@ bool fs_plan_pick(const fs_plan_in *in, fs_plan *out, uint64_t *chain_bytes, uin
 
 /* Owned copy of m; with cast_bf16, F32 tensors become their BF16 cast. */
 int fs_model_copy(const ferry_model *m, int cast_bf16, ferry_model **out);
+/* The same copy into dst's existing buffers (the publisher's previous
+ * model, reused: no allocation, no page faults); only when fs_model_fits
+ * said yes, and then it cannot fail. */
+bool fs_model_fits(ferry_model *dst, const ferry_model *m, int cast_bf16);
+void fs_model_overwrite(ferry_model *dst, const ferry_model *m, int cast_bf16);
 /* Same tensor names, dtypes, shapes (in order) in both models. */
 bool fs_same_structure(const ferry_model *a, const ferry_model *b, char *why, size_t cap);
 
