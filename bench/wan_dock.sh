@@ -33,8 +33,7 @@ source tests/tools/sync_env.sh
 source tests/tools/wan_env.sh
 trap 'cleanup; wan_down' EXIT
 DOCK=${FERRY_BUILD:-$PWD/build}/bench/wan_dock
-[ -x "$DOCK" ] || { echo "bench/wan_dock.sh: build $DOCK first (make benches)"; exit 1; }
-why=$(wan_check) || { echo "bench/wan_dock.sh: $why"; exit 1; }
+wan_bench_init bench/wan_dock.sh "$DOCK" || exit 1
 mkdir -p "$OUT"
 TOTAL=$((2 * N * COUNT))
 TMAX=$((COUNT * INTERVAL / 1000 + 120))
@@ -52,7 +51,7 @@ for p in "${pids[@]}"; do wait "$p"; done
 echo "file $line" >>"$res"
 
 # s3:// across the links
-wan_ns t && wan_ns a && wan_ns b && wan_link t a 1 "$A_MBIT" && wan_link t b 2 "$B_MBIT" || { echo "network setup failed"; exit 1; }
+wan_dcs "$A_MBIT" "$B_MBIT" || exit 1
 export AWS_ACCESS_KEY_ID=WANBENCH AWS_SECRET_ACCESS_KEY=wanbenchsecret AWS_REGION=us-east-1
 export AWS_CONFIG_FILE=$WORK/none AWS_SHARED_CREDENTIALS_FILE=$WORK/none AWS_EC2_METADATA_DISABLED=true
 ip netns exec "${WAN_TAG}t" $PY tests/tools/s3_strict_server.py --bucket bkt --access-key WANBENCH --secret-key wanbenchsecret \
@@ -60,9 +59,7 @@ ip netns exec "${WAN_TAG}t" $PY tests/tools/s3_strict_server.py --bucket bkt --a
 PIDS+=($!)
 wait_for "$WORK/s3.log" "listening" 100 || exit 1
 P=$(sed -nE 's/.*listening ([0-9]+).*/\1/p' "$WORK/s3.log" | head -1)
-ip netns exec "${WAN_TAG}t" $PY bench/wan_proxy.py 0.0.0.0 9000 127.0.0.1 "$P" "$DELAY" >"$WORK/proxy.log" 2>&1 &
-PIDS+=($!)
-wait_for "$WORK/proxy.log" "listening" 100 || exit 1
+wan_proxy t 9000 "$P" "$DELAY" proxy || exit 1
 pids=()
 for dc in a b; do
     ep=http://10.77.1.1:9000; [ $dc = b ] && ep=http://10.77.2.1:9000

@@ -2,10 +2,11 @@
 OUT/wan.json, OUT/wan.txt and a self-contained OUT/wan.html (inline SVG,
 no plotting library).
 
-Inputs in WORK: pub-ROW.log ("V T_START T_END" per version), isl/ROW-DCK.log
+Inputs in WORK: pub-ROW.log ("V T_START T_END ..." per version), isl/ROW-DCK.log
 ("V TIME DECODE_S" per version an island reached; V counts steps, 0 = the
 starting checkpoint), tx.log ("ROW BYTES_A BYTES_B"), dec_ferry.txt (ferry
-apply times), errors.log.
+apply times, into a new file), dec_lib.txt (the median in-place apply),
+errors.log.
 """
 import argparse
 import glob
@@ -16,7 +17,9 @@ import statistics
 
 ROWS = [("full", "full checkpoints"), ("skyrl", "SkyRL XOR + zstd-3"),
         ("sparse", "prime-rl sparse (int32 idx + BF16 + zstd-3)"), ("ferry", "ferry"),
-        ("mirror", "ferry + one mirror per island DC")]
+        ("mirror", "ferry + one mirror per island DC"),
+        ("lib", "ferry library: long-lived publisher, in-memory subscribers"),
+        ("libmirror", "ferry library + one mirror per island DC")]
 
 
 def pct(xs, q):
@@ -34,12 +37,16 @@ def load(work, versions):
     for row, _ in ROWS:
         p = os.path.join(work, "pub-%s.log" % row)
         if os.path.exists(p):
-            pub[row] = {int(v): float(t0) for v, t0, _ in (l.split() for l in open(p) if l.strip())}
+            pub[row] = {int(f[0]): float(f[1]) for f in (l.split() for l in open(p)) if len(f) >= 3}
     tx = {}
     for l in open(os.path.join(work, "tx.log")):
         row, a, b = l.split()
         tx[row] = {"a": int(a), "b": int(b)}
     dec_ferry = [float(x) for x in open(os.path.join(work, "dec_ferry.txt")).read().split()]
+    p = os.path.join(work, "dec_lib.txt")
+    dec_lib = float(open(p).read().split()[0]) if os.path.exists(p) else float("nan")
+    p = os.path.join(work, "probe.txt")
+    probe = [float(x) for x in open(p).read().split()] if os.path.exists(p) else []
     isl = {}
     for p in sorted(glob.glob(os.path.join(work, "isl", "*.log"))):
         name = os.path.basename(p)[:-4]
@@ -51,7 +58,7 @@ def load(work, versions):
                 reached.append((int(f[0]), float(f[1]), float(f[2]) if len(f) > 2 and f[2] else None))
         isl.setdefault(row, {})[who] = reached
     errors = [l.strip() for l in open(os.path.join(work, "errors.log")) if l.strip()]
-    return pub, tx, dec_ferry, isl, errors
+    return pub, tx, dec_ferry, dec_lib, probe, isl, errors
 
 
 def main():
@@ -64,10 +71,15 @@ def main():
     ap.add_argument("--b-mbit", type=float)
     ap.add_argument("--versions", type=int)
     ap.add_argument("--data")
+    ap.add_argument("--delay-ms", type=float, default=0)
+    ap.add_argument("--poll-ms", type=float, default=50)
+    ap.add_argument("--name", default="wan")
+    ap.add_argument("--load", default="")
     a = ap.parse_args()
-    pub, tx, dec_ferry, isl, errors = load(a.work, a.versions)
+    pub, tx, dec_ferry, dec_lib, probe, isl, errors = load(a.work, a.versions)
     bw = {"a": a.a_mbit * 1e6 / 8, "b": a.b_mbit * 1e6 / 8}
     res = {"islands_per_dc": a.islands, "period_s": a.period, "links_mbit": {"a": a.a_mbit, "b": a.b_mbit},
+           "delay_ms_one_way": a.delay_ms, "probe_mbit_direct_proxy": probe, "poll_ms": a.poll_ms, "load_average": a.load,
            "versions": a.versions, "data": a.data, "errors": errors, "rows": []}
     for row, title in ROWS:
         if row not in pub or row not in tx:
@@ -90,37 +102,45 @@ def main():
                 decode = 0.0
             elif row in ("ferry", "mirror"):
                 decode = statistics.median(dec_ferry)
+            elif row in ("lib", "libmirror"):
+                decode = dec_lib
             else:
                 decode = statistics.median(dec) if dec else float("nan")
             per_version = tx[row][dc] / a.versions
             ref = per_version / bw[dc] + decode
             p50 = pct(ttfp, 0.5)
+            rtt = 2 * a.delay_ms / 1e3
             r["dc"][dc] = {"p50_s": p50, "p99_s": pct(ttfp, 0.99), "samples": len(ttfp), "missing": missing,
                            "link_bytes": tx[row][dc], "link_bytes_per_version": per_version, "decode_s": decode,
-                           "reference_s": ref, "p50_over_reference": p50 / ref if ref > 0 else float("nan")}
+                           "reference_s": ref, "p50_over_reference": p50 / ref if ref > 0 else float("nan"),
+                           "p50_over_reference_rtt": p50 / (ref + rtt) if ref + rtt > 0 else float("nan")}
         res["rows"].append(r)
     for dc in ("a", "b"):
         best = min(res["rows"], key=lambda r: r["dc"][dc]["p50_s"])
         res["lowest_p50_" + dc] = best["row"]
     os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, "wan.json"), "w") as f:
+    with open(os.path.join(a.out, a.name + ".json"), "w") as f:
         json.dump(res, f, indent=1)
-    lines = ["bench/wan.sh: %d islands per DC, links a = %g Mbit/s, b = %g Mbit/s (tbf), a version every %g s, %d versions of %s"
-             % (a.islands, a.a_mbit, a.b_mbit, a.period, a.versions, a.data),
-             "%-8s %4s %9s %9s %13s %9s %9s %8s" % ("row", "link", "p50 s", "p99 s", "link B/ver", "decode s", "ref s", "p50/ref")]
+    lines = ["bench/wan.sh: %d islands per DC, links a = %g Mbit/s, b = %g Mbit/s (tbf) + %g ms one-way (proxy), polls every %g ms, "
+             "a version every %g s, %d versions of %s; load average %s"
+             % (a.islands, a.a_mbit, a.b_mbit, a.delay_ms, a.poll_ms, a.period, a.versions, a.data, a.load),
+             "%-9s %4s %9s %9s %13s %9s %9s %8s %12s" % ("row", "link", "p50 s", "p99 s", "link B/ver", "decode s", "ref s", "p50/ref",
+                                                       "p50/(ref+RTT)")]
     for r in res["rows"]:
         for dc in ("a", "b"):
             d = r["dc"][dc]
-            lines.append("%-8s %4s %9.3f %9.3f %13d %9.3f %9.3f %8.2f%s" % (
+            lines.append("%-9s %4s %9.3f %9.3f %13d %9.3f %9.3f %8.2f %12.2f%s" % (
                 r["row"], dc, d["p50_s"], d["p99_s"], d["link_bytes_per_version"], d["decode_s"], d["reference_s"],
-                d["p50_over_reference"], "  (%d missing)" % d["missing"] if d["missing"] else ""))
+                d["p50_over_reference"], d["p50_over_reference_rtt"], "  (%d missing)" % d["missing"] if d["missing"] else ""))
     lines.append("lowest p50: link a %s, link b %s" % (res["lowest_p50_a"], res["lowest_p50_b"]))
+    if len(probe) == 2:
+        lines.append("a 32 MiB GET over link a: %.1f Mbit/s straight, %.1f Mbit/s through the delay line" % tuple(probe))
     if errors:
         lines += ["ERROR: " + e for e in errors]
     text = "\n".join(lines) + "\n"
-    open(os.path.join(a.out, "wan.txt"), "w").write(text)
+    open(os.path.join(a.out, a.name + ".txt"), "w").write(text)
     print(text, end="")
-    open(os.path.join(a.out, "wan.html"), "w").write(page(res, text))
+    open(os.path.join(a.out, a.name + ".html"), "w").write(page(res, text))
 
 
 def bars(res, key, label, scale_fmt):
@@ -148,7 +168,8 @@ def page(res, text):
     return """<!doctype html><html><head><meta charset="utf-8"><title>ferry bench/wan</title></head>
 <body style="font-family: sans-serif; max-width: 900px">
 <h1>Time-to-fresh-policy over emulated WAN links</h1>
-<p>Network namespaces joined by tbf-shaped veth links (no added latency: this kernel has no netem).
+<p>Network namespaces joined by tbf-shaped veth links; the origin is reached through a userspace delay line
+(%g ms one-way: this kernel has no netem).
 Time-to-fresh-policy: from the moment the trainer starts publishing a version to the moment an island holds it
 (or a newer one). Blue: link a; orange: link b. The black tick is the row's physical reference:
 bytes on the link per version / bandwidth + decode time.</p>
@@ -156,7 +177,7 @@ bytes on the link per version / bandwidth + decode time.</p>
 %s
 <h2>Numbers</h2><pre>%s</pre>
 </body></html>
-""" % (bars(res, "p50_s", "p50 time-to-fresh-policy (s)", lambda v: "%.2f s" % v),
+""" % (res["delay_ms_one_way"], bars(res, "p50_s", "p50 time-to-fresh-policy (s)", lambda v: "%.2f s" % v),
        bars(res, "link_bytes_per_version", "bytes on the WAN link per version",
             lambda v: "%.2f MB" % (v / 1e6)), html.escape(text))
 

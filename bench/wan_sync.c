@@ -169,6 +169,7 @@ static int island_main(int argc, char **argv)
     snprintf(ready, sizeof ready, "%s.ready", log);
     FILE *rf = fopen(ready, "w");
     if (!lf || !rf) die(log, FERRY_ERR_IO);
+    fputs("ready\n", rf);
     fclose(rf);
     double t_end = bench_now() + deadline;
     uint64_t cur = 1;

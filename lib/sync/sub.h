@@ -43,6 +43,10 @@ struct ferry_subscriber {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool woken;
+    /* the HEAD the last ferry_subscriber_wait returned on (single store
+       only), reused by the next sync if read less than poll_ms ago */
+    fs_head polled;
+    uint64_t polled_ms;         /* when (fs_mono_ms); 0 = none to reuse */
     /* store list (sub_stores.c): further stores in order of preference */
     ferry_store *alt[FERRY_SYNC_STORES_MAX - 1];
     size_t nalt;

@@ -164,7 +164,14 @@ int fs_find_manifest(ferry_store *st, const char *run, const ferry_keys *keys, c
 
 static int read_head(ferry_subscriber *s, fs_head *h, bool allow_below)
 {
-    int rc = fs_head_read(s->st, s->run, s->keys, &s->cnt, h, NULL);
+    /* A HEAD a wait read (verified, as here) less than one poll interval
+     * ago is as fresh as polling makes any HEAD: the sync that follows
+     * the wait need not pay another round trip for it.  Once only. */
+    bool reuse = s->polled_ms && fs_mono_ms() - s->polled_ms < s->poll_ms;
+    s->polled_ms = 0;
+    int rc = FERRY_OK;
+    if (reuse) *h = s->polled;
+    else rc = fs_head_read(s->st, s->run, s->keys, &s->cnt, h, NULL);
     if (rc == FERRY_ERR_STORE_NOT_FOUND)
         return ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: no version published yet (no %s/HEAD)", s->run, s->run);
     if (rc) return rc;
@@ -408,7 +415,13 @@ int ferry_subscriber_wait(ferry_subscriber *s, uint64_t after_version, uint64_t 
         else if (rc == FERRY_ERR_STORE_NOT_FOUND) ferry__clear_error();
         else return rc;
         if (head) *head = hv;
-        if (hv > after_version) return FERRY_OK;
+        if (hv > after_version) {
+            if (!s->nalt) { /* with a store list another store may be the one synced from */
+                s->polled = h;
+                s->polled_ms = fs_mono_ms();
+            }
+            return FERRY_OK;
+        }
         pthread_mutex_lock(&s->mu);
         uint64_t el = fs_mono_ms() - t0;
         if (!s->woken && el < timeout_ms) {

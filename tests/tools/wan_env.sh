@@ -22,6 +22,34 @@ wan_check() {
     return 0
 }
 
+# wan_bench_init SCRIPT PROGRAM...: what every bench/wan* script checks
+# before it builds anything (the programs it runs are built, namespaces
+# work); prints one line saying what is missing and fails otherwise.
+wan_bench_init() {
+    local s=$1 p why
+    shift
+    for p in "$@"; do [ -x "$p" ] || { echo "$s: build $p first (make benches)"; return 1; }; done
+    why=$(wan_check) || { echo "$s: $why"; return 1; }
+}
+
+# wan_dcs A_MBIT B_MBIT: the benches' three datacenters: "t" (the
+# trainer's), "a" and "b" (islands) behind links of A_MBIT (10.77.1.x) and
+# B_MBIT (10.77.2.x) Mbit/s.
+wan_dcs() {
+    wan_ns t && wan_ns a && wan_ns b && wan_link t a 1 "$1" && wan_link t b 2 "$2" ||
+        { echo "network setup failed" >&2; return 1; }
+}
+
+# wan_proxy NS LISTEN_PORT TARGET_PORT DELAY_MS NAME: bench/wan_proxy.py in
+# NS, listening on every address of NS, forwarding to 127.0.0.1:TARGET_PORT
+# with DELAY_MS of one-way delay each way (this kernel has no netem: the
+# links' propagation delay); adds its pid to PIDS and waits until ready.
+wan_proxy() {
+    ip netns exec "${WAN_TAG}$1" ${PY:-python3} bench/wan_proxy.py 0.0.0.0 "$2" 127.0.0.1 "$3" "$4" >"$WORK/$5.log" 2>&1 &
+    PIDS+=($!)
+    wait_for "$WORK/$5.log" "listening" 100
+}
+
 # wan_ns NAME: a namespace with its loopback up.
 wan_ns() {
     local ns="${WAN_TAG}$1"

@@ -985,6 +985,70 @@ static void test_wait(void)
     tr_free(&t);
 }
 
+/* A sync right after a wait uses the HEAD the wait read (one round trip
+ * less) only within one poll interval; the publisher's copy of what it
+ * published stays exact when a version changes the layout. */
+static void test_wait_then_sync(void)
+{
+    char dir[512];
+    ferry_store *st = fixture_store(dir);
+    trainer t;
+    tr_init(&t, 11, 2e-5f);
+    ferry_publisher *pub = NULL;
+    CHECK_OK(ferry_publisher_open(st, "ws", NULL, &pub));
+    uint8_t h[8][16];
+    CHECK_OK(publish_n(pub, &t, 1, h));
+    ferry_subscriber_options so = {.poll_interval_ms = 60000}, so2 = {.poll_interval_ms = 20};
+    ferry_subscriber *s = NULL, *s2 = NULL;
+    CHECK_OK(ferry_subscriber_open(st, "ws", &so, &s));
+    CHECK_OK(ferry_subscriber_open(st, "ws", &so2, &s2));
+    CHECK_OK(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL));
+    CHECK_OK(ferry_subscriber_sync(s2, FERRY_SYNC_LATEST, 0, NULL));
+    CHECK_OK(publish_n(pub, &t, 1, h));
+    ferry_subscriber_stats a, b;
+    uint64_t head = 0;
+    CHECK_OK(ferry_subscriber_wait(s, 1, 1000, &head));
+    ferry_subscriber_get_stats(s, &a);
+    CHECK_OK(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL));
+    ferry_subscriber_get_stats(s, &b);
+    CHECK(head == 2 && ferry_subscriber_version(s) == 2 && sub_has(s, h[2]));
+    CHECK(b.manifests_fetched - a.manifests_fetched == 1); /* the manifest; HEAD from the wait */
+    /* a wait older than the poll interval: HEAD read again */
+    CHECK_OK(ferry_subscriber_wait(s2, 1, 1000, &head));
+    struct timespec ts = {0, 60 * 1000000L};
+    nanosleep(&ts, NULL);
+    ferry_subscriber_get_stats(s2, &a);
+    CHECK_OK(ferry_subscriber_sync(s2, FERRY_SYNC_LATEST, 0, NULL));
+    ferry_subscriber_get_stats(s2, &b);
+    CHECK(ferry_subscriber_version(s2) == 2 && b.manifests_fetched - a.manifests_fetched == 2);
+    /* no wait: HEAD read by the sync (the wait's HEAD is used once) */
+    CHECK_OK(publish_n(pub, &t, 1, h));
+    ferry_subscriber_get_stats(s, &a);
+    CHECK_OK(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL));
+    ferry_subscriber_get_stats(s, &b);
+    CHECK(ferry_subscriber_version(s) == 3 && sub_has(s, h[3]) && b.manifests_fetched - a.manifests_fetched == 2);
+    /* new metadata (the publisher cannot reuse its copy's layout), then back */
+    for (int k = 0; k < 2; k++) {
+        tr_step(&t);
+        ferry_model *m = tr_model(&t, 0);
+        if (!k) ferry_model_set_metadata(m, "step", "4");
+        ferry_publish_info info;
+        CHECK_OK(ferry_publish_ex(pub, m, 0, &info));
+        model_hash(m, h[info.version]);
+        ferry_model_free(m);
+        CHECK_OK(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL));
+        CHECK(ferry_subscriber_version(s) == info.version && sub_has(s, h[info.version]));
+    }
+    CHECK_OK(publish_n(pub, &t, 1, h));
+    CHECK_OK(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL));
+    CHECK(ferry_subscriber_version(s) == 6 && sub_has(s, h[6]));
+    ferry_subscriber_free(s);
+    ferry_subscriber_free(s2);
+    ferry_publisher_free(pub);
+    ferry_store_free(st);
+    tr_free(&t);
+}
+
 int main(void)
 {
     if (fixture_root("sync")) return 1;
@@ -1000,6 +1064,7 @@ int main(void)
     RUN(test_gc);
     RUN(test_corrupt_objects);
     RUN(test_wait);
+    RUN(test_wait_then_sync);
     rm_rf(g_root);
     return CHECK_SUMMARY();
 }
