@@ -277,7 +277,9 @@ FERRY_API const ferry_model *ferry_subscriber_model(const ferry_subscriber *s);
  * error).  Returns 0 when HEAD is above after_version, or when
  * ferry_subscriber_wake interrupted the wait (then *head may not be above
  * it); FERRY_ERR_SYNC_TIMEOUT after timeout_ms (0 = read HEAD once); the
- * store's errors. */
+ * store's errors.  A sync called less than poll_interval_ms after the wait
+ * returned (HEAD above after_version, one store) uses the HEAD the wait
+ * read instead of reading it again: one round trip less per version. */
 FERRY_API int ferry_subscriber_wait(ferry_subscriber *s, uint64_t after_version, uint64_t timeout_ms,
                                     uint64_t *head);
 /* Makes a concurrent (or the next) ferry_subscriber_wait return at once.
