@@ -38,6 +38,9 @@
 # Writes OUT/NAME.{txt,json,html} (default bench/results/wan).  Needs root,
 # network namespaces and nginx (scripts/install-deps.sh).
 set -u
+source tests/tools/sync_env.sh
+source tests/tools/wan_env.sh
+trap 'cleanup; wan_down' EXIT
 N=2 PERIOD=3 A_MBIT=200 B_MBIT=50 DELAY=20 POLL=20 OUT=bench/results NAME=wan
 ROWS="full skyrl sparse ferry mirror lib libmirror"
 SEQ=${FERRY_DATA:-../shared/data}/rl-a
@@ -57,9 +60,6 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-source tests/tools/sync_env.sh
-source tests/tools/wan_env.sh
-trap 'cleanup; wan_down' EXIT
 PEER=${FERRY_BUILD:-$PWD/build}/bench/wan_peer SYNC=${FERRY_BUILD:-$PWD/build}/bench/wan_sync
 wan_bench_init bench/wan.sh "$PEER" "$SYNC" || exit 1
 command -v nginx >/dev/null || { echo "bench/wan.sh: nginx is not installed"; exit 1; }
