@@ -455,6 +455,8 @@ typedef struct ferry_mirror_info {
     uint64_t bytes_copied;      /* bytes read from SRC: HEAD, manifests, objects */
     uint64_t gc_deleted;        /* objects DST's GC deleted */
     double seconds;
+    uint32_t compactions_copied;/* compacted deltas transferred */
+    uint32_t index_copied;      /* 1 when SRC's compaction index was written to DST */
 } ferry_mirror_info;
 
 /* Brings DST's copy of RUN up to SRC's HEAD, once.  Reads SRC's HEAD, walks

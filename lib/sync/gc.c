@@ -22,6 +22,7 @@ typedef struct gc {
     uint64_t N, A;
     char (*ids)[FS_ID_CAP];      /* ids of versions A..N */
     int64_t grace, now;
+    bool keep_index;             /* a mirror's DST: the index is SRC's bytes, never rewritten */
 } gc;
 
 static bool on_lineage(const gc *g, uint64_t v, const char *id)
@@ -110,7 +111,7 @@ static int prune_index(gc *g, fs_index *kept, fs_index *dropped)
         fs_index_release(&ix);
         *kept = (fs_index){kc, k};
         *dropped = (fs_index){dc, d};
-        if (!d || g->o->dry_run) return FERRY_OK;
+        if (!d || g->o->dry_run || g->keep_index) return FERRY_OK;
         char *text = fs_index_json(g->run, kept);
         if (!text) return FERRY_ERR_NOMEM;
         if ((rc = fs_record_seal(g->o->keys, &text))) return rc;
@@ -159,13 +160,19 @@ static int decide(const gc *g, const ferry_store_entry *e, const fs_index *kept,
 
 int ferry_gc(ferry_store *store, const char *run, const ferry_gc_options *opts, ferry_gc_report *out)
 {
+    return fs_gc(store, run, opts, false, out);
+}
+
+int fs_gc(ferry_store *store, const char *run, const ferry_gc_options *opts, bool keep_index, ferry_gc_report *out)
+{
     if (!store || !opts) return ferry__fail(FERRY_ERR_ARG, "ferry_gc: NULL argument");
     int rc = ferry_sync_run_check(run);
     if (rc) return rc;
     if (!opts->keep) return ferry__fail(FERRY_ERR_ARG, "ferry_gc: keep must be at least 1 (HEAD's version is always kept)");
     ferry_gc_report rep;
     memset(&rep, 0, sizeof rep);
-    gc g = {store, run, opts, &rep, 0, 0, NULL, opts->grace_s == 0 ? 3600 : opts->grace_s < 0 ? 0 : opts->grace_s, fs_now()};
+    gc g = {store, run, opts, &rep, 0, 0, NULL, opts->grace_s == 0 ? 3600 : opts->grace_s < 0 ? 0 : opts->grace_s, fs_now(),
+           keep_index};
     fs_head h;
     if ((rc = fs_head_read(store, run, opts->keys, NULL, &h, NULL))) {
         if (rc == FERRY_ERR_STORE_NOT_FOUND) return ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: no version published yet", run);

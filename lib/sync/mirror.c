@@ -4,38 +4,30 @@
  * re-serialise anything; every object is verified before the manifest
  * that names it is written, and HEAD, written last by compare-and-swap, is
  * the only thing that makes a version visible (as for a publisher). */
-#include "sync_impl.h"
+#include "mirror_impl.h"
 
 #include <stdlib.h>
 #include <unistd.h>
 
 #define MIRROR_DEFAULT_MAX 100000u
 
-/* One version to copy: its manifest's bytes and what they say. */
+/* One version to copy: its manifest's bytes and what they say (m; for a
+ * sharded version, m is the view GC and the run log use and sd the
+ * manifest-2 itself). */
 typedef struct mver {
     fs_manifest m;
+    sh_doc sd;
+    bool sharded;
     void *text;
     size_t n;
 } mver;
 
-typedef struct mirror {
-    ferry_store *src, *dst;
-    const char *run;
-    const ferry_mirror_options *o;
-    ferry_mirror_info *info;
-    fs_count cnt;
-} mirror;
-
-/* A protocol record (HEAD, manifest) as bytes, bounded like every record;
- * *body = the bytes before its signature trailer, which is verified when
- * the keys trust any key (else only split off).  The whole text is what
- * DST receives. */
-static int get_record(mirror *mr, const char *key, void **text, size_t *n, size_t *body)
+int mirror_get_record(mirror *mr, const char *key, size_t max, void **text, size_t *n, size_t *body)
 {
     /* bounded in the GET: a larger record is refused unread (docs/PROTOCOL.md "Bounds") */
-    int rc = ferry_store_get_max(mr->src, key, FS_JSON_MAX, text, n, NULL);
+    int rc = ferry_store_get_max(mr->src, key, max, text, n, NULL);
     if (rc == FERRY_ERR_LIMIT)
-        return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: larger than %zu bytes, too large for a protocol record", key, FS_JSON_MAX);
+        return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: larger than %zu bytes, too large for a protocol record", key, max);
     if (rc) return rc;
     mr->cnt.bytes += *n;
     mr->cnt.manifests++;
@@ -58,7 +50,7 @@ static int src_head(mirror *mr, fs_head *h, void **text, size_t *n)
     for (int attempt = 0; attempt < 3; attempt++) {
         if (attempt) fs_sleep_ms(50);
         size_t body;
-        if ((rc = get_record(mr, key, text, n, &body))) {
+        if ((rc = mirror_get_record(mr, key, FS_JSON_MAX, text, n, &body))) {
             if (rc == FERRY_ERR_STORE_NOT_FOUND)
                 return ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: the upstream %s has no version yet (no HEAD)", mr->run,
                                    ferry_store_url(mr->src));
@@ -72,28 +64,48 @@ static int src_head(mirror *mr, fs_head *h, void **text, size_t *n)
     return rc;
 }
 
+/* Parses a manifest of either format (a sharded one says "ferry-manifest-2"
+ * near its start; a single-rank one is held to FS_JSON_MAX). */
+static int parse_manifest(mirror *mr, const char *key, size_t body, mver *out)
+{
+    size_t head = body < 4096 ? body : 4096;
+    if (memmem(out->text, head, "\"ferry-manifest-2\"", 18)) {
+        int rc = sh_manifest_parse(mr->run, key, out->text, body, &out->sd);
+        if (rc) return rc;
+        out->sharded = true;
+        sh_manifest_view(&out->sd, &out->m);
+        return FERRY_OK;
+    }
+    if (body > FS_JSON_MAX)
+        return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: larger than %zu bytes, too large for a protocol record", key, FS_JSON_MAX);
+    return fs_manifest_parse(mr->run, key, out->text, body, &out->m);
+}
+
+static void release_one(mver *v)
+{
+    ferry_free(v->text);
+    v->text = NULL;
+    if (v->sharded) sh_doc_release(&v->sd);
+    v->sharded = false;
+}
+
 static int src_manifest(mirror *mr, const fs_ref *r, mver *out)
 {
     char key[FS_KEY_CAP];
     fs_key_version(key, mr->run, r->version, r->id, FS_OBJ_MANIFEST);
     size_t body;
-    int rc = get_record(mr, key, &out->text, &out->n, &body);
+    /* a manifest-2 lists every tile: bounded as sharded readers bound it */
+    int rc = mirror_get_record(mr, key, SH_MANIFEST_MAX, &out->text, &out->n, &body);
     if (rc) return rc;
-    rc = fs_manifest_parse(mr->run, key, out->text, body, &out->m);
+    rc = parse_manifest(mr, key, body, out);
     if (!rc && (out->m.version != r->version || strcmp(out->m.id, r->id)))
         rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: holds the manifest of version %llu id %s", key,
                          (unsigned long long)out->m.version, out->m.id);
-    if (rc) {
-        ferry_free(out->text);
-        out->text = NULL;
-    }
+    if (rc) release_one(out);
     return rc;
 }
 
-/* The object is already in DST with the size its manifest gives: a copy
- * interrupted after that put.  DST only ever receives verified objects
- * under keys that carry a random id, so the size check is enough. */
-static bool in_dst(mirror *mr, const char *key, uint64_t bytes)
+bool mirror_in_dst(mirror *mr, const char *key, uint64_t bytes)
 {
     ferry_store_stat ss;
     int rc = ferry_store_head(mr->dst, key, &ss);
@@ -101,19 +113,17 @@ static bool in_dst(mirror *mr, const char *key, uint64_t bytes)
     return !rc && ss.size == bytes;
 }
 
-/* A delta: header, trailer checksum and table parse, and its base and
- * target hashes are the manifest's. */
-static int verify_delta(const char *key, const fs_manifest *m, const void *d, size_t n)
+int mirror_check_patch(const char *key, const char *what, const void *d, size_t n, const uint8_t *base, const uint8_t target[16])
 {
     ferry_patch_info *pi;
     int rc = ferry_patch_inspect(d, n, &pi);
-    if (rc) return ferry__context(FERRY_ERR_SYNC_CORRUPT, "%s", key);
-    uint8_t base[16], target[16];
-    ferry_patch_info_hashes(pi, base, target);
+    if (rc) return ferry__context(FERRY_ERR_SYNC_CORRUPT, "%s%s", key, what);
+    uint8_t b[16], t[16];
+    ferry_patch_info_hashes(pi, b, t);
     ferry_patch_info_free(pi);
-    if (memcmp(base, m->base_hash, 16) || memcmp(target, m->model_hash, 16))
-        return ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: its base or target hash is not the manifest's (another version's delta?)",
-                           key);
+    if ((base && memcmp(b, base, 16)) || memcmp(t, target, 16))
+        return ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s%s: its base or target hash is not the one its record gives (another version's patch?)",
+                           key, what);
     return FERRY_OK;
 }
 
@@ -121,7 +131,7 @@ static int copy_delta(mirror *mr, const fs_manifest *m)
 {
     char key[FS_KEY_CAP];
     fs_key_version(key, mr->run, m->version, m->id, FS_OBJ_DELTA);
-    if (in_dst(mr, key, m->delta_bytes)) {
+    if (mirror_in_dst(mr, key, m->delta_bytes)) {
         mr->info->objects_reused++;
         return FERRY_OK;
     }
@@ -130,7 +140,7 @@ static int copy_delta(mirror *mr, const fs_manifest *m)
     const uint8_t *want;
     int rc = fs_want_sha(mr->o->keys, key, m->has_delta_sha, m->delta_sha, &want);
     if (!rc) rc = fs_object_get(mr->src, key, m->delta_bytes, want, &mr->cnt, &d, &n);
-    if (!rc) rc = verify_delta(key, m, d, n);
+    if (!rc) rc = mirror_check_patch(key, "", d, n, m->base_hash, m->model_hash);
     if (!rc) rc = ferry_store_put(mr->dst, key, d, n, NULL);
     ferry_free(d);
     if (!rc) mr->info->objects_copied++;
@@ -144,7 +154,7 @@ static int copy_full(mirror *mr, const fs_manifest *m)
 {
     char key[FS_KEY_CAP];
     fs_key_version(key, mr->run, m->version, m->id, FS_OBJ_FULL);
-    if (in_dst(mr, key, m->full_bytes)) {
+    if (mirror_in_dst(mr, key, m->full_bytes)) {
         mr->info->objects_reused++;
         return FERRY_OK;
     }
@@ -182,6 +192,7 @@ static int copy_full(mirror *mr, const fs_manifest *m)
 
 static int copy_version(mirror *mr, const mver *v)
 {
+    if (v->sharded) return mirror_copy_shard(mr, &v->sd, v->text, v->n);
     int rc = FERRY_OK;
     if (v->m.version > 1 && (rc = copy_delta(mr, &v->m))) return rc;
     if (v->m.kind == FERRY_SYNC_ANCHOR && (rc = copy_full(mr, &v->m))) return rc;
@@ -193,7 +204,7 @@ static int copy_version(mirror *mr, const mver *v)
 /* Frees the texts of n entries (not the array). */
 static void release_texts(mver *vs, size_t n)
 {
-    for (size_t i = 0; i < n; i++) ferry_free(vs[i].text);
+    for (size_t i = 0; i < n; i++) release_one(&vs[i]);
 }
 
 static void release(mver *vs, size_t n)
@@ -362,13 +373,17 @@ int ferry_mirror_once(ferry_store *src, ferry_store *dst, const char *run, const
     uint64_t t0 = fs_mono_ms();
     mirror mr = {src, dst, run, opts ? opts : &defaults, info, {0, 0, 0}};
     rc = mirror_run(&mr);
-    info->bytes_copied = mr.cnt.bytes;
     if (!rc && mr.o->keep && info->versions_copied) {
+        /* DST's index is SRC's bytes (signed, perhaps): GC leaves it */
         ferry_gc_options go = {.keep = mr.o->keep, .grace_s = mr.o->grace_s};
         ferry_gc_report rep;
-        rc = ferry_gc(dst, run, &go, &rep);
+        rc = fs_gc(dst, run, &go, true, &rep);
         if (!rc) info->gc_deleted = rep.objects_deleted;
     }
+    /* after GC, so that no compacted delta is copied only to be deleted;
+       also when HEAD did not move (a compaction adds no version) */
+    if (!rc) rc = mirror_compactions(&mr);
+    info->bytes_copied = mr.cnt.bytes;
     info->seconds = (double)(fs_mono_ms() - t0) / 1000.0;
     return rc;
 }

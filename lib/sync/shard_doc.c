@@ -585,6 +585,27 @@ int sh_manifest_read(ferry_store *st, const char *run, const ferry_keys *keys, u
 
 /* ---- links of either manifest format (GC, run log) ---- */
 
+void sh_manifest_view(const sh_doc *m, fs_manifest *out)
+{
+    memset(out, 0, sizeof *out);
+    out->version = m->version;
+    memcpy(out->id, m->id, FS_ID_CAP);
+    out->kind = m->kind;
+    out->prev = m->prev;
+    out->anchor.ref = m->anchor;
+    memcpy(out->model_hash, m->model_hash, 16);
+    out->model_bytes = m->model_bytes;
+    for (uint32_t r = 0; r < m->world; r++) {
+        out->delta_bytes += m->obj_bytes[2 * r];
+        out->full_bytes += m->obj_bytes[2 * r + 1];
+    }
+    for (size_t i = 0; i < m->nparts; i++)
+        if (!i || strcmp(m->parts[i].name, m->parts[i - 1].name)) out->tensors++;
+    out->created = (int64_t)m->created;
+    snprintf(out->publisher, sizeof out->publisher, "%s", m->publisher);
+    out->anchor_every = m->anchor_every;
+}
+
 int sh_manifest_links(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id,
                       fs_manifest *out)
 {
@@ -596,22 +617,7 @@ int sh_manifest_links(ferry_store *st, const char *run, const ferry_keys *keys, 
         return fs_manifest_read(st, run, keys, version, id, NULL, out);
     }
     if (rc) return rc;
-    out->version = m.version;
-    memcpy(out->id, m.id, FS_ID_CAP);
-    out->kind = m.kind;
-    out->prev = m.prev;
-    out->anchor.ref = m.anchor;
-    memcpy(out->model_hash, m.model_hash, 16);
-    out->model_bytes = m.model_bytes;
-    for (uint32_t r = 0; r < m.world; r++) {
-        out->delta_bytes += m.obj_bytes[2 * r];
-        out->full_bytes += m.obj_bytes[2 * r + 1];
-    }
-    for (size_t i = 0; i < m.nparts; i++)
-        if (!i || strcmp(m.parts[i].name, m.parts[i - 1].name)) out->tensors++;
-    out->created = (int64_t)m.created;
-    snprintf(out->publisher, sizeof out->publisher, "%s", m.publisher);
-    out->anchor_every = m.anchor_every;
+    sh_manifest_view(&m, out);
     sh_doc_release(&m);
     return FERRY_OK;
 }

@@ -119,6 +119,9 @@ int sh_manifest_read(ferry_store *st, const char *run, const ferry_keys *keys, u
  * single-rank one that GC and the run log use (links, sizes, hash). */
 int sh_manifest_links(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id,
                       fs_manifest *out);
+/* Those fields of a parsed manifest-2 (delta_bytes and full_bytes: its
+ * ranks' objects summed). */
+void sh_manifest_view(const sh_doc *m, fs_manifest *out);
 /* Key of rank's object of a version. */
 void sh_key_object(char out[FS_KEY_CAP], const char *run, uint64_t version, const char *id, uint32_t rank, int kind);
 

@@ -246,6 +246,11 @@ void fs_model_overwrite(ferry_model *dst, const ferry_model *m, int cast_bf16);
 /* Same tensor names, dtypes, shapes (in order) in both models. */
 bool fs_same_structure(const ferry_model *a, const ferry_model *b, char *why, size_t cap);
 
+/* ferry_gc; with keep_index the compaction index is left as it is (a
+ * mirror's copy of its upstream's signed bytes) while the compacted
+ * deltas it names that end before the retained set are still deleted. */
+int fs_gc(ferry_store *store, const char *run, const ferry_gc_options *opts, bool keep_index, ferry_gc_report *out);
+
 /* Object-level failures (a corrupt, foreign or vanished object or manifest
  * on a path) are answered by trying another path; others abort a sync. */
 bool fs_object_error(int rc);

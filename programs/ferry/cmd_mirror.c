@@ -41,10 +41,11 @@ static void report(const sync_common *c, const ferry_mirror_info *in, int rc)
     if (c->json) {
         printf("{\"from_version\": %llu, \"to_version\": %llu, \"src_version\": %llu, \"first_copied\": %llu, "
                "\"versions_copied\": %u, \"objects_copied\": %u, \"objects_reused\": %u, \"bytes_copied\": %llu, "
-               "\"gc_deleted\": %llu, \"seconds\": %.3f, \"ok\": %s}\n",
+               "\"gc_deleted\": %llu, \"compactions_copied\": %u, \"index_copied\": %u, \"seconds\": %.3f, \"ok\": %s}\n",
                (unsigned long long)in->from_version, (unsigned long long)in->to_version, (unsigned long long)in->src_version,
                (unsigned long long)in->first_copied, in->versions_copied, in->objects_copied, in->objects_reused,
-               (unsigned long long)in->bytes_copied, (unsigned long long)in->gc_deleted, in->seconds, rc ? "false" : "true");
+               (unsigned long long)in->bytes_copied, (unsigned long long)in->gc_deleted, in->compactions_copied, in->index_copied,
+               in->seconds, rc ? "false" : "true");
     } else if (!rc && in->versions_copied) {
         printf("%s: %llu -> %llu (versions %llu..%llu: %u objects copied, %u reused, %llu bytes from the upstream) in %.3f s\n",
                c->run, (unsigned long long)in->from_version, (unsigned long long)in->to_version,
@@ -53,6 +54,8 @@ static void report(const sync_common *c, const ferry_mirror_info *in, int rc)
     } else if (!rc) {
         printf("%s: up to date at version %llu\n", c->run, (unsigned long long)in->to_version);
     }
+    if (!c->json && !rc && in->index_copied)
+        printf("%s: compaction index copied (%u compacted deltas)\n", c->run, in->compactions_copied);
     fflush(stdout);
 }
 
@@ -129,7 +132,9 @@ int cmd_mirror(int argc, char **argv)
     signal(SIGTERM, on_signal);
     signal(SIGINT, on_signal);
     char head_key[FERRY_SYNC_RUN_MAX + 8], seen[FERRY_STORE_ETAG_MAX] = "";
+    char index_key[FERRY_SYNC_RUN_MAX + 20], seen_index[FERRY_STORE_ETAG_MAX] = "";
     snprintf(head_key, sizeof head_key, "%s/HEAD", c.run);
+    snprintf(index_key, sizeof index_key, "%s/compactions.json", c.run);
     double t_end = cli_now() + (double)for_s;
     mo.keys = c.keys;
     ferry_mirror_info info;
@@ -152,6 +157,11 @@ int cmd_mirror(int argc, char **argv)
             if (ferry_store_head(src, head_key, &ss)) continue;
             if (rc || !ss.etag[0] || strcmp(ss.etag, seen)) {
                 snprintf(seen, sizeof seen, "%s", ss.etag);
+                break;
+            }
+            /* a compaction adds no version: its index is watched too */
+            if (!ferry_store_head(src, index_key, &ss) && strcmp(ss.etag, seen_index)) {
+                snprintf(seen_index, sizeof seen_index, "%s", ss.etag);
                 break;
             }
         }

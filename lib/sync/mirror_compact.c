@@ -1,0 +1,99 @@
+/* Compacted deltas of a mirrored run (docs/MIRROR.md, "Compacted deltas").
+ * SRC's compaction index is copied byte for byte, like every record, so a
+ * signed index stays signed; before it is written, every compacted delta
+ * it names whose target version DST holds is copied and verified (size,
+ * SHA-256 when given, patch checksum, base and target hashes against the
+ * entry, target hash against DST's manifest of that version).  Entries
+ * whose target DST does not hold (below what was mirrored, or dropped by
+ * DST's GC) are left without their object: an island that tries one meets
+ * a clean NOT_FOUND and takes another path, as after the origin's GC. */
+#include "mirror_impl.h"
+
+/* Copies the compacted delta of entry c if DST holds its target version;
+ * *copied / *reused count what happened. */
+static int copy_entry(mirror *mr, const fs_compaction *c)
+{
+    fs_manifest to;
+    int rc = fs_manifest_read(mr->dst, mr->run, mr->o->keys, c->to, c->to_id, NULL, &to);
+    if (rc == FERRY_ERR_STORE_NOT_FOUND) { /* not mirrored (or gone): no object either */
+        ferry__clear_error();
+        return FERRY_OK;
+    }
+    if (rc) return rc;
+    char key[FS_KEY_CAP];
+    fs_key_compact(key, mr->run, c->from, c->to, c->id);
+    if (memcmp(to.model_hash, c->target_hash, 16))
+        return ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: the index gives a target hash that is not version %llu's", key,
+                           (unsigned long long)c->to);
+    if (mirror_in_dst(mr, key, c->bytes)) {
+        mr->info->objects_reused++;
+        return FERRY_OK;
+    }
+    const uint8_t *want;
+    void *d = NULL;
+    size_t n;
+    rc = fs_want_sha(mr->o->keys, key, c->has_sha, c->sha, &want);
+    if (!rc) rc = fs_object_get(mr->src, key, c->bytes, want, &mr->cnt, &d, &n);
+    if (!rc) rc = mirror_check_patch(key, "", d, n, c->base_hash, c->target_hash);
+    if (!rc) rc = ferry_store_put(mr->dst, key, d, n, NULL);
+    ferry_free(d);
+    if (!rc) mr->info->compactions_copied++;
+    return rc;
+}
+
+/* Writes the index's bytes to DST by compare-and-swap against the etag
+ * read (etag "" = DST had none); another mirror process that wrote the
+ * same bytes meanwhile is success. */
+static int swap_index(mirror *mr, const char *key, const void *text, size_t n, const char *etag)
+{
+    int rc = ferry_store_cas(mr->dst, key, etag[0] ? etag : NULL, text, n, NULL);
+    if (rc != FERRY_ERR_STORE_CONFLICT) return rc;
+    ferry__clear_error();
+    void *now = NULL;
+    size_t nn = 0;
+    rc = ferry_store_get_max(mr->dst, key, FS_JSON_MAX, &now, &nn, NULL);
+    bool same = !rc && nn == n && !memcmp(now, text, n);
+    ferry_free(now);
+    if (same) return FERRY_OK;
+    ferry__clear_error();
+    return ferry__fail(FERRY_ERR_SYNC_CONFLICT, "%s: changed in %s during the copy (another writer): not replaced", key,
+                       ferry_store_url(mr->dst));
+}
+
+int mirror_compactions(mirror *mr)
+{
+    char key[FS_KEY_CAP];
+    fs_key_index(key, mr->run);
+    void *text = NULL, *have = NULL;
+    size_t n = 0, body = 0, nh = 0;
+    int rc = mirror_get_record(mr, key, FS_JSON_MAX, &text, &n, &body);
+    if (rc == FERRY_ERR_STORE_NOT_FOUND) { /* never compacted */
+        ferry__clear_error();
+        return FERRY_OK;
+    }
+    if (rc) return rc;
+    ferry_store_stat ds = {0};
+    rc = ferry_store_get_max(mr->dst, key, FS_JSON_MAX, &have, &nh, &ds);
+    if (rc == FERRY_ERR_STORE_NOT_FOUND || rc == FERRY_ERR_LIMIT) { /* none, or not a record: replaced */
+        ferry__clear_error();
+        if (rc == FERRY_ERR_STORE_NOT_FOUND) ds.etag[0] = 0;
+        rc = FERRY_OK;
+    }
+    bool same = !rc && have && nh == n && !memcmp(have, text, n);
+    ferry_free(have);
+    fs_index ix = {0};
+    if (rc || same) goto out;
+    if ((rc = fs_index_parse(mr->run, key, text, body, &ix))) goto out;
+    for (size_t i = 0; i < ix.n && !rc; i++) {
+        if (fs_keys_enforce(mr->o->keys) && !ix.c[i].has_sha)
+            rc = ferry__fail(FERRY_ERR_SIG_DIGEST, "%s: entry %zu gives no SHA-256", key, i);
+        else
+            rc = copy_entry(mr, &ix.c[i]);
+    }
+    if (!rc) rc = swap_index(mr, key, text, n, ds.etag);
+    if (!rc) mr->info->index_copied = 1;
+out:
+    fs_index_release(&ix);
+    ferry_free(text);
+    return rc;
+}
