@@ -473,13 +473,21 @@ typedef struct ferry_mirror_info {
  * becomes visible before every object it names is there and verified; a
  * mirror killed at any point leaves DST's HEAD on its old, complete
  * version (the copied objects are reused by the next call).  With keep,
- * DST is then garbage-collected by ferry_gc.  info may be NULL.
+ * DST is then garbage-collected by ferry_gc's rules (its compaction index
+ * left as SRC wrote it).  Sharded versions (ferry-manifest-2) are copied
+ * rank object by rank object, every tile verified against the manifest
+ * (SHA-256, checksum, base and target hashes).  Last, also when HEAD did
+ * not move, SRC's compaction index is copied verbatim if it differs from
+ * DST's, after every compacted delta it names whose target version DST
+ * holds was copied and verified (a failure leaves DST's index as it was).
+ * info may be NULL.
  * Returns 0 when DST's HEAD equals SRC's (also when nothing was to do);
  * FERRY_ERR_SYNC_NOT_YET (SRC has no version), _BACKWARDS (DST is ahead of
  * SRC: refused), _CONFLICT (DST's HEAD is another version of the same
  * number, or moved during the copy to something other than SRC's HEAD),
  * _CORRUPT / _MANIFEST (SRC served an object or record that does not
- * verify; DST is unchanged), store errors of either side. */
+ * verify; DST is unchanged, or for a compacted delta DST's index is),
+ * FERRY_ERR_SIG_* with keys, store errors of either side. */
 FERRY_API int ferry_mirror_once(ferry_store *src, ferry_store *dst, const char *run, const ferry_mirror_options *opts,
                                 ferry_mirror_info *info);
 
