@@ -36,8 +36,11 @@ __all__ = ["FerryError", "strerror", "last_error", "Model", "Raw", "DTYPE_NAMES"
            "apply_file", "apply_inplace", "inspect", "library_path"]
 
 if _lib.has("ferry_publisher_open") or _lib.has("ferry_publisher_create"):
-    from .sync import Publisher, Subscriber  # noqa: F401
-    __all__ += ["Publisher", "Subscriber"]
+    from .sync import Publisher, Subscriber, Store  # noqa: F401
+    __all__ += ["Publisher", "Subscriber", "Store"]
+if _lib.has("ferry_mirror_once"):
+    from .sync import mirror_once  # noqa: F401
+    __all__ += ["mirror_once"]
 if _lib.has("ferry_keygen"):
     from .sign import Keys, keygen  # noqa: F401
     __all__ += ["Keys", "keygen"]

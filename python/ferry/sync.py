@@ -75,6 +75,21 @@ class _SubscriberStats(ctypes.Structure):
                 ("rejected", _U64), ("last_rejection", ctypes.c_char * 512)]
 
 
+class _MirrorOptions(ctypes.Structure):
+    _fields_ = [("keep", _U64), ("grace_s", ctypes.c_int64), ("tmp_dir", _S),
+                ("max_versions", _U64), ("concurrency", ctypes.c_uint),
+                ("chunk_size", _U64),
+                ("keys", _P)]  # const ferry_keys * (ferry.Keys, include/ferry_sign.h)
+
+
+class _MirrorInfo(ctypes.Structure):
+    _fields_ = [("from_version", _U64), ("to_version", _U64), ("src_version", _U64),
+                ("first_copied", _U64), ("versions_copied", _U32),
+                ("objects_copied", _U32), ("objects_reused", _U32),
+                ("bytes_copied", _U64), ("gc_deleted", _U64), ("seconds", ctypes.c_double),
+                ("compactions_copied", _U32), ("index_copied", _U32)]
+
+
 _PP = ctypes.POINTER(ctypes.c_void_p)
 _lib._proto("ferry_store_open", _I, _S, ctypes.POINTER(_StoreOptions), _PP)
 _lib._proto("ferry_store_free", None, _P)
@@ -92,6 +107,10 @@ _lib._proto("ferry_subscriber_model", _P, _P)
 _lib._proto("ferry_subscriber_wait", _I, _P, _U64, _U64, ctypes.POINTER(_U64))
 _lib._proto("ferry_subscriber_wake", None, _P)
 _lib._proto("ferry_subscriber_get_stats", None, _P, ctypes.POINTER(_SubscriberStats))
+_lib._proto("ferry_subscriber_add_store", _I, _P, _P)
+_lib._proto("ferry_subscriber_store_used", ctypes.c_uint, _P)
+_lib._proto("ferry_mirror_once", _I, _P, _P, _S, ctypes.POINTER(_MirrorOptions),
+            ctypes.POINTER(_MirrorInfo))
 
 SYNC_LATEST, SYNC_MIN, SYNC_EXACT = 0, 1, 2
 ERR_SYNC_TIMEOUT = 88
@@ -252,11 +271,20 @@ class Subscriber(_lib.Handle):
 
     keys: a ferry.Keys of trusted public keys: every version must then be
     signed by one of them (else FerryError 140..144) and every object match
-    its signed SHA-256 (docs/SECURITY.md)."""
+    its signed SHA-256 (docs/SECURITY.md).
+
+    stores: further stores holding the same run (mirrors of one another:
+    URLs or ferry.Store), in order of preference after `store`, at most 7
+    (ferry_subscriber_add_store).  A sync falls back to the next one when
+    a store is down, behind or serves what does not verify
+    (docs/MIRROR.md); store_used says which one served the last sync."""
 
     def __init__(self, store, run, path=None, threads=1, poll_interval_s=None,
-                 max_attempts=0, no_compactions=False, tmp_dir=None, keys=None):
+                 max_attempts=0, no_compactions=False, tmp_dir=None, keys=None, stores=()):
         self._store = _store(store, create=False)
+        if isinstance(stores, (str, bytes, os.PathLike, Store)):
+            raise TypeError("ferry.Subscriber: stores is a list of further stores")
+        self._stores = [_store(x, create=False) for x in stores]
         self._keys = keys  # the library borrows it: kept alive with the handle
         self.run = run
         self.path = path
@@ -285,6 +313,11 @@ class Subscriber(_lib.Handle):
         h = ctypes.c_void_p()
         check(L.ferry_subscriber_open(self._store.handle, cstr(self.run, "run name"),
                                       ctypes.byref(o), ctypes.byref(h)))
+        for st in self._stores:
+            rc = L.ferry_subscriber_add_store(h, st.handle)
+            if rc:
+                L.ferry_subscriber_free(h)
+                check(rc)
         self._close_handle()
         self._h = h
         self._version = L.ferry_subscriber_version(h)
@@ -312,6 +345,7 @@ class Subscriber(_lib.Handle):
         info = _SyncInfo()
         check(L.ferry_subscriber_sync(self._h, mode, v, ctypes.byref(info)))
         self.last_info = _info_dict(info)
+        self.last_info["store_used"] = L.ferry_subscriber_store_used(self._h)
         self._version = L.ferry_subscriber_version(self._h)
         return self._version
 
@@ -422,6 +456,12 @@ class Subscriber(_lib.Handle):
         return self._version
 
     @property
+    def store_used(self):
+        """Which store served the last successful sync: 0 = `store`, 1.. =
+        the entries of `stores`, in order."""
+        return L.ferry_subscriber_store_used(self._h) if self._h else 0
+
+    @property
     def hash(self):
         """Model hash of the version held (16 bytes), or None."""
         if not self._h or not self._version:
@@ -461,6 +501,38 @@ class Subscriber(_lib.Handle):
         if self._model is not None:
             self._model.close()
             self._model = None
+
+
+# ----------------------------------------------------------------------
+# Mirror
+# ----------------------------------------------------------------------
+
+def mirror_once(src, dst, run, keep=0, keys=None, concurrency=0, chunk_size=0,
+                grace_s=0, tmp_dir=None, max_versions=0):
+    """Brings DST's copy of RUN up to SRC's HEAD, once (ferry_mirror_once,
+    docs/MIRROR.md): every object verified before the manifest that names
+    it, HEAD last by compare-and-swap; sharded versions and compacted
+    deltas included.  src, dst: URLs or ferry.Store (a missing file:// DST
+    is created).  keep: GC DST keeping that many versions (0 = no GC),
+    with grace_s as ferry_gc's.  keys: a ferry.Keys whose trusted keys
+    SRC's records must verify against.  concurrency, chunk_size: the
+    parallel ranged GETs of large objects.  Returns the ferry_mirror_info
+    as a dict (from_version, to_version, src_version, first_copied,
+    versions_copied, objects_copied, objects_reused, bytes_copied,
+    gc_deleted, seconds, compactions_copied, index_copied).  Raises
+    FerryError: 81/82 (SRC served what does not verify; DST unchanged),
+    80 CONFLICT, 87 BACKWARDS (DST ahead), 140.. (signatures), store
+    errors."""
+    s, d = _store(src, create=False), _store(dst, create=True)
+    tmp = _enc(tmp_dir)
+    o = _MirrorOptions(keep=int(keep), grace_s=int(grace_s), tmp_dir=tmp,
+                       max_versions=int(max_versions), concurrency=int(concurrency),
+                       chunk_size=int(chunk_size),
+                       keys=keys.handle if keys is not None else None)
+    info = _MirrorInfo()
+    check(L.ferry_mirror_once(s.handle, d.handle, cstr(run, "run name"), ctypes.byref(o),
+                              ctypes.byref(info)))
+    return _info_dict(info)
 
 
 def wait_head(fn, handle, after, timeout_s):

@@ -24,7 +24,9 @@ if hasattr(ferry, "Publisher"):
                 ("ferry_publish_info", sync._PublishInfo, "ferry_sync.h"),
                 ("ferry_subscriber_options", sync._SubscriberOptions, "ferry_sync.h"),
                 ("ferry_sync_info", sync._SyncInfo, "ferry_sync.h"),
-                ("ferry_subscriber_stats", sync._SubscriberStats, "ferry_sync.h")]
+                ("ferry_subscriber_stats", sync._SubscriberStats, "ferry_sync.h"),
+                ("ferry_mirror_options", sync._MirrorOptions, "ferry_sync.h"),
+                ("ferry_mirror_info", sync._MirrorInfo, "ferry_sync.h")]
 if hasattr(ferry, "shard"):
     from ferry import shard
     STRUCTS += [("ferry_shard_options", shard._Options, "ferry_shard.h"),
