@@ -13,17 +13,17 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-/* Where one tile patch of the object lies. */
+/* Where one tile patch of the object lies (off: its offset, copied so
+ * that sorting needs no context). */
 typedef struct span {
+    uint64_t off;
     const sh_part *p;
     const sh_tile *t;
 } span;
 
-static int kind_g; /* qsort has no context: the kind being sorted (set just before) */
-
 static int cmp_span(const void *a, const void *b)
 {
-    uint64_t x = ((const span *)a)->t->loc[kind_g].off, y = ((const span *)b)->t->loc[kind_g].off;
+    uint64_t x = ((const span *)a)->off, y = ((const span *)b)->off;
     return x < y ? -1 : x > y;
 }
 
@@ -38,8 +38,8 @@ static int spans_of(const sh_doc *m, uint32_t r, int kind, span **out, size_t *c
     size_t k = 0;
     for (size_t i = 0; i < m->nparts; i++)
         for (size_t j = 0; m->parts[i].rank == r && j < m->parts[i].ntiles; j++)
-            if (m->parts[i].tiles[j].loc[kind].size) s[k++] = (span){&m->parts[i], &m->parts[i].tiles[j]};
-    kind_g = kind;
+            if (m->parts[i].tiles[j].loc[kind].size)
+                s[k++] = (span){m->parts[i].tiles[j].loc[kind].off, &m->parts[i], &m->parts[i].tiles[j]};
     qsort(s, k, sizeof *s, cmp_span);
     *out = s;
     *count = k;
