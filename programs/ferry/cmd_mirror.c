@@ -145,7 +145,9 @@ int cmd_mirror(int argc, char **argv)
         else if (!c.quiet) fprintf(stderr, "ferry mirror: %s (retrying)\n", ferry_last_error());
         if (!follow) break;
         if (rc && !transient(rc)) break;
-        if ((until && !rc && info.to_version >= until) || g_stop) {
+        /* to_version is DST's HEAD even when the pass failed after it
+           (on the compaction index): the version asked for is served */
+        if ((until && info.to_version >= until) || g_stop) {
             rc = FERRY_OK;
             break;
         }
