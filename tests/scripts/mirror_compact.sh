@@ -60,6 +60,8 @@ check "... the corrupt object is not in the mirror" test ! -e "$M/r/c/$(basename
 check "... the version itself was copied (HEAD 15)" grep -q '"version": 15' "$M/r/HEAD"
 check "... an island still syncs from the mirror" fy pull "$M" --run r --to "$WORK/i2.safetensors" -q
 check "... bit-identical" same_model "$(model 14)" "$WORK/i2.safetensors"
+check "... --follow --until-version 15 stops (the version is served) instead of polling on" \
+    timeout 15 "$FERRY" mirror "$O" "$M" --run r --follow --until-version 15 --poll-ms 50 --for 60 -q
 cp "$WORK/good.patch" "$c"
 check "repaired upstream: the next pass copies it" fy mirror "$O" "$M" --run r -q
 check "... index byte for byte" cmp -s "$O/r/compactions.json" "$M/r/compactions.json"
