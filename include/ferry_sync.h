@@ -421,9 +421,11 @@ FERRY_API int ferry_gc(ferry_store *store, const char *run, const ferry_gc_optio
  * A MIRROR follows a run from an upstream store (SRC) into a nearer one
  * (DST), from which the islands of one datacenter pull: every version's
  * objects cross the long link once, whatever the number of islands.  A
- * mirror copies bytes verbatim — manifests, deltas, full objects and
- * HEAD itself — so DST holds exactly the run SRC holds (same keys, same
- * content, signatures included) and a mirror of a mirror makes a tree.
+ * mirror copies bytes verbatim — manifests, deltas, full objects, the
+ * ranks' objects of sharded versions, compacted deltas, the compaction
+ * index and HEAD itself — so DST holds exactly the run SRC holds (same
+ * keys, same content, signatures included) and a mirror of a mirror makes
+ * a tree.
  * ====================================================================== */
 typedef struct ferry_mirror_options {
     uint64_t keep;          /* after each copy, GC DST keeping this many
