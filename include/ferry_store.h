@@ -144,6 +144,15 @@ typedef struct ferry_store_options {
     int cas_mode;                /* FERRY_STORE_CAS_* (default CONDITIONAL) */
     uint32_t list_page_size;     /* keys per ListObjectsV2 page, 1..1000; 0 = 1000 */
     uint64_t max_list_entries;   /* bound on one listing; 0 = 10000000 */
+    unsigned upload_concurrency; /* parts of one multipart upload sent at once,
+                                    1..64; 0 = 4.  Each part is its own request,
+                                    retried alone; max_bytes_per_s caps each of
+                                    them (so an upload may reach concurrency x
+                                    the cap); the first part that fails for good
+                                    stops the others and the upload is aborted
+                                    (no part of it ever becomes visible).
+                                    The progress callback sees the sum of the
+                                    parts, from one thread at a time. */
 } ferry_store_options;
 
 typedef struct ferry_store ferry_store;
@@ -183,7 +192,8 @@ FERRY_API int ferry_store_key_check(const char *key);
  * be NULL) receives the new object's etag ("" if the server sent none).
  * file: temporary file in the key's directory, fsync, rename, fsync of the
  * directory; missing directories are created.  s3: one PUT up to
- * part_size, else a multipart upload (aborted on failure).
+ * part_size, else a multipart upload with upload_concurrency parts in
+ * flight (aborted on failure).
  * Returns FERRY_ERR_STORE_KEY, _READONLY, _AUTH, _TIMEOUT, _HTTP, _NET,
  * _CANCELED, _CORRUPT (a malformed answer), FERRY_ERR_IO (file) or
  * FERRY_ERR_NOMEM.  Every call below can also fail with the network errors

@@ -164,6 +164,7 @@ int ferry_store_open(const char *url, const ferry_store_options *opts, ferry_sto
     s->retry_base_ms = o->retry_base_ms ? o->retry_base_ms : FERRY__DEFAULT_RETRY_BASE_MS;
     s->max_bytes_per_s = o->max_bytes_per_s;
     s->part_size = o->part_size ? o->part_size : FERRY__DEFAULT_PART;
+    s->upload_conc = o->upload_concurrency ? o->upload_concurrency : FERRY__DEFAULT_UPLOAD_CONC;
     s->cas_mode = o->cas_mode;
     s->list_page = o->list_page_size ? o->list_page_size : FERRY__DEFAULT_LIST_PAGE;
     s->max_list = o->max_list_entries ? o->max_list_entries : FERRY__DEFAULT_MAX_LIST;
@@ -178,6 +179,8 @@ int ferry_store_open(const char *url, const ferry_store_options *opts, ferry_sto
     else if (s->part_size > FERRY__MAX_SINGLE_PUT)
         rc = ferry__fail(FERRY_ERR_STORE_URL, "part_size %llu exceeds S3's 5 GiB",
                          (unsigned long long)s->part_size);
+    else if (s->upload_conc > FERRY__MAX_UPLOAD_CONC)
+        rc = ferry__fail(FERRY_ERR_STORE_URL, "upload_concurrency %u exceeds %u", s->upload_conc, FERRY__MAX_UPLOAD_CONC);
     else if (o->ca_file && !(s->ca_file = ferry__strdup(o->ca_file)))
         rc = FERRY_ERR_NOMEM;
     if (rc) goto fail;

@@ -18,6 +18,7 @@
 #include "ferry_store.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #define FERRY__DEFAULT_DEADLINE_MS 300000u
@@ -35,6 +36,8 @@
 #define FERRY__DEFAULT_MAX_LIST 10000000ull
 #define FERRY__FILE_HASH_MAX (1u << 20)    /* file etags: content hash up to this size */
 #define FERRY__POOL 8                      /* idle curl handles kept per store */
+#define FERRY__DEFAULT_UPLOAD_CONC 4u       /* parts in flight of one multipart upload */
+#define FERRY__MAX_UPLOAD_CONC 64u
 
 typedef struct ferry__backend ferry__backend;
 
@@ -64,6 +67,7 @@ struct ferry_store {
     /* resolved options */
     uint64_t deadline_ms, max_object, part_size, max_bytes_per_s, max_list;
     uint32_t connect_ms, stall_ms, max_attempts, retry_base_ms, list_page;
+    unsigned upload_conc;         /* parts of a multipart upload in flight at once */
     int cas_mode;
     ferry_store_progress_fn progress;
     void *progress_user;
@@ -169,6 +173,16 @@ int ferry__xml_child_text(const char *xml, size_t n, const char *root, const cha
 int ferry__xml_root(const char *xml, size_t n, char *out, size_t cap);
 
 /* ---- store_net.c ---- */
+/* Requests of one transfer made in parallel (the parts of a multipart
+ * upload): their upload progress is summed and reported as one, the
+ * callback never runs in two threads at once, and setting stop makes the
+ * requests still running end at once (their results are then ignored). */
+typedef struct ferry__group {
+    pthread_mutex_t mu;
+    uint64_t done;                 /* bytes of all the requests, under mu */
+    atomic_int stop;               /* nonzero: the transfers end */
+} ferry__group;
+
 /* One logical request, retried.  The caller owns every pointer. */
 typedef struct ferry__req {
     const char *op;                /* "GET", "PUT part 3", ... for messages */
@@ -188,6 +202,7 @@ typedef struct ferry__req {
     int resume;                    /* on retry, continue after sink->written with
                                       If-Match on the first answer's etag */
     uint64_t progress_base, progress_total; /* for multipart uploads */
+    ferry__group *group;           /* parallel parts: progress summed (base unused) */
     uint64_t deadline;             /* ferry__now_ms() value; 0 = the store's default */
 } ferry__req;
 

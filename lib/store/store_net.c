@@ -105,7 +105,9 @@ typedef struct xfer {
     int full;                /* took all we wanted: the rest is dropped */
     int err;                 /* status set by a callback (message set) */
     int canceled;
+    int stopped;             /* ended because req->group->stop was set */
     uint64_t last_done;
+    uint64_t group_counted;  /* bytes of this attempt added to req->group->done */
 } xfer;
 
 static int ieq_prefix(const char *line, size_t n, const char *name, const char **val, size_t *vlen)
@@ -326,10 +328,49 @@ static int on_seek(void *ud, curl_off_t off, int origin)
     return CURL_SEEKFUNC_OK;
 }
 
+/* A part of a parallel upload: its bytes go into the group's sum, which
+ * is what the callback sees (under the group's lock: one call at a time). */
+static int group_progress(xfer *x, uint64_t ulnow)
+{
+    ferry__group *g = x->req->group;
+    ferry_store *s = x->s;
+    int stop = 0;
+    pthread_mutex_lock(&g->mu);
+    g->done += ulnow - x->group_counted; /* may go back: a retried part starts at 0 */
+    x->group_counted = ulnow;
+    if (s->progress && g->done != x->last_done) {
+        x->last_done = g->done;
+        if (s->progress(s->progress_user, g->done, x->req->progress_total)) {
+            x->canceled = 1; /* the group's owner then stops the others */
+            stop = 1;
+        }
+    }
+    pthread_mutex_unlock(&g->mu);
+    return stop;
+}
+
+/* Takes back what an attempt that will be retried added to its group. */
+static void group_undo(xfer *x)
+{
+    ferry__group *g = x->req->group;
+    if (!g || !x->group_counted) return;
+    pthread_mutex_lock(&g->mu);
+    g->done -= x->group_counted;
+    pthread_mutex_unlock(&g->mu);
+    x->group_counted = 0;
+}
+
 static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
 {
     xfer *x = ud;
     ferry_store *s = x->s;
+    if (x->req->group) {
+        if (atomic_load(&x->req->group->stop)) {
+            x->stopped = 1;
+            return 1;
+        }
+        return group_progress(x, (uint64_t)ulnow);
+    }
     if (!s->progress) return 0;
     uint64_t done, total;
     if (x->req->has_body) {
@@ -448,7 +489,7 @@ static CURLcode attempt(ferry_store *s, CURL *c, xfer *x, struct curl_slist *hdr
     curl_easy_setopt(c, CURLOPT_WRITEDATA, x);
     curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
     curl_easy_setopt(c, CURLOPT_XFERINFODATA, x);
-    curl_easy_setopt(c, CURLOPT_NOPROGRESS, s->progress ? 0L : 1L);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, s->progress || q->group ? 0L : 1L);
     return curl_easy_perform(c);
 }
 
@@ -497,6 +538,13 @@ static void parse_error_body(ferry__resp *r)
     ferry__clear_error(); /* a missing field is not a failure of the request */
 }
 
+/* A request of a group that another request's failure stopped: the
+ * group's owner reports that failure, not this one. */
+static int group_stopped(const ferry__req *q)
+{
+    return ferry__fail(FERRY_ERR_STORE_CANCELED, "%s: %s: stopped (another part failed)", q->what, q->op);
+}
+
 int ferry__net_call(ferry_store *s, const ferry__req *q, ferry__resp *r)
 {
     memset(r, 0, sizeof *r);
@@ -514,6 +562,10 @@ int ferry__net_call(ferry_store *s, const ferry__req *q, ferry__resp *r)
             rc = ferry__fail(FERRY_ERR_STORE_TIMEOUT, "%s: %s: deadline of %.1f s passed after %u attempt%s; last error: %s",
                              q->what, q->op, (double)s->deadline_ms / 1000.0, attempt_no, attempt_no == 1 ? "" : "s",
                              last[0] ? last : "none");
+            break;
+        }
+        if (q->group && atomic_load(&q->group->stop)) {
+            rc = group_stopped(q);
             break;
         }
         attempt_no++;
@@ -536,6 +588,10 @@ int ferry__net_call(ferry_store *s, const ferry__req *q, ferry__resp *r)
         curl_slist_free_all(hdrs);
         if (x.canceled) {
             rc = ferry__fail(FERRY_ERR_STORE_CANCELED, "%s: %s: canceled by the progress callback", q->what, q->op);
+            break;
+        }
+        if (x.stopped) {
+            rc = group_stopped(q);
             break;
         }
         if (x.err) { /* message already set */
@@ -588,6 +644,7 @@ int ferry__net_call(ferry_store *s, const ferry__req *q, ferry__resp *r)
                 break;
             }
         }
+        group_undo(&x); /* the part is sent again from its first byte */
         /* Keep what a download got, to resume if we know which object it was. */
         if (q->sink && q->sink->written && r->etag[0] && !resume_etag[0] && r->status >= 200 && r->status < 300)
             memcpy(resume_etag, r->etag, sizeof resume_etag);

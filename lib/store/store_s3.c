@@ -15,6 +15,7 @@
 #include "store_impl.h"
 
 #include <curl/curl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -159,13 +160,93 @@ static void abort_upload(ferry_store *s, const char *key, const char *query)
     s3req_release(&rq);
 }
 
+/* The parts of one multipart upload, sent by up to s->upload_conc threads
+ * (one stream rarely fills a long link; S3 takes parts in any order).  Each
+ * part is an ordinary request, retried alone within the upload's deadline;
+ * the first failure stops the others, and the caller aborts the upload. */
+typedef struct parts {
+    ferry_store *s;
+    const char *key;
+    const uint8_t *data;
+    uint64_t size, part;
+    size_t nparts;
+    const char *idq;             /* "uploadId=..." */
+    uint64_t deadline;
+    char (*etags)[FERRY_STORE_ETAG_MAX];
+    ferry__group group;          /* progress summed; stop on the first failure */
+    size_t next;                 /* next part to send, under group.mu */
+    int rc;                      /* first failure, under group.mu */
+    char msg[1024];
+} parts;
+
+static int part_send(parts *P, size_t i)
+{
+    uint64_t off = (uint64_t)i * P->part;
+    size_t n = (size_t)(P->size - off < P->part ? P->size - off : P->part);
+    char op[64], q2[1300];
+    snprintf(op, sizeof op, "UploadPart %zu/%zu", i + 1, P->nparts);
+    snprintf(q2, sizeof q2, "partNumber=%zu&%s", i + 1, P->idq); /* sorted: p < u */
+    s3req rq;
+    ferry__resp r = {0};
+    int rc = s3req_init(P->s, &rq, P->key, q2, P->data + off, n);
+    if (rc) return rc;
+    ferry__req q = {.op = op, .method = "PUT", .url = (const char *)rq.url.data, .what = rq.what,
+                    .headers = rq.hdrs, .sign = 1, .body = P->data + off, .body_len = n, .has_body = 1,
+                    .progress_total = P->size, .group = &P->group, .deadline = P->deadline};
+    rc = ferry__net_call(P->s, &q, &r);
+    if (!rc && r.status != 200) rc = status_error(&rq, op, &r);
+    if (!rc) rc = need_etag(&rq, op, &r);
+    if (!rc) memcpy(P->etags[i], r.etag, sizeof P->etags[i]); /* each thread its own slots */
+    ferry__resp_release(&r);
+    s3req_release(&rq);
+    return rc;
+}
+
+static void *parts_worker(void *arg)
+{
+    parts *P = arg;
+    for (;;) {
+        pthread_mutex_lock(&P->group.mu);
+        size_t i = P->rc ? P->nparts : P->next++;
+        pthread_mutex_unlock(&P->group.mu);
+        if (i >= P->nparts) break;
+        int rc = part_send(P, i);
+        if (!rc) continue;
+        pthread_mutex_lock(&P->group.mu);
+        if (!P->rc) { /* the first failure; later ones are its consequences */
+            P->rc = rc;
+            snprintf(P->msg, sizeof P->msg, "%s", ferry_last_error());
+            atomic_store(&P->group.stop, 1);
+        }
+        pthread_mutex_unlock(&P->group.mu);
+        break;
+    }
+    return NULL;
+}
+
+static int parts_run(parts *P)
+{
+    if (pthread_mutex_init(&P->group.mu, NULL)) return ferry__fail(FERRY_ERR_NOMEM, "pthread_mutex_init failed");
+    atomic_init(&P->group.stop, 0);
+    size_t n = P->s->upload_conc < P->nparts ? P->s->upload_conc : P->nparts;
+    pthread_t t[FERRY__MAX_UPLOAD_CONC];
+    size_t started = 0;
+    /* the calling thread is one of the senders: nothing to start for one */
+    for (; started + 1 < n; started++)
+        if (pthread_create(&t[started], NULL, parts_worker, P)) break;
+    parts_worker(P);
+    for (size_t i = 0; i < started; i++) pthread_join(t[i], NULL);
+    pthread_mutex_destroy(&P->group.mu);
+    return P->rc ? ferry__fail(P->rc, "%s", P->msg) : FERRY_OK;
+}
+
 static int put_multipart(ferry_store *s, const char *key, const uint8_t *data, size_t size, char *etag)
 {
     uint64_t part = s->part_size;
     if ((size + part - 1) / part > FERRY__MAX_PARTS) part = (size + FERRY__MAX_PARTS - 1) / FERRY__MAX_PARTS;
     size_t nparts = (size_t)((size + part - 1) / part);
     uint64_t deadline = ferry__deadline(s);
-    char upload_id[1025] = "", idq[1200] = "", q2[1300];
+    char upload_id[1025] = "", idq[1200] = "";
     ferry_buf enc = {0}, body = {0};
     char (*etags)[FERRY_STORE_ETAG_MAX] = NULL;
     s3req rq;
@@ -189,23 +270,12 @@ static int put_multipart(ferry_store *s, const char *key, const uint8_t *data, s
         goto done;
     snprintf(idq, sizeof idq, "uploadId=%s", (const char *)enc.data);
 
-    /* 2. UploadPart, in order (one connection; parts are retried alone) */
+    /* 2. UploadPart, up to upload_conc at once, each retried alone */
     etags = ferry__calloc(nparts, sizeof *etags);
     if (!etags) { rc = FERRY_ERR_NOMEM; goto done; }
-    for (size_t i = 0; i < nparts && !rc; i++) {
-        uint64_t off = (uint64_t)i * part;
-        size_t n = (size_t)(size - off < part ? size - off : part);
-        char op[64];
-        snprintf(op, sizeof op, "UploadPart %zu/%zu", i + 1, nparts);
-        snprintf(q2, sizeof q2, "partNumber=%zu&%s", i + 1, idq); /* sorted: p < u */
-        rc = put_once(s, key, q2, NULL, data + off, n, op, off, size, deadline, &r, &rq);
-        if (!rc && r.status != 200) rc = status_error(&rq, op, &r);
-        if (!rc) rc = need_etag(&rq, op, &r);
-        if (!rc) memcpy(etags[i], r.etag, sizeof etags[i]);
-        ferry__resp_release(&r);
-        s3req_release(&rq);
-    }
-    if (rc) goto done;
+    parts P = {.s = s, .key = key, .data = data, .size = size, .part = part, .nparts = nparts, .idq = idq,
+               .deadline = deadline, .etags = etags};
+    if ((rc = parts_run(&P))) goto done;
 
     /* 3. CompleteMultipartUpload.  S3 may answer 200 with an <Error> body
      * (the work takes a while): an InternalError there is retried. */

@@ -38,7 +38,8 @@ class _StoreOptions(ctypes.Structure):
                 ("endpoint", _S), ("region", _S), ("access_key", _S),
                 ("secret_key", _S), ("session_token", _S), ("anonymous", _I),
                 ("unsigned_payload", _I), ("part_size", _U64), ("cas_mode", _I),
-                ("list_page_size", _U32), ("max_list_entries", _U64)]
+                ("list_page_size", _U32), ("max_list_entries", _U64),
+                ("upload_concurrency", ctypes.c_uint)]
 
 
 class _PublisherOptions(ctypes.Structure):

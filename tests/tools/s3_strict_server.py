@@ -29,7 +29,17 @@
    GET /__ctl?cut=N     the next N object GETs send half the body, then close
    GET /__ctl?lose=N    the next N PUTs are applied, then the connection is
                         closed without an answer
-   GET /__stats         JSON counters
+   GET /__ctl?part_delay=MS   every UploadPart waits MS ms before its answer
+                        (so that parts in flight at once can be seen)
+   GET /__ctl?bad_part=N the next UploadPart of part number N answers
+                        400 InvalidArgument (a final error, not retried)
+   GET /__ctl?fail_part=N the next UploadPart of part number N answers 503
+   GET /__ctl?reset=1   all counters back to 0
+   GET /__stats         JSON counters, among them parts_in_flight_max (the
+                        most UploadPart requests handled at once), uploads
+                        (multipart uploads open: initiated, neither
+                        completed nor aborted), aborts, range_bytes (body
+                        bytes of 206 answers) and get_bytes (of 200 GETs)
 
 Usage: s3_strict_server.py --bucket B --access-key K --secret-key S
        [--token T] [--region R] [--port 0]
@@ -127,8 +137,13 @@ class State:
         self.uploads = {}     # upload id -> (key, {part: (bytes, etag)})
         self.next_upload = 1
         self.fail = self.cut = self.lose = 0
+        self.part_delay = 0
+        self.bad_part = self.fail_part = 0
+        self.parts_in_flight = 0
         self.stats = {"requests": 0, "auth_failures": 0, "sha_mismatch": 0, "precondition_failed": 0,
-                      "faults": 0, "conditional_puts": 0, "resumed_gets": 0, "conditional_conflicts": 0}
+                      "faults": 0, "conditional_puts": 0, "resumed_gets": 0, "conditional_conflicts": 0,
+                      "parts_in_flight_max": 0, "upload_parts": 0, "aborts": 0, "range_bytes": 0,
+                      "get_bytes": 0}
 
 
 class S3Error(Exception):
@@ -205,9 +220,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         with st.lock:
             if path == "/__ctl":
                 for k, v in urllib.parse.parse_qsl(query):
-                    if k in ("fail", "cut", "lose"):
+                    if k in ("fail", "cut", "lose", "part_delay", "bad_part", "fail_part"):
                         setattr(st, k, int(v))
-            body = json.dumps(dict(st.stats, fail=st.fail, cut=st.cut, lose=st.lose)).encode()
+                    elif k == "reset":
+                        st.stats = dict.fromkeys(st.stats, 0)
+            body = json.dumps(dict(st.stats, fail=st.fail, cut=st.cut, lose=st.lose,
+                                   uploads=len(st.uploads))).encode()
         self.send(200, body, [("Content-Type", "application/json")])
 
     # -- authentication --------------------------------------------------
@@ -285,7 +303,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.complete(key, q, body)
         if method == "DELETE" and "uploadId" in q:
             with st.lock:
-                st.uploads.pop(q["uploadId"], None)
+                if st.uploads.pop(q["uploadId"], None) is not None:
+                    st.stats["aborts"] += 1
             return self.send(204)
         if method == "PUT":
             return self.put(key, body)
@@ -361,6 +380,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             hdrs.append(("Content-Range", "bytes %d-%d/%d" % (start, end, len(data))))
             data = data[start:end + 1]
             status = 206
+        if not head:
+            with st.lock:
+                st.stats["range_bytes" if status == 206 else "get_bytes"] += len(data) // 2 if cut else len(data)
         if cut:
             self.send_response(status)
             for k, v in hdrs:
@@ -375,13 +397,34 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send(status, data, hdrs, head)
 
     def upload_part(self, key, q, body):
+        import time
         st = self.server.state
+        num = int(q["partNumber"])
         with st.lock:
-            up = st.uploads.get(q["uploadId"])
-            if up is None or up[0] != key:
-                raise S3Error(404, "NoSuchUpload", q["uploadId"])
-            etag = hashlib.md5(body).hexdigest()
-            up[1][int(q["partNumber"])] = (body, etag)
+            st.stats["upload_parts"] += 1
+            st.parts_in_flight += 1
+            st.stats["parts_in_flight_max"] = max(st.stats["parts_in_flight_max"], st.parts_in_flight)
+            delay = st.part_delay
+        try:
+            if delay:
+                time.sleep(delay / 1000.0)
+            with st.lock:
+                if st.bad_part == num:
+                    st.bad_part = 0
+                    st.stats["faults"] += 1
+                    raise S3Error(400, "InvalidArgument", "injected failure of part %d" % num)
+                if st.fail_part == num:
+                    st.fail_part = 0
+                    st.stats["faults"] += 1
+                    raise S3Error(503, "SlowDown", "injected")
+                up = st.uploads.get(q["uploadId"])
+                if up is None or up[0] != key:
+                    raise S3Error(404, "NoSuchUpload", q["uploadId"])
+                etag = hashlib.md5(body).hexdigest()
+                up[1][num] = (body, etag)
+        finally:
+            with st.lock:
+                st.parts_in_flight -= 1
         self.send(200, b"", [("ETag", '"%s"' % etag)])
 
     def complete(self, key, q, body):

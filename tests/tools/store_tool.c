@@ -8,6 +8,8 @@
  *   putfile KEY FILE        the same through ferry_store_put_file
  *   get KEY FILE|-          read into FILE (or stdout)
  *   getfile KEY FILE        the same through ferry_store_get_file
+ *   pgetfile KEY FILE       the same through ferry_store_get_file_parallel
+ *                           (--conc, --chunk, --resume)
  *   range KEY OFFSET LEN    bytes to stdout
  *   head KEY                prints "SIZE ETAG MTIME"
  *   ls [PREFIX]             prints "KEY SIZE ETAG" lines
@@ -25,6 +27,7 @@
  *   --deadline-ms N --connect-ms N --stall-ms N --max-attempts N
  *   --retry-base-ms N --rate BYTES_PER_S --list-page N --max-size N
  *   --cas-verify --create --progress (prints "progress DONE TOTAL" to stderr)
+ *   --upload-conc N (parts in flight) --conc N --chunk N --resume (pgetfile)
  *   --large N (selftest: size of the large object; default 3.5 x part size)
  *
  * Exit status: 0, or the ferry error code (60 = FERRY_ERR_STORE_URL ...),
@@ -116,6 +119,7 @@ static int selftest(const char *url, const ferry_store_options *o, const char *p
 int main(int argc, char **argv)
 {
     ferry_store_options o = {0};
+    ferry_store_transfer_options to = {0};
     int i = 1;
     for (; i < argc && !strncmp(argv[i], "--", 2); i++) {
         const char *a = argv[i];
@@ -137,6 +141,10 @@ int main(int argc, char **argv)
         NUM("--rate", max_bytes_per_s)
         NUM("--list-page", list_page_size)
         NUM("--max-size", max_object_size)
+        NUM("--upload-conc", upload_concurrency)
+        if (!strcmp(a, "--conc") && v) { to.concurrency = (unsigned)strtoul(v, NULL, 10); i++; continue; }
+        if (!strcmp(a, "--chunk") && v) { to.chunk_size = strtoull(v, NULL, 10); i++; continue; }
+        if (!strcmp(a, "--resume")) { to.resume = 1; continue; }
         if (!strcmp(a, "--large") && v) { g_large = strtoull(v, NULL, 10); i++; continue; }
         if (!strcmp(a, "--anonymous")) { o.anonymous = 1; continue; }
         if (!strcmp(a, "--unsigned-payload")) { o.unsigned_payload = 1; continue; }
@@ -181,6 +189,8 @@ int main(int argc, char **argv)
         }
     } else if (!strcmp(cmd, "getfile") && nargs == 2) {
         rc = ferry_store_get_file(s, args[0], args[1], NULL);
+    } else if (!strcmp(cmd, "pgetfile") && nargs == 2) {
+        rc = ferry_store_get_file_parallel(s, args[0], args[1], &to, NULL);
     } else if (!strcmp(cmd, "range") && nargs == 3) {
         size_t len = strtoull(args[2], NULL, 10), got = 0;
         void *b = malloc(len ? len : 1);
