@@ -322,6 +322,9 @@ typedef struct ferry_store_transfer_options {
     int resume;             /* keep PATH.part and PATH.part.state when the call
                                fails, and continue from them when called again
                                for the same object (same size and etag) */
+    uint64_t max_size;      /* 0 = no bound; else a larger object fails with
+                               FERRY_ERR_LIMIT before any byte of it is
+                               fetched, as ferry_store_get_file_max */
 } ferry_store_transfer_options;
 
 /* As ferry_store_get_file, but an object larger than one chunk is fetched
@@ -332,7 +335,10 @@ typedef struct ferry_store_transfer_options {
  * changed meanwhile is discarded (FERRY_ERR_STORE_CONFLICT), and one
  * without an etag goes through ferry_store_get_file.  The store's deadline
  * applies to each request; rate caps (max_bytes_per_s) to each stream.
- * Nothing is left at PATH but the complete object.  opts may be NULL. */
+ * Nothing is left at PATH but the complete object.  PATH.part is locked
+ * (flock) while written: a second call for the same PATH at the same time,
+ * in any process, fails with FERRY_ERR_STORE_CONFLICT and touches nothing.
+ * opts may be NULL. */
 FERRY_API int ferry_store_get_file_parallel(ferry_store *s, const char *key, const char *path,
                                             const ferry_store_transfer_options *opts, ferry_store_stat *st);
 

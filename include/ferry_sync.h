@@ -208,6 +208,17 @@ typedef struct ferry_subscriber_options {
                                   a rejected object).  An unsigned or wrongly
                                   signed compaction index only costs the
                                   shortcuts.  Without: signatures are ignored */
+    unsigned concurrency;      /* anchors (full objects) are fetched as this many
+                                  parallel ranged GETs, 1..64; 0 = 4
+                                  (ferry_store_get_file_parallel; the store's
+                                  max_bytes_per_s caps each of them) */
+    uint64_t chunk_size;       /* bytes per ranged GET, 4 KiB..1 GiB; 0 = 8 MiB.
+                                  File mode without tmp_dir: an anchor download
+                                  cut short (a failure, a killed process) is
+                                  kept as PATH.ferry-download.ID.part and
+                                  continued by the next sync that needs the
+                                  same anchor; the object is verified (size,
+                                  hashes) as a whole before it is used */
 } ferry_subscriber_options;
 
 /* Opens a subscriber; sends no request.  File mode reads PATH and its

@@ -23,6 +23,7 @@
 #include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -146,6 +147,30 @@ static int run_workers(par *p, unsigned threads)
     return FERRY_OK;
 }
 
+/* Opens PATH.part for writing, locked (flock, released by the kernel when
+ * the process dies): a second download into the same PATH (two processes
+ * resuming the same object) must not truncate or mix this one's file.
+ * O_NOFOLLOW: a link planted at PATH.part must not redirect the write.  The
+ * lock is taken on the file still named PATH.part (not one that another
+ * download finished and renamed while we waited). */
+static int open_locked(const char *part, int *fd)
+{
+    *fd = open(part, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (*fd < 0) return ferry__fail(FERRY_ERR_IO, "%s: cannot open: %s", part, strerror(errno));
+    struct stat a, b;
+    int rc = FERRY_OK;
+    if (flock(*fd, LOCK_EX | LOCK_NB))
+        rc = errno == EWOULDBLOCK ? ferry__fail(FERRY_ERR_STORE_CONFLICT, "%s: another download into this file is in progress", part)
+                                  : ferry__fail(FERRY_ERR_IO, "%s: flock: %s", part, strerror(errno));
+    else if (fstat(*fd, &a) || lstat(part, &b) || a.st_ino != b.st_ino || a.st_dev != b.st_dev)
+        rc = ferry__fail(FERRY_ERR_STORE_CONFLICT, "%s: another download replaced this file meanwhile", part);
+    if (rc) {
+        close(*fd);
+        *fd = -1;
+    }
+    return rc;
+}
+
 int ferry_store_get_file_parallel(ferry_store *s, const char *key, const char *path,
                                   const ferry_store_transfer_options *opts, ferry_store_stat *st)
 {
@@ -163,7 +188,11 @@ int ferry_store_get_file_parallel(ferry_store *s, const char *key, const char *p
     /* small objects, one stream asked for without resume, or an object
        without an etag (nothing would prove that the chunks are of one
        object): the plain download */
-    if (first.size <= chunk || (threads == 1 && !o.resume) || !first.etag[0]) return ferry_store_get_file(s, key, path, st);
+    if (o.max_size && first.size > o.max_size)
+        return ferry__fail(FERRY_ERR_LIMIT, "%s: object of %llu bytes exceeds the limit of %llu", key,
+                           (unsigned long long)first.size, (unsigned long long)o.max_size);
+    if (first.size <= chunk || (threads == 1 && !o.resume) || !first.etag[0])
+        return ferry_store_get_file_max(s, key, path, o.max_size, st);
     uint64_t nch = (first.size + chunk - 1) / chunk;
     if (nch > PAR_MAX_CHUNKS)
         return ferry__fail(FERRY_ERR_LIMIT, "%s: %llu bytes in chunks of %llu is more than %u chunks", key,
@@ -182,13 +211,16 @@ int ferry_store_get_file_parallel(ferry_store *s, const char *key, const char *p
     memcpy(p.etag, first.etag, sizeof p.etag);
     memset(p.done, '0', (size_t)nch);
     pthread_mutex_init(&p.mu, NULL);
-    if (o.resume) state_load(&p);
-    /* without a prior state the part file starts empty: no stale bytes */
-    bool resumed = memchr(p.done, '1', (size_t)nch) != NULL;
-    /* O_NOFOLLOW: a link planted at PATH.part must not redirect the write */
-    p.fd = open(part, O_RDWR | O_CREAT | (resumed ? 0 : O_TRUNC) | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (p.fd < 0) rc = ferry__fail(FERRY_ERR_IO, "%s: cannot open: %s", part, strerror(errno));
-    else if (ftruncate(p.fd, (off_t)first.size)) rc = ferry__fail(FERRY_ERR_IO, "%s: truncate: %s", part, strerror(errno));
+    bool locked = false;
+    rc = open_locked(part, &p.fd);
+    if (!rc) {
+        locked = true;
+        if (o.resume) state_load(&p);
+        /* without a prior state the part file starts empty: no stale bytes */
+        bool resumed = memchr(p.done, '1', (size_t)nch) != NULL;
+        if ((!resumed && ftruncate(p.fd, 0)) || ftruncate(p.fd, (off_t)first.size))
+            rc = ferry__fail(FERRY_ERR_IO, "%s: truncate: %s", part, strerror(errno));
+    }
     if (!rc && o.resume) state_save(&p);
     if (!rc) rc = run_workers(&p, threads);
     ferry_store_stat last;
@@ -200,17 +232,19 @@ int ferry_store_get_file_parallel(ferry_store *s, const char *key, const char *p
         unlink(part);
     }
     if (!rc && fsync(p.fd)) rc = ferry__fail(FERRY_ERR_IO, "%s: fsync: %s", part, strerror(errno));
-    if (p.fd >= 0) close(p.fd);
+    /* renamed while still locked: no other process can take the lock on
+     * this file and then find it at PATH */
     if (!rc && rename(part, path)) rc = ferry__fail(FERRY_ERR_IO, "%s: rename to %s: %s", part, path, strerror(errno));
     if (!rc) {
         unlink(state);
         remove_stale(state);
         ferry__fsync_dir_of(path);
         if (st) *st = first;
-    } else if (!o.resume) {
+    } else if (!o.resume && locked) {
         unlink(part);
         unlink(state);
     }
+    if (p.fd >= 0) close(p.fd);
     pthread_mutex_destroy(&p.mu);
     free(p.done);
     free(part);

@@ -67,8 +67,10 @@ static int write_state(const char *path, const char *run, const fs_state *cur, c
 /* A process killed while it wrote PATH leaves PATH.tmp.PID.RANDOM (ferry_model_save),
  * PATH.ferry.json.tmp.PID.RANDOM (the state file) or PATH.ferry-anchor.PID.ID (a
  * staged anchor) beside it.  They are never
- * read; those of processes that no longer exist are removed here. */
-static void remove_stale(const char *path)
+ * read; those of processes that no longer exist are removed here.
+ * downloads: remove instead the anchor downloads PATH.ferry-download.ID*
+ * (kept across processes to be resumed) of every anchor but keep_id. */
+static void remove_stale(const char *path, bool downloads, const char *keep_id)
 {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", path);
@@ -83,14 +85,21 @@ static void remove_stale(const char *path)
     for (struct dirent *e; (e = readdir(d));) {
         const char *n = e->d_name, *rest;
         if (strncmp(n, base, bn)) continue;
-        if (!strncmp(n + bn, ".tmp.", 5)) rest = n + bn + 5;
-        else if (!strncmp(n + bn, ".ferry.json.tmp.", 16)) rest = n + bn + 16;
-        else if (!strncmp(n + bn, ".ferry-anchor.", 14)) rest = n + bn + 14;
-        else continue;
-        char *end;
-        long pid = strtol(rest, &end, 10);
-        if (end == rest || pid <= 0 || (*end && *end != '.')) continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours to judge) */
+        if (downloads) {
+            if (strncmp(n + bn, ".ferry-download.", 16)) continue;
+            rest = n + bn + 16;
+            size_t kl = keep_id ? strlen(keep_id) : 0;
+            if (kl && !strncmp(rest, keep_id, kl) && (!rest[kl] || rest[kl] == '.')) continue;
+        } else {
+            if (!strncmp(n + bn, ".tmp.", 5)) rest = n + bn + 5;
+            else if (!strncmp(n + bn, ".ferry.json.tmp.", 16)) rest = n + bn + 16;
+            else if (!strncmp(n + bn, ".ferry-anchor.", 14)) rest = n + bn + 14;
+            else continue;
+            char *end;
+            long pid = strtol(rest, &end, 10);
+            if (end == rest || pid <= 0 || (*end && *end != '.')) continue;
+            if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours to judge) */
+        }
         char full[8300];
         snprintf(full, sizeof full, "%s/%s", dir, n);
         unlink(full);
@@ -98,9 +107,11 @@ static void remove_stale(const char *path)
     closedir(d);
 }
 
+void fs_local_drop_downloads(const char *path, const char *keep_id) { remove_stale(path, true, keep_id); }
+
 int fs_local_open(const char *path, const char *run, ferry_model **model, fs_state *st)
 {
-    remove_stale(path);
+    remove_stale(path, false, NULL);
     memset(st, 0, sizeof *st);
     *model = NULL;
     char sp[4096];
@@ -159,5 +170,7 @@ int fs_local_commit(const char *path, const char *run, const ferry_model *model,
     } else if ((rc = ferry_model_save(model, path))) {
         return rc;
     }
-    return write_state(path, run, to, NULL);
+    if ((rc = write_state(path, run, to, NULL))) return rc;
+    fs_local_drop_downloads(path, NULL); /* an anchor download cut short is of an older version */
+    return FERRY_OK;
 }

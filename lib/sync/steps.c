@@ -126,11 +126,15 @@ static int step_delta(ferry_subscriber *s, sub_work *w, const char *key, uint64_
     return FERRY_OK;
 }
 
-static int stage_path(ferry_subscriber *s, char *out, size_t cap, const fs_manifest *m)
+/* Where an anchor is downloaded.  File mode without tmp_dir: beside PATH
+ * under a name without the pid (*resumable), so that the next process
+ * continues a download this one did not finish. */
+static int stage_path(ferry_subscriber *s, char *out, size_t cap, const fs_manifest *m, bool *resumable)
 {
     int w;
-    if (s->mode == SUB_FILE && !s->tmp_dir)
-        w = snprintf(out, cap, "%s.ferry-anchor.%ld.%s", s->path, (long)getpid(), m->id);
+    *resumable = s->mode == SUB_FILE && !s->tmp_dir;
+    if (*resumable)
+        w = snprintf(out, cap, "%s.ferry-download.%s", s->path, m->id);
     else
         w = snprintf(out, cap, "%s/ferry-anchor.%ld.%s.safetensors", s->tmp_dir ? s->tmp_dir : fs_tmp_dir(NULL), (long)getpid(),
                      m->id);
@@ -144,13 +148,21 @@ static int step_full(ferry_subscriber *s, sub_work *w, const fs_manifest *m)
     char key[FS_KEY_CAP], tmp[4200];
     fs_key_version(key, s->run, m->version, m->id, FS_OBJ_FULL);
     const uint8_t *want;
+    bool resumable;
     int rc = fs_want_sha(s->keys, key, m->has_full_sha, m->full_sha, &want);
-    if (!rc) rc = stage_path(s, tmp, sizeof tmp, m);
+    if (!rc) rc = stage_path(s, tmp, sizeof tmp, m, &resumable);
     if (rc) return rc;
+    if (resumable) fs_local_drop_downloads(s->path, m->id); /* those of other anchors are of no use */
     ferry_store_stat ss;
     /* at most the size the manifest declares: a larger object stops the
-     * download (FERRY_ERR_LIMIT, a rejected object; a forgery if signed) */
-    if ((rc = ferry_store_get_file_max(s->st, key, tmp, m->full_bytes ? m->full_bytes : 1, &ss)))
+     * download (FERRY_ERR_LIMIT, a rejected object; a forgery if signed).
+     * Over the network: parallel ranged GETs (a long link), resumable;
+     * a local file:// copy gains nothing from them. */
+    uint64_t max = m->full_bytes ? m->full_bytes : 1;
+    ferry_store_transfer_options xo = {.concurrency = s->concurrency, .chunk_size = s->chunk_size, .resume = resumable,
+                                       .max_size = max};
+    if ((rc = ferry_store_kind(s->st) == FERRY_STORE_FILE ? ferry_store_get_file_max(s->st, key, tmp, max, &ss)
+                                                          : ferry_store_get_file_parallel(s->st, key, tmp, &xo, &ss)))
         return rc != FERRY_ERR_LIMIT ? rc
                : ferry__fail(want ? FERRY_ERR_SIG_DIGEST : FERRY_ERR_LIMIT, "%s: larger than the %llu bytes its %smanifest declares",
                              key, (unsigned long long)m->full_bytes, want ? "signed " : "");

@@ -31,6 +31,8 @@ struct ferry_subscriber {
                                    by hand) must not wedge the subscriber after
                                    HEAD is restored. */
     int threads;
+    unsigned concurrency;       /* ranged GETs per anchor download */
+    uint64_t chunk_size;
     uint32_t poll_ms, max_attempts;
     int no_compactions;
     const ferry_keys *keys;     /* borrowed; enforcing when it trusts a key */

@@ -16,6 +16,9 @@ int ferry_subscriber_open(ferry_store *store, const char *run, const ferry_subsc
     if (opts) o = *opts;
     if (o.path && o.model) return ferry__fail(FERRY_ERR_ARG, "ferry_subscriber_open: set path (file mode) or model (memory mode), not both");
     if (o.model_version && !o.model) return ferry__fail(FERRY_ERR_ARG, "ferry_subscriber_open: model_version without a model");
+    if (o.concurrency > 64 || (o.chunk_size && (o.chunk_size < 4096 || o.chunk_size > (1ull << 30))))
+        return ferry__fail(FERRY_ERR_ARG, "ferry_subscriber_open: concurrency %u (1..64) or chunk_size %llu (4 KiB..1 GiB) out of range",
+                           o.concurrency, (unsigned long long)o.chunk_size);
     if (o.model)
         for (size_t i = 0; i < ferry_model_count(o.model); i++)
             if (!ferry_model_data_mut(o.model, i))
@@ -27,6 +30,8 @@ int ferry_subscriber_open(ferry_store *store, const char *run, const ferry_subsc
     snprintf(s->run, sizeof s->run, "%s", run);
     s->mode = o.path ? SUB_FILE : o.model ? SUB_MEMORY : SUB_PRIVATE;
     s->threads = o.threads;
+    s->concurrency = o.concurrency;
+    s->chunk_size = o.chunk_size;
     s->poll_ms = o.poll_interval_ms ? o.poll_interval_ms : 1000;
     s->max_attempts = o.max_attempts ? o.max_attempts : 4;
     s->no_compactions = o.no_compactions;

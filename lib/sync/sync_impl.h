@@ -176,6 +176,9 @@ typedef struct fs_state {
 /* Opens PATH (if any) and its state file; *st is the state whose hash the
  * file has, or none.  *model is NULL when PATH is missing or unreadable. */
 int fs_local_open(const char *path, const char *run, ferry_model **model, fs_state *st);
+/* Removes the resumable anchor downloads beside PATH (PATH.ferry-download.ID
+ * and its .part, .part.state) of every anchor id but keep_id (NULL: all). */
+void fs_local_drop_downloads(const char *path, const char *keep_id);
 /* Makes PATH hold model (of state to), replacing the version `from`:
  * state file with both, PATH written aside and renamed (or staged_file
  * renamed, when model is that file mapped), state file with `to`. */

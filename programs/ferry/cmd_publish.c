@@ -12,7 +12,7 @@ static void publish_help(void)
 {
     printf("usage: ferry publish STORE --run RUN CKPT [--anchor-every K] [--anchor] [--cast-bf16]\n"
            "                     [--publisher-id ID] [--cache PATH] [--verify] [--level N]\n"
-           "                     [--threads N] [--json] [-q]\n\n"
+           "                     [--threads N] [--concurrency N] [--json] [-q]\n\n"
            "Publishes checkpoint CKPT (a .safetensors file or a sharded checkpoint) as the\n"
            "next version of RUN: the delta from the version HEAD names (and, every K\n"
            "versions, the full model as an anchor), then the version's manifest, then HEAD\n"
@@ -29,7 +29,9 @@ static void publish_help(void)
            "                     next publish need not download it\n"
            "  --verify           apply the new delta to the previous model and check it first\n"
            "  --level N          zstd level for whole tensors (default 3)\n"
-           "  --threads N        codec threads (default 1)\n\n%s\n",
+           "  --threads N        codec threads (default 1)\n"
+           "  --concurrency N    s3://: parts of a multipart upload sent at once, 1..64\n"
+           "                     (default 4; --rate caps each)\n\n%s\n",
            sync_common_help);
 }
 
@@ -54,6 +56,9 @@ int cmd_publish(int argc, char **argv)
             if (++i == argc) return cli_usage_error("publish", "%s needs a value", a);
             if (a[2] == 'p') po.publisher_id = argv[i];
             else po.cache_path = argv[i];
+        } else if (!strcmp(a, "--concurrency")) {
+            if (++i == argc || !cli_parse_int(argv[i], 1, 64, &num)) return cli_usage_error("publish", "--concurrency needs 1..64");
+            c.so.upload_concurrency = (unsigned)num;
         } else if (!strcmp(a, "--anchor-every") || !strcmp(a, "--level") || !strcmp(a, "--threads")) {
             long lo = 1, hi = a[2] == 'l' ? 19 : a[2] == 't' ? 256 : 1000000000L;
             if (++i == argc || !cli_parse_int(argv[i], lo, hi, &num)) return cli_usage_error("publish", "%s needs a number in %ld..%ld", a, lo, hi);

@@ -14,7 +14,8 @@ static void pull_help(void)
 {
     printf("usage: ferry pull STORE --run RUN --to PATH [--min-version N | --exact-version N]\n"
            "                  [--follow [--interval S] [--until-version N] [--idle-timeout S]]\n"
-           "                  [--check] [--no-compactions] [--threads N] [--json] [-q]\n\n"
+           "                  [--check] [--no-compactions] [--threads N] [--concurrency N]\n"
+           "                  [--chunk-size BYTES] [--json] [-q]\n\n"
            "Brings the checkpoint PATH (a .safetensors file; its version is recorded in\n"
            "PATH.ferry.json) to the latest version of RUN, or to at least / exactly version\n"
            "N, by the cheapest verified path: the deltas from the version it holds, a\n"
@@ -35,7 +36,12 @@ static void pull_help(void)
            "  --fallback URL      another store holding the same run (a mirror's upstream),\n"
            "                      tried in order when STORE is down, behind or corrupt\n"
            "                      (repeatable; docs/MIRROR.md)\n"
-           "  --threads N         codec threads (default 1)\n\n%s\n",
+           "  --threads N         codec threads (default 1)\n"
+           "  --concurrency N     parallel ranged GETs per anchor download, 1..64 (default 4;\n"
+           "                      --rate caps each); an anchor download cut short (a failure,\n"
+           "                      a killed pull) is kept as PATH.ferry-download.ID.part and\n"
+           "                      continued by the next pull\n"
+           "  --chunk-size BYTES  bytes per ranged GET, 4096..1 GiB (default 8 MiB)\n\n%s\n",
            sync_common_help);
 }
 
@@ -210,6 +216,12 @@ int cmd_pull(int argc, char **argv)
         } else if (!strcmp(a, "--threads")) {
             if (++i == argc || !cli_parse_int(argv[i], 1, 256, &num)) return cli_usage_error("pull", "--threads needs 1..256");
             so.threads = (int)num;
+        } else if (!strcmp(a, "--concurrency")) {
+            if (++i == argc || !cli_parse_int(argv[i], 1, 64, &num)) return cli_usage_error("pull", "--concurrency needs 1..64");
+            so.concurrency = (unsigned)num;
+        } else if (!strcmp(a, "--chunk-size")) {
+            if (++i == argc || !sync_parse_u64(argv[i], &so.chunk_size) || so.chunk_size < 4096 || so.chunk_size > (1u << 30))
+                return cli_usage_error("pull", "--chunk-size needs 4096..1073741824 bytes");
         } else if (a[0] == '-' && a[1]) return cli_usage_error("pull", "unknown option '%s'", a);
         else if (!sync_common_pos(&c, a)) return cli_usage_error("pull", "unexpected argument '%s'", a);
     }

@@ -60,7 +60,8 @@ class _SubscriberOptions(ctypes.Structure):
     _fields_ = [("path", _S), ("model", _P), ("model_version", _U64),
                 ("threads", _I), ("poll_interval_ms", _U32), ("max_attempts", _U32),
                 ("no_compactions", _I), ("tmp_dir", _S),
-                ("keys", _P)]  # const ferry_keys * (ferry.Keys, include/ferry_sign.h)
+                ("keys", _P),  # const ferry_keys * (ferry.Keys, include/ferry_sign.h)
+                ("concurrency", ctypes.c_uint), ("chunk_size", _U64)]
 
 
 class _SyncInfo(ctypes.Structure):

@@ -142,7 +142,7 @@ class State:
         self.parts_in_flight = 0
         self.stats = {"requests": 0, "auth_failures": 0, "sha_mismatch": 0, "precondition_failed": 0,
                       "faults": 0, "conditional_puts": 0, "resumed_gets": 0, "conditional_conflicts": 0,
-                      "parts_in_flight_max": 0, "upload_parts": 0, "aborts": 0, "range_bytes": 0,
+                      "parts_in_flight_max": 0, "upload_parts": 0, "truncated_requests": 0, "aborts": 0, "range_bytes": 0,
                       "get_bytes": 0}
 
 
@@ -193,6 +193,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         st = self.server.state
         n = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(n) if n else b""
+        if len(body) < n:
+            # the client gave up mid-body (a canceled or stopped upload):
+            # nothing to answer, and no payload to check
+            with st.lock:
+                st.stats["truncated_requests"] += 1
+            self.close_connection = True
+            return
         path, _, query = self.path.partition("?")
         if path in ("/__ctl", "/__stats"):
             return self.control(path, query)
