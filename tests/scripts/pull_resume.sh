@@ -17,22 +17,11 @@ source tests/tools/sync_env.sh
 sync_built || skip_all "sync layer or tools not built (NO_NET=1?)"
 KEY=AKIARESUME
 SECRET='resume/secret+key'
-$PY tests/tools/s3_strict_server.py --bucket bkt --access-key "$KEY" --secret-key "$SECRET" \
-    >"$WORK/server.out" 2>"$WORK/server.err" &
-PIDS+=($!)
-if ! wait_for "$WORK/server.out" '^listening [0-9]+' 100; then
-    cat "$WORK/server.err"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
-PORT=$(awk '/^listening/ {print $2}' "$WORK/server.out")
-EP=http://127.0.0.1:$PORT
+start_strict "$KEY" "$SECRET"
 export AWS_ACCESS_KEY_ID=$KEY AWS_SECRET_ACCESS_KEY=$SECRET AWS_REGION=us-east-1 AWS_ENDPOINT_URL=$EP
 export AWS_CONFIG_FILE=$WORK/none AWS_SHARED_CREDENTIALS_FILE=$WORK/none AWS_EC2_METADATA_DISABLED=true
 unset AWS_SESSION_TOKEN AWS_ENDPOINT_URL_S3 AWS_PROFILE
 U=s3://bkt/resume
-stat_of() { curl -s "$EP/__stats" | $PY -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }
-ctl() { curl -s "$EP/__ctl?$1" >/dev/null; }
 CHUNK=524288
 
 st gen "$WORK/m" 1 3000000 17 >/dev/null
@@ -41,19 +30,19 @@ SIZE=$(stat -c %s "$M")
 check "a checkpoint of $SIZE bytes" [ "$SIZE" -gt $((8 * CHUNK)) ]
 
 # --- publish: a multipart upload, 4 parts in flight --------------------------
-ctl "reset=1&part_delay=100"
+strict_ctl "reset=1&part_delay=100"
 fy publish $U --run r "$M" --part-size 1048576 --concurrency 4 -q
 check "ferry publish --concurrency 4 --part-size 1 MiB: published" [ $? -eq 0 ]
-parts=$(stat_of upload_parts) inflight=$(stat_of parts_in_flight_max)
+parts=$(strict_stat upload_parts) inflight=$(strict_stat parts_in_flight_max)
 echo "    $parts parts uploaded, at most $inflight at once"
 check "the anchor went up in parts, several in flight at once (at most 4)" \
     [ "$parts" -ge 6 -a "$inflight" -ge 2 -a "$inflight" -le 4 ]
-check "no multipart upload left open" [ "$(stat_of uploads)" = 0 ]
-ctl "part_delay=0"
+check "no multipart upload left open" [ "$(strict_stat uploads)" = 0 ]
+strict_ctl "part_delay=0"
 
 # --- pull, killed mid-download --------------------------------------------------
 P=$WORK/island.safetensors
-ctl "reset=1"
+strict_ctl "reset=1"
 # run directly (not through fy's timeout) so that the kill reaches ferry
 # itself; bounded by the loop below, which kills it in any case
 "$FERRY" pull $U --run r --to "$P" --concurrency 2 --chunk-size $CHUNK --rate 300000 -q 2>"$WORK/pull1.err" &
@@ -70,7 +59,7 @@ wait "$pullpid" 2>/dev/null
 sleep 0.2 # the server notices the closed connections
 D=$(done_chunks)
 N=$(( (SIZE + CHUNK - 1) / CHUNK ))
-echo "    pull killed with $D of $N chunks done, $(stat_of range_bytes) bytes served"
+echo "    pull killed with $D of $N chunks done, $(strict_stat range_bytes) bytes served"
 check "the pull was killed mid-download (2..$((N - 1)) chunks done)" [ "$D" -ge 2 -a "$D" -lt "$N" ]
 check "PATH was not written" [ ! -e "$P" ]
 check "the download is kept beside PATH (.part and .part.state)" \
@@ -89,10 +78,10 @@ PYEOF
 cp "$WORK"/island.safetensors.ferry-download.*.part "$WORK/saved.part"
 cp "$state" "$WORK/saved.state"
 
-ctl "reset=1"
+strict_ctl "reset=1"
 fy pull $U --run r --to "$P" --concurrency 2 --chunk-size $CHUNK -q
 check "the next pull completes" [ $? -eq 0 ]
-served=$(stat_of range_bytes)
+served=$(strict_stat range_bytes)
 echo "    second pull: $served bytes of ranged GETs served, $missing missing after the kill, object $SIZE"
 check "it fetched exactly the missing chunks ($missing bytes), not the whole object" [ "$served" = "$missing" ]
 check "and the result is the published model, bit for bit" same_model "$P" "$M"
@@ -118,9 +107,9 @@ check_rc "a pull resuming from an altered .part: the object fails verification (
     fy pull $U --run r --to "$Q" --concurrency 2 --chunk-size $CHUNK -q 2>"$WORK/bad.err"
 sed 's/^/    /' "$WORK/bad.err" | head -3
 check "PATH was not written" [ ! -e "$Q" ]
-ctl "reset=1"
+strict_ctl "reset=1"
 check "the pull after it starts over and succeeds" fy pull $U --run r --to "$Q" --concurrency 2 --chunk-size $CHUNK -q
-check "fetching the whole object again" [ "$(stat_of range_bytes)" = "$SIZE" ]
+check "fetching the whole object again" [ "$(strict_stat range_bytes)" = "$SIZE" ]
 check "bit for bit" same_model "$Q" "$M"
 
 # --- options ------------------------------------------------------------------------

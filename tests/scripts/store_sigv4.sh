@@ -16,17 +16,8 @@ store_built || skip_all "store layer not built (NO_NET=1)"
 KEY=AKIAFERRYTEST
 SECRET='wJalr/K7MDENG+bPxRfi=ferry'
 TOKEN='IQoJb3JpZ2luX2VjEFERRY/session+token=='
-$PY tests/tools/s3_strict_server.py --bucket bkt --access-key "$KEY" --secret-key "$SECRET" --token "$TOKEN" \
-    --region eu-west-3 >"$WORK/server.out" 2>"$WORK/server.err" &
-PIDS+=($!)
-if ! wait_for "$WORK/server.out" '^listening [0-9]+' 100; then
-    cat "$WORK/server.err"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
+start_strict "$KEY" "$SECRET" --token "$TOKEN" --region eu-west-3
 ok "server self-test against AWS's SigV4 vectors"
-PORT=$(awk '/^listening/ {print $2}' "$WORK/server.out")
-EP=http://127.0.0.1:$PORT
 stats() { curl -s "$EP/__stats"; }
 stat_of() { stats | $PY -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }
 ctl() { curl -s "$EP/__ctl?$1" >/dev/null; }

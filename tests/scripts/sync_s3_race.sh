@@ -19,15 +19,7 @@ source tests/tools/sync_env.sh
 sync_built || skip_all "sync layer or tools not built (NO_NET=1?)"
 KEY=AKIARACE
 SECRET='race/secret+key'
-$PY tests/tools/s3_strict_server.py --bucket bkt --access-key "$KEY" --secret-key "$SECRET" \
-    >"$WORK/server.out" 2>"$WORK/server.err" &
-PIDS+=($!)
-if ! wait_for "$WORK/server.out" '^listening [0-9]+' 100; then
-    cat "$WORK/server.err"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
-PORT=$(awk '/^listening/ {print $2}' "$WORK/server.out")
+start_strict "$KEY" "$SECRET"
 export AWS_ACCESS_KEY_ID=$KEY AWS_SECRET_ACCESS_KEY=$SECRET AWS_REGION=us-east-1 AWS_ENDPOINT_URL=http://127.0.0.1:$PORT
 export AWS_CONFIG_FILE=$WORK/none AWS_SHARED_CREDENTIALS_FILE=$WORK/none AWS_EC2_METADATA_DISABLED=true
 unset AWS_SESSION_TOKEN AWS_ENDPOINT_URL_S3 AWS_PROFILE

@@ -126,3 +126,25 @@ stop_s3rver_watchdog() {
     [ -n "$p" ] && [ "$p" != "$S3RVER_PID" ] && stop_pid "$p"
     return 0
 }
+
+# start_strict KEY SECRET [ARGS...]: tests/tools/s3_strict_server.py with
+# bucket "bkt" on a free 127.0.0.1 port (its log in $WORK/server.*); sets
+# PORT and EP.  A server that does not start fails the script.  Then
+# strict_stat NAME prints one of its counters, strict_ctl QUERY sets its
+# fault injection (GET /__ctl?QUERY).
+start_strict() {
+    local key=$1 secret=$2
+    shift 2
+    $PY tests/tools/s3_strict_server.py --bucket bkt --access-key "$key" --secret-key "$secret" "$@" \
+        >"$WORK/server.out" 2>"$WORK/server.err" &
+    PIDS+=($!)
+    if ! wait_for "$WORK/server.out" '^listening [0-9]+' 100; then
+        cat "$WORK/server.err"
+        echo "0 passed, 1 failed"
+        exit 1
+    fi
+    PORT=$(awk '/^listening/ {print $2}' "$WORK/server.out")
+    EP=http://127.0.0.1:$PORT
+}
+strict_stat() { curl -s "$EP/__stats" | $PY -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }
+strict_ctl() { curl -s "$EP/__ctl?$1" >/dev/null; }
