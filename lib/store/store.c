@@ -349,6 +349,12 @@ int ferry_store_get_file_max(ferry_store *s, const char *key, const char *path, 
 int ferry_store_get_range(ferry_store *s, const char *key, uint64_t offset, size_t len, void *buf,
                           size_t *got)
 {
+    return ferry__get_range_group(s, key, offset, len, buf, got, NULL);
+}
+
+int ferry__get_range_group(ferry_store *s, const char *key, uint64_t offset, size_t len, void *buf, size_t *got,
+                           ferry__group *g)
+{
     NEED(s && got && (buf || !len));
     *got = 0;
     int rc = ferry_store_key_check(key);
@@ -356,7 +362,7 @@ int ferry_store_get_range(ferry_store *s, const char *key, uint64_t offset, size
     if (offset > INT64_MAX || len > INT64_MAX - offset)
         return ferry__fail(FERRY_ERR_STORE_RANGE, "%s/%s: range %llu+%zu overflows", s->url, key,
                            (unsigned long long)offset, len);
-    return s->be->get_range(s, key, offset, len, buf, got);
+    return s->be->get_range(s, key, offset, len, buf, got, g);
 }
 
 int ferry_store_head(ferry_store *s, const char *key, ferry_store_stat *st)

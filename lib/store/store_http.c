@@ -42,12 +42,14 @@ static int http_get(ferry_store *s, const char *key, ferry__sink *sink, ferry_st
     return rc;
 }
 
-static int http_get_range(ferry_store *s, const char *key, uint64_t off, size_t len, void *buf, size_t *got)
+static int http_get_range(ferry_store *s, const char *key, uint64_t off, size_t len, void *buf, size_t *got,
+                          ferry__group *g)
 {
     hreq r;
     int rc = hreq_init(s, &r, key);
     if (rc) return rc;
     ferry__target t = target(&r);
+    t.group = g;
     rc = ferry__net_get_range(s, &t, off, len, buf, got);
     ferry__buf_release(&r.url);
     return rc;

@@ -40,6 +40,7 @@
 #define FERRY__MAX_UPLOAD_CONC 64u
 
 typedef struct ferry__backend ferry__backend;
+typedef struct ferry__group ferry__group;
 
 /* Where a download goes: a growable buffer bounded by max, a caller's
  * fixed buffer, or a file descriptor.  "written" counts bytes stored, across
@@ -89,7 +90,9 @@ struct ferry_store {
 struct ferry__backend {
     int (*put)(ferry_store *s, const char *key, const void *data, size_t size, char *etag);
     int (*get)(ferry_store *s, const char *key, ferry__sink *sink, ferry_store_stat *st);
-    int (*get_range)(ferry_store *s, const char *key, uint64_t off, size_t len, void *buf, size_t *got);
+    /* g: the parallel transfer this range is part of (progress, stop), or NULL */
+    int (*get_range)(ferry_store *s, const char *key, uint64_t off, size_t len, void *buf, size_t *got,
+                     ferry__group *g);
     int (*head)(ferry_store *s, const char *key, ferry_store_stat *st);
     int (*list)(ferry_store *s, const char *prefix, ferry_store_listing *out);
     int (*del)(ferry_store *s, const char *key);
@@ -110,6 +113,9 @@ int ferry__s3_init(ferry_store *s, const char *rest, const ferry_store_options *
 int ferry__http_init(ferry_store *s, const char *url);
 
 /* ---- store.c ---- */
+/* ferry_store_get_range as one request of the parallel transfer g. */
+int ferry__get_range_group(ferry_store *s, const char *key, uint64_t off, size_t len, void *buf, size_t *got,
+                           ferry__group *g);
 /* Checks a prefix of a listing (may be empty; a last, partial segment may
  * be anything a key segment may start with). */
 int ferry__prefix_check(const char *prefix);
@@ -174,14 +180,16 @@ int ferry__xml_root(const char *xml, size_t n, char *out, size_t cap);
 
 /* ---- store_net.c ---- */
 /* Requests of one transfer made in parallel (the parts of a multipart
- * upload): their upload progress is summed and reported as one, the
- * callback never runs in two threads at once, and setting stop makes the
- * requests still running end at once (their results are then ignored). */
-typedef struct ferry__group {
+ * upload, the chunks of a parallel download): their progress is summed and
+ * reported as one, the callback never runs in two threads at once, and
+ * setting stop makes the requests still running end at once (their
+ * results are then ignored). */
+struct ferry__group {
     pthread_mutex_t mu;
     uint64_t done;                 /* bytes of all the requests, under mu */
+    uint64_t total;                /* the transfer's size (downloads) */
     atomic_int stop;               /* nonzero: the transfers end */
-} ferry__group;
+};
 
 /* One logical request, retried.  The caller owns every pointer. */
 typedef struct ferry__req {
@@ -252,6 +260,7 @@ typedef struct ferry__target {
     struct curl_slist *headers;   /* extra headers (x-amz-content-sha256 ...) */
     int s3;
     uint64_t deadline;
+    ferry__group *group;          /* get_range: a chunk of a parallel download, or NULL */
 } ferry__target;
 /* GET into sink, resumed across retries; fills st from the answer. */
 int ferry__net_get(ferry_store *s, const ferry__target *t, ferry__sink *sink, ferry_store_stat *st);

@@ -340,7 +340,7 @@ static int group_progress(xfer *x, uint64_t ulnow)
     x->group_counted = ulnow;
     if (s->progress && g->done != x->last_done) {
         x->last_done = g->done;
-        if (s->progress(s->progress_user, g->done, x->req->progress_total)) {
+        if (s->progress(s->progress_user, g->done, x->req->progress_total ? x->req->progress_total : g->total)) {
             x->canceled = 1; /* the group's owner then stops the others */
             stop = 1;
         }
@@ -349,11 +349,13 @@ static int group_progress(xfer *x, uint64_t ulnow)
     return stop;
 }
 
-/* Takes back what an attempt that will be retried added to its group. */
+/* Takes back what an upload attempt that will be retried added to its
+ * group (the part is sent again from its first byte; a download keeps
+ * its bytes and resumes). */
 static void group_undo(xfer *x)
 {
     ferry__group *g = x->req->group;
-    if (!g || !x->group_counted) return;
+    if (!g || !x->group_counted || !x->req->has_body) return;
     pthread_mutex_lock(&g->mu);
     g->done -= x->group_counted;
     pthread_mutex_unlock(&g->mu);
@@ -369,7 +371,7 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
             x->stopped = 1;
             return 1;
         }
-        return group_progress(x, (uint64_t)ulnow);
+        return group_progress(x, (uint64_t)(x->req->has_body ? ulnow : dlnow));
     }
     if (!s->progress) return 0;
     uint64_t done, total;
@@ -548,7 +550,8 @@ static void parse_error_body(ferry__resp *r)
  * group's owner reports that failure, not this one. */
 static int group_stopped(const ferry__req *q)
 {
-    return ferry__fail(FERRY_ERR_STORE_CANCELED, "%s: %s: stopped (another part failed)", q->what, q->op);
+    return ferry__fail(FERRY_ERR_STORE_CANCELED, "%s: %s: stopped (another request of the transfer failed)", q->what,
+                       q->op);
 }
 
 int ferry__net_call(ferry_store *s, const ferry__req *q, ferry__resp *r)
@@ -650,7 +653,7 @@ int ferry__net_call(ferry_store *s, const ferry__req *q, ferry__resp *r)
                 break;
             }
         }
-        group_undo(&x); /* the part is sent again from its first byte */
+        group_undo(&x);
         /* Keep what a download got, to resume if we know which object it was. */
         if (q->sink && q->sink->written && r->etag[0] && !resume_etag[0] && r->status >= 200 && r->status < 300)
             memcpy(resume_etag, r->etag, sizeof resume_etag);
@@ -744,7 +747,7 @@ int ferry__net_get_range(ferry_store *s, const ferry__target *t, uint64_t off, s
     ferry__sink sink = {.fixed = buf, .fixed_cap = len, .fd = -1, .max = len};
     ferry__req q = {.op = "GET range", .method = "GET", .url = t->url, .what = t->what, .headers = t->headers,
                     .sign = t->s3, .follow = !t->s3, .sink = &sink, .ranged = 1, .range_off = off,
-                    .range_len = len, .resume = 1, .deadline = t->deadline};
+                    .range_len = len, .resume = 1, .group = t->group, .deadline = t->deadline};
     ferry__resp r;
     int rc = ferry__net_call(s, &q, &r);
     if (!rc && r.status == 416) {

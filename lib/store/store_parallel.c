@@ -7,7 +7,7 @@
  * a large anchor cut at 90% by a restart should not start over.
  *
  * The object is cut into chunks.  Workers take the next chunk that is not
- * done, read it with ferry_store_get_range (each request retried within the
+ * done, read it with a ranged GET (each request retried within the
  * store's deadline) and pwrite it at its offset into PATH.part.  A state
  * file PATH.part.state records the object's size and etag and which chunks
  * are done; a later call for the same object (same size and etag) skips
@@ -44,6 +44,7 @@ typedef struct par {
     uint32_t next;
     int rc;                  /* first failure */
     char msg[600];
+    ferry__group group;      /* progress summed over the chunks; stop on the first failure */
 } par;
 
 /* "ferry-part-1 SIZE CHUNK ETAG\n" then one '0'/'1' per chunk. */
@@ -92,6 +93,7 @@ static void fail_once(par *p, int rc)
     if (!p->rc) {
         p->rc = rc;
         snprintf(p->msg, sizeof p->msg, "%s", ferry_last_error());
+        atomic_store(&p->group.stop, 1); /* the chunks in flight end now */
     }
     pthread_mutex_unlock(&p->mu);
 }
@@ -112,7 +114,7 @@ static void *worker(void *arg)
         if (c == UINT32_MAX) break;
         uint64_t off = (uint64_t)c * p->chunk;
         size_t len = (size_t)(p->size - off < p->chunk ? p->size - off : p->chunk), got = 0;
-        int rc = ferry_store_get_range(p->s, p->key, off, len, buf, &got);
+        int rc = ferry__get_range_group(p->s, p->key, off, len, buf, &got, &p->group);
         if (!rc && got != len)
             rc = ferry__fail(FERRY_ERR_STORE_CORRUPT, "%s: chunk at %llu: %zu bytes, want %zu (the object shrank?)", p->key,
                              (unsigned long long)off, got, len);
@@ -211,13 +213,18 @@ int ferry_store_get_file_parallel(ferry_store *s, const char *key, const char *p
     memcpy(p.etag, first.etag, sizeof p.etag);
     memset(p.done, '0', (size_t)nch);
     pthread_mutex_init(&p.mu, NULL);
+    pthread_mutex_init(&p.group.mu, NULL);
+    atomic_init(&p.group.stop, 0);
+    p.group.total = first.size;
     bool locked = false;
     rc = open_locked(part, &p.fd);
     if (!rc) {
         locked = true;
         if (o.resume) state_load(&p);
+        for (uint32_t i = 0; i < p.nchunks; i++) /* progress starts at what is already there */
+            if (p.done[i] == '1') p.group.done += i + 1 < p.nchunks ? chunk : first.size - (uint64_t)i * chunk;
         /* without a prior state the part file starts empty: no stale bytes */
-        bool resumed = memchr(p.done, '1', (size_t)nch) != NULL;
+        bool resumed = p.group.done != 0;
         if ((!resumed && ftruncate(p.fd, 0)) || ftruncate(p.fd, (off_t)first.size))
             rc = ferry__fail(FERRY_ERR_IO, "%s: truncate: %s", part, strerror(errno));
     }
@@ -246,6 +253,7 @@ int ferry_store_get_file_parallel(ferry_store *s, const char *key, const char *p
     }
     if (p.fd >= 0) close(p.fd);
     pthread_mutex_destroy(&p.mu);
+    pthread_mutex_destroy(&p.group.mu);
     free(p.done);
     free(part);
     free(state);

@@ -367,12 +367,14 @@ static int s3_get(ferry_store *s, const char *key, ferry__sink *sink, ferry_stor
     return rc;
 }
 
-static int s3_get_range(ferry_store *s, const char *key, uint64_t off, size_t len, void *buf, size_t *got)
+static int s3_get_range(ferry_store *s, const char *key, uint64_t off, size_t len, void *buf, size_t *got,
+                        ferry__group *g)
 {
     s3req rq;
     int rc = s3req_init(s, &rq, key, NULL, NULL, 0);
     if (rc) return rc;
     ferry__target t = target(&rq, 0);
+    t.group = g;
     rc = ferry__net_get_range(s, &t, off, len, buf, got);
     s3req_release(&rq);
     return rc;

@@ -82,5 +82,10 @@ check "get_file_parallel, 4 streams of 256 KiB chunks" $S --conc 4 --chunk 26214
 check "same bytes" cmp -s "$WORK/big" "$WORK/pget"
 check "every byte came through ranged GETs, once" [ "$(strict_stat range_bytes)" = 3000000 ]
 check "nothing but the object is left beside it" bash -c "[ \$(ls '$WORK' | grep -c '^pget') = 1 ]"
+$S --conc 4 --chunk 262144 --rate 2000000 --progress s3://bkt pgetfile p/big "$WORK/pget2" 2>"$WORK/pget.progress"
+check "with a progress callback: same bytes" cmp -s "$WORK/big" "$WORK/pget2"
+check "progress is the sum over the chunks: every total is the object's size, the last line is all of it" \
+    bash -c "awk '\$3 != 3000000 {bad = 1} END {exit bad}' '$WORK/pget.progress' && tail -n 1 '$WORK/pget.progress' | grep -qx 'progress 3000000 3000000'"
+check "and it grows past one chunk (not per chunk)" bash -c "awk '\$2 > 262144 {n++} END {exit !(n > 0)}' '$WORK/pget.progress'"
 
 finish
