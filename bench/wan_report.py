@@ -33,11 +33,13 @@ def pct(xs, q):
 
 
 def load(work, versions):
-    pub = {}
+    pub, pub_s = {}, {}
     for row, _ in ROWS:
         p = os.path.join(work, "pub-%s.log" % row)
         if os.path.exists(p):
-            pub[row] = {int(f[0]): float(f[1]) for f in (l.split() for l in open(p)) if len(f) >= 3}
+            fs = [l.split() for l in open(p)]
+            pub[row] = {int(f[0]): float(f[1]) for f in fs if len(f) >= 3}
+            pub_s[row] = statistics.median([float(f[2]) - float(f[1]) for f in fs if len(f) >= 3] or [float("nan")])
     tx = {}
     for l in open(os.path.join(work, "tx.log")):
         row, a, b = l.split()
@@ -58,7 +60,7 @@ def load(work, versions):
                 reached.append((int(f[0]), float(f[1]), float(f[2]) if len(f) > 2 and f[2] else None))
         isl.setdefault(row, {})[who] = reached
     errors = [l.strip() for l in open(os.path.join(work, "errors.log")) if l.strip()]
-    return pub, tx, dec_ferry, dec_lib, probe, isl, errors
+    return pub, pub_s, tx, dec_ferry, dec_lib, probe, isl, errors
 
 
 def main():
@@ -76,7 +78,7 @@ def main():
     ap.add_argument("--name", default="wan")
     ap.add_argument("--load", default="")
     a = ap.parse_args()
-    pub, tx, dec_ferry, dec_lib, probe, isl, errors = load(a.work, a.versions)
+    pub, pub_s, tx, dec_ferry, dec_lib, probe, isl, errors = load(a.work, a.versions)
     bw = {"a": a.a_mbit * 1e6 / 8, "b": a.b_mbit * 1e6 / 8}
     res = {"islands_per_dc": a.islands, "period_s": a.period, "links_mbit": {"a": a.a_mbit, "b": a.b_mbit},
            "delay_ms_one_way": a.delay_ms, "probe_mbit_direct_proxy": probe, "poll_ms": a.poll_ms, "load_average": a.load,
@@ -84,14 +86,14 @@ def main():
     for row, title in ROWS:
         if row not in pub or row not in tx:
             continue
-        r = {"row": row, "title": title, "dc": {}}
+        r = {"row": row, "title": title, "publish_s": pub_s[row], "dc": {}}
         for dc in ("a", "b"):
             ttfp, dec = [], []
             missing = 0
             for who, reached in isl.get(row, {}).items():
                 if not who.startswith(dc):
                     continue
-                dec += [d for _, _, d in reached if d is not None]
+                dec += [d for _, _, d in reached if d is not None]  # lib rows: the island's whole sync
                 for v in range(1, a.versions + 1):
                     ts = [t for got, t, _ in reached if got >= v]
                     if not ts:
@@ -104,16 +106,19 @@ def main():
                 decode = statistics.median(dec_ferry)
             elif row in ("lib", "libmirror"):
                 decode = dec_lib
+                r.setdefault("island_sync_s", {})[dc] = statistics.median(dec) if dec else float("nan")
             else:
                 decode = statistics.median(dec) if dec else float("nan")
             per_version = tx[row][dc] / a.versions
             ref = per_version / bw[dc] + decode
             p50 = pct(ttfp, 0.5)
             rtt = 2 * a.delay_ms / 1e3
+            enc = ref + r["publish_s"]
             r["dc"][dc] = {"p50_s": p50, "p99_s": pct(ttfp, 0.99), "samples": len(ttfp), "missing": missing,
                            "link_bytes": tx[row][dc], "link_bytes_per_version": per_version, "decode_s": decode,
                            "reference_s": ref, "p50_over_reference": p50 / ref if ref > 0 else float("nan"),
-                           "p50_over_reference_rtt": p50 / (ref + rtt) if ref + rtt > 0 else float("nan")}
+                           "p50_over_reference_rtt": p50 / (ref + rtt) if ref + rtt > 0 else float("nan"),
+                           "p50_over_reference_encode": p50 / enc if enc > 0 else float("nan")}
         res["rows"].append(r)
     for dc in ("a", "b"):
         best = min(res["rows"], key=lambda r: r["dc"][dc]["p50_s"])
@@ -124,15 +129,22 @@ def main():
     lines = ["bench/wan.sh: %d islands per DC, links a = %g Mbit/s, b = %g Mbit/s (tbf) + %g ms one-way (proxy), polls every %g ms, "
              "a version every %g s, %d versions of %s; load average %s"
              % (a.islands, a.a_mbit, a.b_mbit, a.delay_ms, a.poll_ms, a.period, a.versions, a.data, a.load),
-             "%-9s %4s %9s %9s %13s %9s %9s %8s %12s" % ("row", "link", "p50 s", "p99 s", "link B/ver", "decode s", "ref s", "p50/ref",
-                                                       "p50/(ref+RTT)")]
+             "%-9s %4s %8s %8s %12s %8s %8s %8s %9s %8s %9s" % ("row", "link", "p50 s", "p99 s", "link B/ver", "decode s", "ref s",
+                                                                "p50/ref", "/ref+RTT", "pub s", "/ref+pub")]
     for r in res["rows"]:
         for dc in ("a", "b"):
             d = r["dc"][dc]
-            lines.append("%-9s %4s %9.3f %9.3f %13d %9.3f %9.3f %8.2f %12.2f%s" % (
+            lines.append("%-9s %4s %8.3f %8.3f %12d %8.3f %8.3f %8.2f %9.2f %8.3f %9.2f%s" % (
                 r["row"], dc, d["p50_s"], d["p99_s"], d["link_bytes_per_version"], d["decode_s"], d["reference_s"],
-                d["p50_over_reference"], d["p50_over_reference_rtt"], "  (%d missing)" % d["missing"] if d["missing"] else ""))
+                d["p50_over_reference"], d["p50_over_reference_rtt"], r["publish_s"], d["p50_over_reference_encode"],
+                "  (%d missing)" % d["missing"] if d["missing"] else ""))
     lines.append("lowest p50: link a %s, link b %s" % (res["lowest_p50_a"], res["lowest_p50_b"]))
+    for r in res["rows"]:
+        if "island_sync_s" in r:
+            lines.append("%s: an island's ferry_subscriber_sync (HEAD from the wait, manifest, delta, in-place apply), median: "
+                         "link a %.3f s, link b %.3f s" % (r["row"], r["island_sync_s"]["a"], r["island_sync_s"]["b"]))
+    lines.append("ref = link bytes per version / bandwidth + decode; RTT = 2 x the one-way delay; pub = the trainer's publish "
+                 "(encode, objects, HEAD), median")
     if len(probe) == 2:
         lines.append("a 32 MiB GET over link a: %.1f Mbit/s straight, %.1f Mbit/s through the delay line" % tuple(probe))
     if errors:
