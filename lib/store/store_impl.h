@@ -211,6 +211,8 @@ typedef struct ferry__req {
                                       If-Match on the first answer's etag */
     uint64_t progress_base, progress_total; /* for multipart uploads */
     ferry__group *group;           /* parallel parts: progress summed (base unused) */
+    int no_progress;               /* a small control request (multipart XML): not
+                                      a transfer the progress callback hears of */
     uint64_t deadline;             /* ferry__now_ms() value; 0 = the store's default */
 } ferry__req;
 

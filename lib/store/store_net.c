@@ -497,7 +497,7 @@ static CURLcode attempt(ferry_store *s, CURL *c, xfer *x, struct curl_slist *hdr
     curl_easy_setopt(c, CURLOPT_WRITEDATA, x);
     curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
     curl_easy_setopt(c, CURLOPT_XFERINFODATA, x);
-    curl_easy_setopt(c, CURLOPT_NOPROGRESS, s->progress || q->group ? 0L : 1L);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, (s->progress || q->group) && !q->no_progress ? 0L : 1L);
     return curl_easy_perform(c);
 }
 

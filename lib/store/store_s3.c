@@ -143,7 +143,8 @@ static int post_xml(ferry_store *s, const char *key, const char *query, const ch
     if (!rc) rc = ferry__hdr_add(&rq->hdrs, "Content-Type: application/xml");
     if (rc) return rc;
     ferry__req q = {.op = op, .method = "POST", .url = (const char *)rq->url.data, .what = rq->what,
-                    .headers = rq->hdrs, .sign = 1, .body = data, .body_len = n, .has_body = 1, .deadline = deadline};
+                    .headers = rq->hdrs, .sign = 1, .body = data, .body_len = n, .has_body = 1, .no_progress = 1,
+                    .deadline = deadline};
     return ferry__net_call(s, &q, r);
 }
 

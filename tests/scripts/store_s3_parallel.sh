@@ -19,6 +19,11 @@ unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN AWS_ENDPOINT_URL
 S="tool --endpoint $EP --access-key $KEY --secret-key $SECRET --retry-base-ms 20 --deadline-ms 20000 --part-size 262144"
 
 head -c 3000000 /dev/urandom >"$WORK/big"   # 12 parts of 256 KiB (the last one shorter)
+# progress_whole FILE: "progress DONE TOTAL" lines whose totals are all the
+# object's size and whose last line is all of it
+progress_whole() {
+    awk '$3 != 3000000 {bad = 1} END {exit bad}' "$1" && tail -n 1 "$1" | grep -qx 'progress 3000000 3000000'
+}
 head -c 1000000 /dev/urandom >"$WORK/old"
 
 # --- parts in flight at once, assembled in order ------------------------------
@@ -45,6 +50,10 @@ check "concurrency 4 is faster than 1 (parts held 300 ms each)" [ "$ms4" -lt $((
 $S s3://bkt get p/big1 "$WORK/big1.back"
 check "concurrency 1: same bytes" cmp -s "$WORK/big" "$WORK/big1.back"
 check "both uploads carry S3's multipart etag" bash -c "[ \"\$($S s3://bkt head p/big | cut -d' ' -f2)\" = \"\$($S s3://bkt head p/big1 | cut -d' ' -f2)\" ] && $S s3://bkt head p/big | grep -q -- '-12 '"
+
+$S --upload-conc 4 --progress s3://bkt put p/prog "$WORK/big" >/dev/null 2>"$WORK/put.progress"
+check "upload progress is the sum over the parts (totals the object's size, the last line all of it)" \
+    progress_whole "$WORK/put.progress"
 
 # --- a part that fails once (503) is retried alone -------------------------------
 strict_ctl "reset=1&part_delay=0&fail_part=7"
@@ -85,7 +94,19 @@ check "nothing but the object is left beside it" bash -c "[ \$(ls '$WORK' | grep
 $S --conc 4 --chunk 262144 --rate 2000000 --progress s3://bkt pgetfile p/big "$WORK/pget2" 2>"$WORK/pget.progress"
 check "with a progress callback: same bytes" cmp -s "$WORK/big" "$WORK/pget2"
 check "progress is the sum over the chunks: every total is the object's size, the last line is all of it" \
-    bash -c "awk '\$3 != 3000000 {bad = 1} END {exit bad}' '$WORK/pget.progress' && tail -n 1 '$WORK/pget.progress' | grep -qx 'progress 3000000 3000000'"
+    progress_whole "$WORK/pget.progress"
 check "and it grows past one chunk (not per chunk)" bash -c "awk '\$2 > 262144 {n++} END {exit !(n > 0)}' '$WORK/pget.progress'"
+# two downloads into the same file at once: the second is refused (63)
+# without touching the first one's PATH.part, which completes
+$S --conc 2 --chunk 262144 --rate 500000 --resume s3://bkt pgetfile p/big "$WORK/twice" &
+first=$!
+wait_for_file() { for ((i = 0; i < 100; i++)); do [ -e "$1" ] && return 0; sleep 0.1; done; return 1; }
+wait_for_file "$WORK/twice.part.state"
+check_rc "a second download into the same PATH meanwhile: refused (63)" 63 \
+    $S --conc 2 --chunk 262144 --resume s3://bkt pgetfile p/big "$WORK/twice" 2>"$WORK/twice.err"
+check "the message says another download is in progress" grep -q 'another download into this file is in progress' "$WORK/twice.err"
+wait "$first"
+check "the first one completes, whole" cmp -s "$WORK/big" "$WORK/twice"
+check "and nothing is left beside it" bash -c "[ \$(ls '$WORK' | grep -c '^twice\.part') = 0 ]"
 
 finish
