@@ -263,6 +263,19 @@ typedef struct ferry_shard_pull_info {
  * FERRY_ERR_SHARD_REGION, store errors. */
 FERRY_API int ferry_shard_pull(ferry_shard_subscriber *s, int mode, uint64_t version, ferry_shard_pull_info *info);
 
+/* Store lists, as ferry_subscriber_add_store (include/ferry_sync.h,
+ * docs/MIRROR.md): further stores holding the same run (mirrors of one
+ * another), in order of preference, at most FERRY_SYNC_STORES_MAX in all.
+ * A pull tries them in order and moves to the next when one is down,
+ * behind or serves what does not verify; versions completed from one
+ * store are kept (the stores hold identical bytes) and the change lists
+ * cover the whole pull.  ferry_shard_wait reads the first store that
+ * answers.  Returns FERRY_ERR_ARG (NULL, or the list is full). */
+FERRY_API int ferry_shard_subscriber_add_store(ferry_shard_subscriber *s, ferry_store *store);
+/* Which store served the last successful pull: 0 = the one the handle was
+ * opened with, 1.. = the stores added, in order. */
+FERRY_API unsigned ferry_shard_subscriber_store_used(const ferry_shard_subscriber *s);
+
 /* Waits until HEAD names a version above after_version (as
  * ferry_subscriber_wait; FERRY_ERR_SYNC_TIMEOUT after timeout_ms). */
 FERRY_API int ferry_shard_wait(ferry_shard_subscriber *s, uint64_t after_version, uint64_t timeout_ms, uint64_t *head);

@@ -26,7 +26,10 @@ typedef struct region {
 } region;
 
 struct ferry_shard_subscriber {
-    ferry_store *st;
+    ferry_store *st;          /* the store being read (one of the list below) */
+    ferry_store *alt[FERRY_SYNC_STORES_MAX]; /* [0] = the store opened with, then those added */
+    size_t nst;
+    unsigned used;
     char run[FERRY_SYNC_RUN_MAX + 1];
     ferry_shard_sub_options o;
     region *rg;
@@ -45,7 +48,8 @@ int ferry_shard_subscriber_open(ferry_store *store, const char *run, const ferry
     if (rc) return rc;
     ferry_shard_subscriber *s = ferry__calloc(1, sizeof *s);
     if (!s) return FERRY_ERR_NOMEM;
-    s->st = store;
+    s->st = s->alt[0] = store;
+    s->nst = 1;
     snprintf(s->run, sizeof s->run, "%s", run);
     if (opts) s->o = *opts;
     if (!s->o.poll_interval_ms) s->o.poll_interval_ms = 1000;
@@ -537,16 +541,10 @@ static int walk(ferry_shard_subscriber *s, fs_ref top, uint64_t lo, chain *out, 
     return FERRY_OK;
 }
 
-int ferry_shard_pull(ferry_shard_subscriber *s, int mode, uint64_t version, ferry_shard_pull_info *info)
+/* One pull from the store s->st; counters and change lists accumulate
+ * in `in` and the held tiles (ferry_shard_pull starts them). */
+static int pull_from(ferry_shard_subscriber *s, int mode, uint64_t version, ferry_shard_pull_info *in)
 {
-    if (!s) return ferry__fail(FERRY_ERR_ARG, "ferry_shard_pull: NULL argument");
-    ferry_shard_pull_info dummy, *in = info ? info : &dummy;
-    memset(in, 0, sizeof *in);
-    in->from_version = in->to_version = s->held.version;
-    snprintf(in->path, sizeof in->path, "none");
-    clear_changes(s);
-    for (size_t i = 0; i < s->held.n; i++) s->held.t[i].fresh = false;
-    s->stats.pulls++;
     fs_head h;
     fs_count cnt = {0};
     int rc = fs_head_read(s->st, s->run, s->o.keys, &cnt, &h, NULL);
@@ -644,14 +642,54 @@ int ferry_shard_pull(ferry_shard_subscriber *s, int mode, uint64_t version, ferr
 out:
     chain_release(&ch);
     free(cs.c);
+    if (rc) ferry__context(rc, "run %s: pulling %llu regions from %s", s->run, (unsigned long long)s->nrg, ferry_store_url(s->st));
+    return rc;
+}
+
+int ferry_shard_pull(ferry_shard_subscriber *s, int mode, uint64_t version, ferry_shard_pull_info *info)
+{
+    if (!s) return ferry__fail(FERRY_ERR_ARG, "ferry_shard_pull: NULL argument");
+    ferry_shard_pull_info dummy, *in = info ? info : &dummy;
+    memset(in, 0, sizeof *in);
+    in->from_version = in->to_version = s->held.version;
+    snprintf(in->path, sizeof in->path, "none");
+    clear_changes(s);
+    for (size_t i = 0; i < s->held.n; i++) s->held.t[i].fresh = false;
+    s->stats.pulls++;
+    /* the store list (docs/MIRROR.md): the next store after a failure
+       another store may not have; versions completed stay */
+    char first[512] = "";
+    int rc = FERRY_OK;
+    for (size_t i = 0; i < s->nst; i++) {
+        s->st = s->alt[i];
+        if (!(rc = pull_from(s, mode, version, in))) {
+            s->used = (unsigned)i;
+            break;
+        }
+        if (!i) snprintf(first, sizeof first, "%s", ferry_last_error());
+        if (!fs_store_worth_next(rc) || i + 1 == s->nst) break;
+    }
+    s->st = s->alt[0];
+    if (rc && s->nst > 1 && fs_store_worth_next(rc))
+        ferry__context(rc, "every store failed (the first: %.400s); the last", first);
     s->stats.bytes_fetched += in->bytes_fetched;
     s->stats.object_bytes += in->object_bytes;
     s->stats.manifest_bytes += in->manifest_bytes;
     s->stats.requests += in->requests;
     s->stats.tiles += in->tiles;
-    if (rc) ferry__context(rc, "run %s: pulling %llu regions", s->run, (unsigned long long)s->nrg);
     return rc;
 }
+
+int ferry_shard_subscriber_add_store(ferry_shard_subscriber *s, ferry_store *store)
+{
+    if (!s || !store) return ferry__fail(FERRY_ERR_ARG, "ferry_shard_subscriber_add_store: NULL argument");
+    if (s->nst >= FERRY_SYNC_STORES_MAX)
+        return ferry__fail(FERRY_ERR_ARG, "ferry_shard_subscriber_add_store: at most %d stores", FERRY_SYNC_STORES_MAX);
+    s->alt[s->nst++] = store;
+    return FERRY_OK;
+}
+
+unsigned ferry_shard_subscriber_store_used(const ferry_shard_subscriber *s) { return s ? s->used : 0; }
 
 int ferry_shard_wait(ferry_shard_subscriber *s, uint64_t after_version, uint64_t timeout_ms, uint64_t *head)
 {
@@ -660,7 +698,11 @@ int ferry_shard_wait(ferry_shard_subscriber *s, uint64_t after_version, uint64_t
     for (;;) {
         fs_head h;
         fs_count cnt = {0};
-        int rc = fs_head_read(s->st, s->run, s->o.keys, &cnt, &h, NULL);
+        int rc = FERRY_OK;
+        for (size_t i = 0; i < s->nst; i++) /* the first store that answers */
+            if (!(rc = fs_head_read(s->alt[i], s->run, s->o.keys, &cnt, &h, NULL)) || rc == FERRY_ERR_STORE_NOT_FOUND ||
+                !fs_store_worth_next(rc))
+                break;
         s->stats.bytes_fetched += cnt.bytes;
         s->stats.manifest_bytes += cnt.bytes;
         if (rc == FERRY_ERR_STORE_NOT_FOUND) {

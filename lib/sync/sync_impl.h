@@ -254,6 +254,10 @@ bool fs_same_structure(const ferry_model *a, const ferry_model *b, char *why, si
  * deltas it names that end before the retained set are still deleted. */
 int fs_gc(ferry_store *store, const char *run, const ferry_gc_options *opts, bool keep_index, ferry_gc_report *out);
 
+/* Failures another store of a list (mirrors of one another) may not have:
+ * down, behind, or serving what does not verify (sub_stores.c). */
+bool fs_store_worth_next(int rc);
+
 /* Object-level failures (a corrupt, foreign or vanished object or manifest
  * on a path) are answered by trying another path; others abort a sync. */
 bool fs_object_error(int rc);

@@ -16,7 +16,8 @@ int cmd_shard_pull(int argc, char **argv);
 static void shard_pull_help(void)
 {
     printf("usage: ferry shard-pull STORE --run RUN --slice SPEC [--slice SPEC ...]\n"
-           "                        [--min-version N | --exact-version N] [--out PATH] [--json] [-q]\n\n"
+           "                        [--min-version N | --exact-version N] [--out PATH]\n"
+           "                        [--fallback URL ...] [--json] [-q]\n\n"
            "Pulls the slices one island rank holds from a sharded run (published by\n"
            "build/ferry-shard-mpi or ferry_shard_publish_mpi): reads HEAD and the\n"
            "manifests, fetches with ranged GETs only the tiles that cover the slices,\n"
@@ -28,7 +29,10 @@ static void shard_pull_help(void)
            "  --min-version N     at least version N (exit 4 if HEAD is below N)\n"
            "  --exact-version N   exactly version N\n"
            "  --out PATH          write the slices to a .safetensors file, one 2-D tensor\n"
-           "                      per slice named as its SPEC with the bounds filled in\n\n%s\n",
+           "                      per slice named as its SPEC with the bounds filled in\n"
+           "  --fallback URL      another store holding the same run (a mirror's upstream),\n"
+           "                      tried in order when the previous one is down, behind or\n"
+           "                      serves what does not verify (repeatable; docs/MIRROR.md)\n\n%s\n",
            sync_common_help);
 }
 
@@ -94,7 +98,9 @@ int cmd_shard_pull(int argc, char **argv)
     size_t n = 0;
     int mode = FERRY_SYNC_LATEST;
     uint64_t version = 0;
-    const char *out = NULL;
+    const char *out = NULL, *fb[FERRY_SYNC_STORES_MAX];
+    ferry_store *fbs[FERRY_SYNC_STORES_MAX] = {0};
+    int nfb = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (cli_is_help(a)) {
@@ -114,6 +120,10 @@ int cmd_shard_pull(int argc, char **argv)
         } else if (!strcmp(a, "--out")) {
             if (++i == argc) return cli_usage_error(cmd, "--out needs a path");
             out = argv[i];
+        } else if (!strcmp(a, "--fallback")) {
+            if (++i == argc || nfb + 1 >= FERRY_SYNC_STORES_MAX)
+                return cli_usage_error(cmd, "--fallback needs a store URL (at most %d)", FERRY_SYNC_STORES_MAX - 1);
+            fb[nfb++] = argv[i];
         } else if (a[0] == '-' && a[1]) return cli_usage_error(cmd, "unknown option '%s'", a);
         else if (!sync_common_pos(&c, a)) return cli_usage_error(cmd, "unexpected argument '%s'", a);
     }
@@ -127,8 +137,15 @@ int cmd_shard_pull(int argc, char **argv)
     ferry_shard_pull_info info;
     ferry_shard_sub_options so = {.keys = c.keys}; /* --trust-key: HEAD and manifests must verify */
     int rc = ferry_shard_subscriber_open(store, c.run, rg, n, &so, &s);
-    if (!rc) rc = ferry_shard_pull(s, mode, version, &info);
-    if (rc) ret = sync_fail(cmd, rc, c.run);
+    for (int k = 0; k < nfb && !rc && !ret; k++) { /* the store list, in order (docs/MIRROR.md) */
+        const char *url = c.store_url;
+        c.store_url = fb[k];
+        ret = sync_open_store(cmd, &c, 0, &fbs[k]);
+        c.store_url = url;
+        if (!ret) rc = ferry_shard_subscriber_add_store(s, fbs[k]);
+    }
+    if (!rc && !ret) rc = ferry_shard_pull(s, mode, version, &info);
+    if (!ret && rc) ret = sync_fail(cmd, rc, c.run); /* (a store that did not open is reported already) */
     else if (out) ret = write_out(cmd, s, rg, n, out);
     if (!ret && c.json) {
         printf("{\"run\": ");
@@ -139,7 +156,10 @@ int cmd_shard_pull(int argc, char **argv)
                info.path, (unsigned long long)info.bytes_fetched, (unsigned long long)info.object_bytes,
                (unsigned long long)info.manifest_bytes, (unsigned long long)info.version_bytes, (unsigned long long)info.requests,
                (unsigned long long)info.tiles);
-    } else if (!ret && !c.quiet) {
+    }
+    unsigned used = !ret && s ? ferry_shard_subscriber_store_used(s) : 0;
+    if (used && !c.quiet) fprintf(stderr, "ferry shard-pull: served by the fallback %s\n", fb[used - 1]);
+    if (!ret && !c.json && !c.quiet) {
         printf("run %s: version %llu (%s): %llu tile bytes in %llu ranged GETs (%.1f%% of the versions' %llu), %llu manifest bytes\n",
                c.run, (unsigned long long)info.to_version, info.path, (unsigned long long)info.object_bytes,
                (unsigned long long)info.requests,
@@ -147,6 +167,7 @@ int cmd_shard_pull(int argc, char **argv)
                (unsigned long long)info.version_bytes, (unsigned long long)info.manifest_bytes);
     }
     ferry_shard_subscriber_free(s);
+    for (int k = 0; k < nfb; k++) ferry_store_free(fbs[k]);
     ferry_store_free(store);
     return ret;
 }

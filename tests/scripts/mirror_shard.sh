@@ -5,7 +5,8 @@
 # the manifest-2 (SHA-256, checksum, base and target hashes), then the
 # manifest, then HEAD; ferry shard-pull from the mirror gives the same
 # slices as from the origin; a corrupt rank object upstream is refused with
-# the mirror unchanged; signed runs stay verifiable; GC of the mirror.
+# the mirror unchanged; GC of the mirror; shard islands with --fallback
+# when the mirror is behind, corrupt or down; signed runs stay verifiable.
 # Skips when mpirun or the programs are absent (NO_MPI=1 builds).
 set -u
 TEST_NAME=mirror_shard
@@ -75,6 +76,30 @@ out=$(fy mirror "$O" "$M" --run sh --keep 1 --grace 0 --json)
 check "--keep 1 GCs the mirror's sharded versions below anchor 5" \
     test "$(jfield gc_deleted "$out")" -gt 0 -a -z "$(ls "$M"/sh/v/0000000000000000000[1-4]-* 2>/dev/null)"
 check "... and shard-pull still matches the origin" same_pull "$O" "$M" sh
+
+# shard islands with a store list (--fallback): the mirror behind, down,
+# or serving a corrupt object; the slices are the origin's
+pull_as_origin() { # ARGS...: shard-pull ARGS gives the origin's slices of its HEAD
+    rm -f "$WORK/a.safetensors" "$WORK/b.safetensors"
+    fy shard-pull "$O" --run sh "${SLICES[@]}" --out "$WORK/a.safetensors" -q &&
+        fy shard-pull "$@" --run sh "${SLICES[@]}" --out "$WORK/b.safetensors" 2>"$WORK/fb.err" >/dev/null &&
+        cmp -s "$WORK/a.safetensors" "$WORK/b.safetensors"
+}
+pub sh 5                                        # 6 (delta): the mirror is at 5
+check_rc "the mirror behind: --min-version 6 from it alone fails (exit 4)" 4 \
+    fy shard-pull "$M" --run sh "${SLICES[@]}" --min-version 6 -q
+check "... with --fallback the origin serves 6" pull_as_origin "$M" --min-version 6 --fallback "$O"
+check "... and says so" grep -q "served by the fallback" "$WORK/fb.err"
+fy mirror "$O" "$M" --run sh -q || bad "mirror 6"
+for f in "$M"/sh/v/00000000000000000006-*-r00000?.patch; do
+    head -c "$(stat -c %s "$f")" /dev/urandom >"$f.x" && mv "$f.x" "$f"
+done
+check_rc "a corrupt object in the mirror: shard-pull from it alone fails (exit 6)" 6 \
+    fy shard-pull "$M" --run sh "${SLICES[@]}" -q
+check "... with --fallback the island gets the origin's slices" pull_as_origin "$M" --fallback "$O"
+DEAD=$(free_port)
+check "a mirror that is down (dead http:// port): --fallback" \
+    pull_as_origin "http://127.0.0.1:$DEAD" --deadline 2 --fallback "$O"
 
 # signed: the mirror copies the signed manifest-2 and HEAD; islands verify
 fy keygen -o "$WORK/trainer" >/dev/null && fy keygen -o "$WORK/other" >/dev/null || bad "keygen"
