@@ -267,7 +267,9 @@ FERRY_API int ferry_shard_pull(ferry_shard_subscriber *s, int mode, uint64_t ver
  * docs/MIRROR.md): further stores holding the same run (mirrors of one
  * another), in order of preference, at most FERRY_SYNC_STORES_MAX in all.
  * A pull tries them in order and moves to the next when one is down,
- * behind or serves what does not verify; versions completed from one
+ * behind (FERRY_ERR_SYNC_NOT_YET for a version asked for; a HEAD below
+ * the version held: _BACKWARDS, except for FERRY_SYNC_EXACT) or serves
+ * what does not verify; versions completed from one
  * store are kept (the stores hold identical bytes) and the change lists
  * cover the whole pull.  ferry_shard_wait reads the first store that
  * answers.  Returns FERRY_ERR_ARG (NULL, or the list is full). */

@@ -556,6 +556,11 @@ static int pull_from(ferry_shard_subscriber *s, int mode, uint64_t version, ferr
     if (rc) goto out;
     in->head_version = h.version;
     uint64_t cur = s->held.version, target = h.version;
+    if (s->nst > 1 && mode != FERRY_SYNC_EXACT && h.version < cur) { /* a store behind: the next one may not be */
+        rc = ferry__fail(FERRY_ERR_SYNC_BACKWARDS, "run %s: HEAD is at %llu, below the version held (%llu)", s->run,
+                         (unsigned long long)h.version, (unsigned long long)cur);
+        goto out;
+    }
     if (mode == FERRY_SYNC_MIN && cur >= version && cur) target = cur;
     else if ((mode == FERRY_SYNC_MIN || mode == FERRY_SYNC_EXACT) && version > h.version) {
         rc = ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: version %llu asked, HEAD is at %llu", s->run, (unsigned long long)version,
