@@ -72,7 +72,13 @@ def phase_report(name, phase_dir, tracking=False, preamble=(), borrow=None):
         by_mode = {m: rs.get((lr, m), {}) for m in MODES}
         any_run = next(v for v in by_mode.values() if v)
         start = next(iter(any_run.values()))[0]
-        seeds = sorted(set.intersection(*[set(v) for v in by_mode.values() if v]))
+        # The seeds PULSELoCo and DiLoCo share; a mode run on fewer of them
+        # (DDP still under way) is left out rather than shrinking the table.
+        core = [set(by_mode[m]) for m in ("pulseloco", "diloco") if by_mode[m]]
+        seeds = sorted(set.intersection(*(core or [set(v) for v in by_mode.values() if v])))
+        for m in MODES:
+            if by_mode[m] and not set(seeds) <= set(by_mode[m]):
+                by_mode[m] = {}
         nr = start["rounds"]
         k = max(1, nr // 5)
         lines += ["### inner lr %s: %d ranks, H %d, %d rounds (%d local steps per rank), %d params, seeds %s"
