@@ -70,6 +70,20 @@ check "repaired: the next pass copies 4, reusing rank 0's object" \
     test "$(head_ver "$M/sh/HEAD")" = 4 -a "$(jfield objects_reused "$out")" = 1
 check "... bit-identical pulls" same_pull "$O" "$M" sh
 
+# an object with bytes no tile accounts for (the manifest declares them):
+# refused before anything is written
+pub x 0
+"$PY" - "$O/x/v" <<'PYEOF' || bad "edit the manifest of run x"
+import glob, json, sys
+mf = [f for f in glob.glob(sys.argv[1] + "/*.json")][0]
+d = json.load(open(mf))
+d["objects"][0]["bytes"] += 16
+open(sys.argv[1] + "/" + d["objects"][0]["key"].split("/")[-1], "ab").write(b"\0" * 16)
+json.dump(d, open(mf, "w"))
+PYEOF
+check_rc "a rank object with 16 bytes no tile names is refused (exit 6)" 6 fy mirror "$O" "$WORK/mx" --run x -q
+check "... nothing visible in the mirror" test ! -e "$WORK/mx/x/HEAD"
+
 # GC on the mirror follows ferry_gc's rules for sharded runs
 pub sh 4                                        # 5 (anchor)
 out=$(fy mirror "$O" "$M" --run sh --keep 1 --grace 0 --json)
