@@ -392,11 +392,13 @@ static void t_bad_parts(void)
 }
 
 /* Rewrites an object of the store (file backend) with bytes changed. */
-static void tamper(const char *run, uint64_t v, const char *id, uint32_t rank, int flip)
+/* Flips a byte in (flip) or cuts in half rank's delta of version v, in the
+ * file store at root. */
+static void tamper_at(const char *root, const char *run, uint64_t v, const char *id, uint32_t rank, int flip)
 {
     char key[FS_KEY_CAP], path[1024];
     sh_key_object(key, run, v, id, rank, SH_DELTA);
-    snprintf(path, sizeof path, "%s/%s", g_root, key);
+    snprintf(path, sizeof path, "%s/%s", root, key);
     void *d;
     size_t n;
     if (ferry_file_read(path, (size_t)1 << 30, &d, &n)) return;
@@ -405,6 +407,8 @@ static void tamper(const char *run, uint64_t v, const char *id, uint32_t rank, i
     ferry_file_write(path, d, n);
     ferry_free(d);
 }
+
+static void tamper(const char *run, uint64_t v, const char *id, uint32_t rank, int flip) { tamper_at(g_root, run, v, id, rank, flip); }
 
 static void t_corrupt_objects(void)
 {
@@ -607,6 +611,106 @@ static void t_signed(void)
     ferry_store_free(st);
 }
 
+/* Store lists (ferry_shard_subscriber_add_store): an island reads a
+ * mirror (A) first and falls back to the origin (B) when A is behind, when
+ * A serves a corrupt object after versions it did serve (the versions
+ * completed from A are kept and the change lists cover the whole pull),
+ * and when A's HEAD is below the version held. */
+static void t_store_list(void)
+{
+    char ra[300], rb[300], run[64];
+    snprintf(ra, sizeof ra, "%s/mirror", g_root);
+    snprintf(rb, sizeof rb, "%s/origin", g_root);
+    ferry_store_options so = {.create = 1};
+    ferry_store *a = NULL, *b = NULL;
+    CHECK_OK(ferry_store_open(ra, &so, &a));
+    CHECK_OK(ferry_store_open(rb, &so, &b));
+    new_run(run, sizeof run);
+    ferry_model *m[7] = {0};
+    for (int i = 1; i <= 6; i++) m[i] = step(i);
+    group g;
+    CHECK_OK(group_open(&g, b, run, 2, 1024, 10, 0));
+    ferry_shard_publish_info info;
+    CHECK_OK(group_publish(&g, m[1], 0, &info));
+    CHECK_OK(group_publish(&g, m[2], 0, &info));
+    ferry_mirror_info mi;
+    CHECK_OK(ferry_mirror_once(b, a, run, NULL, &mi));
+    CHECK(mi.to_version == 2);
+    char head_path[400];
+    snprintf(head_path, sizeof head_path, "%s/%s/HEAD", ra, run);
+    void *head2 = NULL;
+    size_t head2_n = 0;
+    CHECK_OK(ferry_file_read(head_path, 1 << 20, &head2, &head2_n));
+
+    island is;
+    CHECK_OK(island_open(&is, a, run, m[1], L_ROWS, 0, 2));
+    CHECK_OK(ferry_shard_subscriber_add_store(is.s, b));
+    CHECK_RC(island_pull(&is, 1, m[1], NULL), 0);
+    CHECK(ferry_shard_subscriber_store_used(is.s) == 0);
+
+    /* A behind: version 3 only at B */
+    CHECK_OK(group_publish(&g, m[3], 0, &info));
+    CHECK_RC(island_pull(&is, 3, m[3], NULL), 0);
+    CHECK(ferry_shard_subscriber_store_used(is.s) == 1);
+
+    /* A has 4 and a corrupt 5: 4 from A, 5 from B, one pull, change lists from 3 */
+    CHECK_OK(group_publish(&g, m[4], 0, &info));
+    char id4[FS_ID_CAP];
+    memcpy(id4, info.id, FS_ID_CAP);
+    CHECK_OK(group_publish(&g, m[5], 0, &info));
+    CHECK_OK(ferry_mirror_once(b, a, run, NULL, &mi));
+    CHECK(mi.to_version == 5);
+    tamper_at(ra, run, 5, info.id, 0, 1);
+    for (uint32_t r = 0; r < 2; r++) { /* B cannot serve 4: it must come from A */
+        char key[FS_KEY_CAP];
+        sh_key_object(key, run, 4, id4, r, SH_DELTA);
+        CHECK_OK(ferry_store_delete(b, key));
+    }
+    ferry_shard_pull_info pi;
+    CHECK_OK(ferry_shard_pull(is.s, FERRY_SYNC_EXACT, 5, &pi));
+    CHECK(pi.from_version == 3 && pi.to_version == 5 && ferry_shard_subscriber_store_used(is.s) == 1);
+    /* the island's checks: regions equal step 5, and the change lists of
+       the pull turn what it held at 3 into them */
+    for (size_t i = 0; i < is.n; i++) CHECK(region_matches(is.s, i, m[5], &is.rg[i]));
+    for (size_t i = 0; i < is.n; i++) {
+        int all = 0;
+        const int64_t *pos;
+        const void *vals;
+        size_t cnt;
+        uint64_t nb = 0;
+        CHECK_OK(ferry_shard_region_changes(is.s, i, &all, &pos, &vals, &cnt));
+        ferry_shard_region_shape(is.s, i, NULL, NULL, NULL, &nb);
+        if (all || !is.prev[i]) continue; /* whole region: nothing to replay */
+        for (size_t k = 0; k < cnt; k++) memcpy(is.prev[i] + pos[k] * 2, (const uint8_t *)vals + k * 2, 2);
+        uint8_t *now = malloc(nb);
+        CHECK(now && !ferry_shard_region_copy(is.s, i, now, nb) && !memcmp(now, is.prev[i], nb));
+        free(now);
+    }
+
+    /* A's HEAD back at 2, below the 5 held: A is skipped as behind */
+    CHECK_OK(group_publish(&g, m[6], 0, &info));
+    CHECK_OK(ferry_file_write(head_path, head2, head2_n));
+    CHECK_OK(ferry_shard_pull(is.s, FERRY_SYNC_LATEST, 0, &pi));
+    CHECK(pi.to_version == 6 && ferry_shard_subscriber_store_used(is.s) == 1);
+    for (size_t i = 0; i < is.n; i++) CHECK(region_matches(is.s, i, m[6], &is.rg[i]));
+    /* ... and alone, A says so and the island keeps its version */
+    island lone;
+    CHECK_OK(island_open(&lone, a, run, m[1], L_ROWS, 0, 2));
+    CHECK_OK(ferry_shard_pull(lone.s, FERRY_SYNC_LATEST, 0, NULL));
+    CHECK(ferry_shard_subscriber_version(lone.s) == 2);
+    CHECK_OK(ferry_file_write(head_path, "", 0));
+    CHECK(ferry_shard_pull(lone.s, FERRY_SYNC_LATEST, 0, NULL) != 0);
+    CHECK(ferry_shard_subscriber_version(lone.s) == 2);
+    island_close(&lone);
+
+    ferry_free(head2);
+    island_close(&is);
+    group_close(&g);
+    for (int i = 1; i <= 6; i++) ferry_model_free(m[i]);
+    ferry_store_free(a);
+    ferry_store_free(b);
+}
+
 int main(void)
 {
     snprintf(g_root, sizeof g_root, "%s/ferry-test-shard-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -622,6 +726,7 @@ int main(void)
     RUN(t_kind_mismatch);
     RUN(t_gc);
     RUN(t_signed);
+    RUN(t_store_list);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_root);
