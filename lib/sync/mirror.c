@@ -127,24 +127,31 @@ int mirror_check_patch(const char *key, const char *what, const void *d, size_t 
     return FERRY_OK;
 }
 
-static int copy_delta(mirror *mr, const fs_manifest *m)
+int mirror_copy_patch(mirror *mr, const char *key, uint64_t bytes, bool has_sha, const uint8_t *sha, const uint8_t *base,
+                      const uint8_t target[16], uint32_t *copied)
 {
-    char key[FS_KEY_CAP];
-    fs_key_version(key, mr->run, m->version, m->id, FS_OBJ_DELTA);
-    if (mirror_in_dst(mr, key, m->delta_bytes)) {
+    if (mirror_in_dst(mr, key, bytes)) {
         mr->info->objects_reused++;
         return FERRY_OK;
     }
     void *d = NULL;
     size_t n;
     const uint8_t *want;
-    int rc = fs_want_sha(mr->o->keys, key, m->has_delta_sha, m->delta_sha, &want);
-    if (!rc) rc = fs_object_get(mr->src, key, m->delta_bytes, want, &mr->cnt, &d, &n);
-    if (!rc) rc = mirror_check_patch(key, "", d, n, m->base_hash, m->model_hash);
+    int rc = fs_want_sha(mr->o->keys, key, has_sha, sha, &want);
+    if (!rc) rc = fs_object_get(mr->src, key, bytes, want, &mr->cnt, &d, &n);
+    if (!rc) rc = mirror_check_patch(key, "", d, n, base, target);
     if (!rc) rc = ferry_store_put(mr->dst, key, d, n, NULL);
     ferry_free(d);
-    if (!rc) mr->info->objects_copied++;
+    if (!rc) (*copied)++;
     return rc;
+}
+
+static int copy_delta(mirror *mr, const fs_manifest *m)
+{
+    char key[FS_KEY_CAP];
+    fs_key_version(key, mr->run, m->version, m->id, FS_OBJ_DELTA);
+    return mirror_copy_patch(mr, key, m->delta_bytes, m->has_delta_sha, m->delta_sha, m->base_hash, m->model_hash,
+                             &mr->info->objects_copied);
 }
 
 /* A full object goes through a local file (it may be large): downloaded

@@ -25,20 +25,8 @@ static int copy_entry(mirror *mr, const fs_compaction *c)
     if (memcmp(to.model_hash, c->target_hash, 16))
         return ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: the index gives a target hash that is not version %llu's", key,
                            (unsigned long long)c->to);
-    if (mirror_in_dst(mr, key, c->bytes)) {
-        mr->info->objects_reused++;
-        return FERRY_OK;
-    }
-    const uint8_t *want;
-    void *d = NULL;
-    size_t n;
-    rc = fs_want_sha(mr->o->keys, key, c->has_sha, c->sha, &want);
-    if (!rc) rc = fs_object_get(mr->src, key, c->bytes, want, &mr->cnt, &d, &n);
-    if (!rc) rc = mirror_check_patch(key, "", d, n, c->base_hash, c->target_hash);
-    if (!rc) rc = ferry_store_put(mr->dst, key, d, n, NULL);
-    ferry_free(d);
-    if (!rc) mr->info->compactions_copied++;
-    return rc;
+    return mirror_copy_patch(mr, key, c->bytes, c->has_sha, c->sha, c->base_hash, c->target_hash,
+                             &mr->info->compactions_copied);
 }
 
 /* Writes the index's bytes to DST by compare-and-swap against the etag

@@ -31,6 +31,13 @@ bool mirror_in_dst(mirror *mr, const char *key, uint64_t bytes);
  * hash is `base`.  FERRY_ERR_SYNC_CORRUPT naming key and what. */
 int mirror_check_patch(const char *key, const char *what, const void *d, size_t n, const uint8_t *base, const uint8_t target[16]);
 
+/* Copies the patch object under key (bytes, optional signed SHA-256) from
+ * SRC to DST unless it is already there (counted in objects_reused):
+ * fetched bounded and digest-checked, checked by mirror_check_patch
+ * against base and target, then put.  *copied counts a copy. */
+int mirror_copy_patch(mirror *mr, const char *key, uint64_t bytes, bool has_sha, const uint8_t *sha, const uint8_t *base,
+                      const uint8_t target[16], uint32_t *copied);
+
 /* Copies the compacted deltas whose target version DST holds (each
  * verified), then SRC's compaction index, verbatim, unless DST's is
  * already the same bytes. */
