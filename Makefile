@@ -35,7 +35,7 @@ CFLAGS   += -std=c11 $(OPT) $(WARN) -fPIC -pthread -fvisibility=hidden
 LDFLAGS  += $(LDSAN) -pthread
 
 CORE_SRC := $(wildcard lib/common/*.c lib/codec/*.c lib/io/*.c)
-NET_SRC  := $(filter-out lib/sync/shard_mpi.c,$(wildcard lib/store/*.c lib/sync/*.c lib/dock/*.c))
+NET_SRC  := $(filter-out lib/shard/shard_mpi.c,$(wildcard lib/store/*.c lib/sign/*.c lib/sync/*.c lib/shard/*.c lib/mirror/*.c lib/dock/*.c))
 CORE_LIBS := -lzstd -lxxhash -ljansson -lm
 ifeq ($(NO_NET),1)
 LIB_SRC  := $(CORE_SRC)
@@ -70,7 +70,7 @@ TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 ifeq ($(NO_NET),1)
-# the record parsers of lib/sync and lib/dock are not in a core build
+# the record parsers of lib/sync, lib/shard and lib/dock are not in a core build
 FUZZ_SRC := $(filter-out $(addprefix tests/fuzz/fuzz_,head.c manifest.c compactions.c batch.c cursor.c),$(FUZZ_SRC))
 endif
 REPLAY_BIN := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=$(BUILD)/tests/replay_%)
@@ -203,11 +203,11 @@ $(BUILD)/examples/loco_%: examples/rl/loco_%.c $(RL_OBJ) $(LOCO_LIB) $(STATIC) $
 	@mkdir -p $(dir $@)
 	$(MPICC_CC) $(CPPFLAGS) -Iexamples/rl $(CFLAGS) -o $@ $< $(RL_OBJ) $(LOCO_LIB) $(STATIC) $(LDFLAGS) $(LIBS)
 
-$(BUILD)/lib/sync/shard_mpi.o: lib/sync/shard_mpi.c $(wildcard include/*.h lib/*/*.h)
+$(BUILD)/lib/shard/shard_mpi.o: lib/shard/shard_mpi.c $(wildcard include/*.h lib/*/*.h)
 	@mkdir -p $(dir $@)
 	$(MPICC_CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
-$(SHARD_MPI_LIB): $(BUILD)/lib/sync/shard_mpi.o
+$(SHARD_MPI_LIB): $(BUILD)/lib/shard/shard_mpi.o
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/ferry-shard-mpi: programs/ferry/cmd_shard_mpi.c $(SHARD_MPI_LIB) $(BUILD)/programs/ferry/cmd_sync.o $(BUILD)/programs/ferry/util.o $(STATIC)

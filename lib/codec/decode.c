@@ -140,7 +140,7 @@ static int decode_chunk(dec *d, const chunk_ref *c, int w, size_t *k)
     const patch_entry *e = &d->t.e[c->entry];
     sp_dtype st = sp_dtype_of(e->dtype);
     const uint8_t *a = (const uint8_t *)base_of(d, c->entry)->data + c->lo * st.W / 8;
-    int rc = sp_decode_chunk(&st, a, (size_t)c->n, d->patch + c->off, (size_t)c->len, d->t.version, &d->coder[w], k);
+    int rc = ferry__codec_decode_chunk(&st, a, (size_t)c->n, d->patch + c->off, (size_t)c->len, d->t.version, &d->coder[w], k);
     if (rc) return ferry__context(rc, "tensor '%s', chunk at word %llu", e->name, (unsigned long long)c->lo);
     __atomic_fetch_add(&d->got[c->entry], (uint64_t)*k, __ATOMIC_RELAXED);
     return FERRY_OK;
@@ -205,7 +205,7 @@ static int begin(dec *d, const ferry_model *base, const void *patch, size_t size
     d->patch = patch;
     d->base = base;
     d->threads = ferry__threads(opts ? opts->threads : 1);
-    int rc = patch_table_parse(patch, size, &d->t);
+    int rc = ferry__codec_patch_table_parse(patch, size, &d->t);
     if (rc) return rc;
     size_t nb = ferry_model_count(base), n = d->t.n + 1;
     d->bh = ferry__malloc((nb + 1) * 16);
@@ -241,7 +241,7 @@ static void end(dec *d)
     free(d->undo);
     if (d->arena_mapped) munmap(d->arena, (size_t)d->arena_size);
     else free(d->arena);
-    for (int w = 0; d->coder && w < d->threads; w++) sp_coder_release(&d->coder[w]);
+    for (int w = 0; d->coder && w < d->threads; w++) ferry__codec_coder_release(&d->coder[w]);
     for (int w = 0; d->tmp && w < d->threads; w++) free(d->tmp[w]);
     free(d->tmp);
     free(d->bh);
@@ -256,7 +256,7 @@ static void end(dec *d)
     free(d->ch);
     free(d->ent_first);
     free(d->coder);
-    patch_table_release(&d->t);
+    ferry__codec_patch_table_release(&d->t);
 }
 
 /* The result's model hash from its tensor hashes and the table's metadata. */
@@ -572,10 +572,10 @@ static int write_with_undo(dec *d, const chunk_ref *c, int w, size_t k)
         }
         u->first[h] = (uint32_t)lo;
     }
-    sp_narrow16(u->lo, s->pos, k);
+    ferry__codec_narrow16(u->lo, s->pos, k);
     ferry__sink sk = {(uint8_t *)base_of(d, c->entry)->data, NULL, whole_piece, no_done};
     if (W == 16 && s->have_words) { /* the walk handed out the base words: no second read of them */
-        sp_narrow16((uint16_t *)(void *)u->old, s->word, k);
+        ferry__codec_narrow16((uint16_t *)(void *)u->old, s->word, k);
         return sparse_out(d, c, w, k, &sk, NULL);
     }
     return sparse_out(d, c, w, k, &sk, u->old);

@@ -97,7 +97,7 @@ static int chunk_job(void *ctx, size_t j, int w)
     uint64_t lo = (j - e->first_job) * csize, n = nwords - lo < csize ? nwords - lo : csize;
     sp_src src = {(const uint8_t *)e->b->data + lo * (e->cast ? 4 : st.W / 8), e->cast};
     uint64_t block = lo * st.W / 8 / FERRY_HASH_BLOCK;
-    int rc = sp_encode_chunk(&st, (const uint8_t *)e->a->data + lo * st.W / 8, &src, (size_t)n, e->nchunks > 1, &c->coder[w],
+    int rc = ferry__codec_encode_chunk(&st, (const uint8_t *)e->a->data + lo * st.W / 8, &src, (size_t)n, e->nchunks > 1, &c->coder[w],
                              &c->chunk[j], &c->chunk_changed[j], e->blocks + block);
     return rc ? ferry__context(rc, "tensor '%s'", e->b->name) : FERRY_OK;
 }
@@ -314,7 +314,7 @@ static void release(enc *c)
         free(c->e[k].blocks);
     }
     for (size_t j = 0; c->chunk && j < c->njobs; j++) ferry__buf_release(&c->chunk[j]);
-    for (int w = 0; c->coder && w < c->threads; w++) sp_coder_release(&c->coder[w]);
+    for (int w = 0; c->coder && w < c->threads; w++) ferry__codec_coder_release(&c->coder[w]);
     free(c->e);
     free(c->chunk);
     free(c->chunk_changed);

@@ -13,7 +13,7 @@ int ferry_patch_inspect(const void *patch, size_t size, ferry_patch_info **out)
     *out = NULL;
     ferry_patch_info *pi = ferry__calloc(1, sizeof *pi);
     if (!pi) return FERRY_ERR_NOMEM;
-    int rc = patch_table_parse(patch, size, &pi->t);
+    int rc = ferry__codec_patch_table_parse(patch, size, &pi->t);
     if (rc) {
         free(pi);
         return rc;
@@ -38,7 +38,7 @@ int ferry_patch_inspect(const void *patch, size_t size, ferry_patch_info **out)
 void ferry_patch_info_free(ferry_patch_info *pi)
 {
     if (!pi) return;
-    patch_table_release(&pi->t);
+    ferry__codec_patch_table_release(&pi->t);
     free(pi->ti);
     free(pi);
 }

@@ -45,10 +45,10 @@ typedef struct patch_table {
 } patch_table;
 
 /* Validates header, trailer checksum and table; fills *t (released with
- * patch_table_release).  Every field is checked; payload bounds are
+ * ferry__codec_patch_table_release).  Every field is checked; payload bounds are
  * checked against the patch size. */
-int patch_table_parse(const uint8_t *p, size_t size, patch_table *t);
-void patch_table_release(patch_table *t);
+int ferry__codec_patch_table_parse(const uint8_t *p, size_t size, patch_table *t);
+void ferry__codec_patch_table_release(patch_table *t);
 
 /* Number of chunks of a SPARSE entry, and the chunk element count. */
 static inline uint64_t patch_chunks(const patch_entry *e) { return (e->nwords + ((uint64_t)1 << e->chunk_log2) - 1) >> e->chunk_log2; }

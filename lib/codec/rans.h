@@ -104,16 +104,16 @@ static inline unsigned delta_sym(uint64_t mag, uint64_t *raw, unsigned *nraw)
 }
 
 /* ---- tables ---- */
-int rans_table_build(rans_table *t, const uint32_t *count, unsigned nsym);
-int rans_table_write(const rans_table *t, ferry_buf *out);
+int ferry__codec_rans_table_build(rans_table *t, const uint32_t *count, unsigned nsym);
+int ferry__codec_rans_table_write(const rans_table *t, ferry_buf *out);
 /* Parses one table (alphabet of at most max_nsym symbols) from *p. */
-int rans_table_read(rans_table *t, const uint8_t **p, const uint8_t *end, unsigned max_nsym);
+int ferry__codec_rans_table_read(rans_table *t, const uint8_t **p, const uint8_t *end, unsigned max_nsym);
 /* Decoding tables: slot -> symbol (RANS_M bytes), and symbol -> frequency |
  * start << 16 (RANS_MAXSYM words). */
-void rans_table_dtab(const rans_table *t, uint8_t *lut, uint32_t *fs);
+void ferry__codec_rans_table_dtab(const rans_table *t, uint8_t *lut, uint32_t *fs);
 /* The vector decoder's table: per slot, symbol | (frequency - 1) << 8 |
  * (slot - start) << 20 (RANS_M words). */
-void rans32_fused_table(const rans_table *t, uint32_t *out);
+void ferry__codec_rans32_fused_table(const rans_table *t, uint32_t *out);
 
 /* ---- coder ---- */
 
@@ -168,10 +168,10 @@ typedef struct rans_dec {
 
 /* Opens the stream at *p: u32 len (4 * nstates + the words' bytes), the
  * initial states, then 16-bit words; *p moves past it. */
-int rans_dec_open(rans_dec *d, const uint8_t **p, const uint8_t *end, unsigned nstates);
+int ferry__codec_rans_dec_open(rans_dec *d, const uint8_t **p, const uint8_t *end, unsigned nstates);
 /* True when the stream ended exactly: every state back at RANS_L, every
  * word read. */
-bool rans_dec_done(const rans_dec *d);
+bool ferry__codec_rans_dec_done(const rans_dec *d);
 
 static inline uint16_t rans_read16(rans_dec *d)
 {
@@ -207,8 +207,8 @@ static inline __attribute__((always_inline)) unsigned rans_dget(rans_dec *d, con
 
 /* Encoder: codes symbols (table, symbol) pairs syms[2 lo .. 2 hi) as one
  * stream of nstates states (backwards, so that the decoder reads forwards)
- * and appends it to out in the layout rans_dec_open reads. */
-int rans_emit(const uint8_t *syms, size_t lo, size_t hi, unsigned nstates, const rans_esym (*es)[RANS_MAXSYM],
+ * and appends it to out in the layout ferry__codec_rans_dec_open reads. */
+int ferry__codec_rans_emit(const uint8_t *syms, size_t lo, size_t hi, unsigned nstates, const rans_esym (*es)[RANS_MAXSYM],
               ferry_buf *out);
 
 #if FERRY_HAVE_X86_SIMD
@@ -216,14 +216,14 @@ int rans_emit(const uint8_t *syms, size_t lo, size_t hi, unsigned nstates, const
  * start (symbol j with the fused table tab[j] of lut32) in groups of 32
  * while 64 bytes of words remain; returns how many it decoded.  The caller
  * decodes the rest with rans_dget. */
-size_t rans32_syms_avx512(rans_dec *d, const uint32_t *lut32, const uint8_t *tab, uint8_t *sym, size_t n);
+size_t ferry__codec_rans32_syms_avx512(rans_dec *d, const uint32_t *lut32, const uint8_t *tab, uint8_t *sym, size_t n);
 /* The same with AVX2 (CPUs without AVX-512). */
-size_t rans32_syms_avx2(rans_dec *d, const uint32_t *lut32, const uint8_t *tab, uint8_t *sym, size_t n);
+size_t ferry__codec_rans32_syms_avx2(rans_dec *d, const uint32_t *lut32, const uint8_t *tab, uint8_t *sym, size_t n);
 /* AVX-512: rans_put for symbols [lo, hi) of a 32-state stream, hi - lo a
  * multiple of 32 and lo at state 0, backwards from states x[] and output
  * position p; returns the new p.  The same words and states as the scalar
  * loop. */
-uint16_t *rans32_emit_avx512(const uint8_t *syms, size_t lo, size_t hi, const rans_esym (*es)[RANS_MAXSYM], uint16_t *p,
+uint16_t *ferry__codec_rans32_emit_avx512(const uint8_t *syms, size_t lo, size_t hi, const rans_esym (*es)[RANS_MAXSYM], uint16_t *p,
                              uint32_t *x);
 
 /* AVX-512 versions of the loops after symbol decoding (any rANS codec),
@@ -236,30 +236,30 @@ uint16_t *rans32_emit_avx512(const uint8_t *syms, size_t lo, size_t hi, const ra
  * Gaps of one class (n: chunk words, at most 2^27): ranks into order[],
  * *r the last rank (UINT64_MAX before the class's first); bad: "gap past
  * the end of the chunk". */
-size_t rans_gaps_avx512(const uint8_t *sym, size_t cnt, uint64_t n, const uint8_t *raw, size_t rawlen, uint64_t *bp,
+size_t ferry__codec_rans_gaps_avx512(const uint8_t *sym, size_t cnt, uint64_t n, const uint8_t *raw, size_t rawlen, uint64_t *bp,
                         uint64_t *r, uint32_t *order, int *bad);
 /* The same with AVX2, 8 at a time. */
-size_t rans_gaps_avx2(const uint8_t *sym, size_t cnt, uint64_t n, const uint8_t *raw, size_t rawlen, uint64_t *bp,
+size_t ferry__codec_rans_gaps_avx2(const uint8_t *sym, size_t cnt, uint64_t n, const uint8_t *raw, size_t rawlen, uint64_t *bp,
                       uint64_t *r, uint32_t *order, int *bad);
 /* Delta tables of k changes of a 16-bit float dtype (exp_shift, exp_mask)
  * whose base words are word[] (the walk's sp_scratch.word): 8 +
  * each one's delta class into tab[]; bad: a class whose bit in `have` is
  * clear ("delta context without a table"). */
-size_t rans_dtabs16_avx512(unsigned exp_shift, uint32_t exp_mask, uint32_t top, const uint32_t *word, size_t k,
+size_t ferry__codec_rans_dtabs16_avx512(unsigned exp_shift, uint32_t exp_mask, uint32_t top, const uint32_t *word, size_t k,
                            uint32_t have, uint8_t *tab, int *bad);
 /* Encoder: the delta symbols of k changes of a 16-bit float dtype from the
  * AVX-512 scan's old | new << 16 pairs; (table, symbol) pairs into syms[],
  * the sign and raw bits of changes 4q..4q+3 as one field of qbits[q] bits
  * into quads[q]; returns how many it did. */
-size_t rans_delta_syms16_avx512(const uint32_t *pairs, size_t k, uint32_t top, unsigned exp_shift, uint32_t exp_mask,
+size_t ferry__codec_rans_delta_syms16_avx512(const uint32_t *pairs, size_t k, uint32_t top, unsigned exp_shift, uint32_t exp_mask,
                                 uint8_t *syms, uint64_t *quads, uint8_t *qbits);
 /* The new words of those k changes into val[]; bad: "delta out of range". */
-size_t rans_deltas16_avx512(const uint32_t *word, const uint8_t *sym, size_t k,
+size_t ferry__codec_rans_deltas16_avx512(const uint32_t *word, const uint8_t *sym, size_t k,
                             const uint8_t *raw, size_t rawlen, uint64_t *bp, uint64_t *val, int *bad);
 /* The same two with AVX2, 8 at a time. */
-size_t rans_dtabs16_avx2(unsigned exp_shift, uint32_t exp_mask, uint32_t top, const uint32_t *word, size_t k,
+size_t ferry__codec_rans_dtabs16_avx2(unsigned exp_shift, uint32_t exp_mask, uint32_t top, const uint32_t *word, size_t k,
                          uint32_t have, uint8_t *tab, int *bad);
-size_t rans_deltas16_avx2(const uint32_t *word, const uint8_t *sym, size_t k, const uint8_t *raw, size_t rawlen,
+size_t ferry__codec_rans_deltas16_avx2(const uint32_t *word, const uint8_t *sym, size_t k, const uint8_t *raw, size_t rawlen,
                           uint64_t *bp, uint64_t *val, int *bad);
 #endif
 #endif

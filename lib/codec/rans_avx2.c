@@ -58,7 +58,7 @@ static inline TARGET __m256i step(__m256i x, __m256i tabv, const uint32_t *lut32
     return x;
 }
 
-TARGET size_t rans32_syms_avx2(rans_dec *d, const uint32_t *lut32, const uint8_t *tab, uint8_t *sym, size_t n)
+TARGET size_t ferry__codec_rans32_syms_avx2(rans_dec *d, const uint32_t *lut32, const uint8_t *tab, uint8_t *sym, size_t n)
 {
     if (d->mask != RANS3_NSTATE - 1 || d->i != 0) return 0;
     pthread_once(&expand_once, expand_init);
@@ -76,7 +76,7 @@ TARGET size_t rans32_syms_avx2(rans_dec *d, const uint32_t *lut32, const uint8_t
     d->p = p;
     return j;
 }
-/* ---- gaps to ranks (rans_gaps_avx512's work, 8 at a time) ---- */
+/* ---- gaps to ranks (ferry__codec_rans_gaps_avx512's work, 8 at a time) ---- */
 
 /* Inclusive prefix sum of 8 lanes. */
 static inline TARGET __m256i prefix8(__m256i v)
@@ -110,7 +110,7 @@ static inline TARGET bool fields8(const uint8_t *raw, size_t rawlen, uint64_t *b
     return true;
 }
 
-TARGET size_t rans_gaps_avx2(const uint8_t *sym, size_t cnt, uint64_t n, const uint8_t *raw, size_t rawlen, uint64_t *bp,
+TARGET size_t ferry__codec_rans_gaps_avx2(const uint8_t *sym, size_t cnt, uint64_t n, const uint8_t *raw, size_t rawlen, uint64_t *bp,
                              uint64_t *r, uint32_t *order, int *bad)
 {
     if (n > ((uint64_t)1 << 27)) return 0; /* 8 gaps below n plus a rank below n stay below 2^31 */
@@ -145,9 +145,9 @@ TARGET size_t rans_gaps_avx2(const uint8_t *sym, size_t cnt, uint64_t n, const u
     return q;
 }
 
-/* ---- delta tables and deltas (rans_dtabs16_avx512 and rans_deltas16_avx512, 8 at a time) ---- */
+/* ---- delta tables and deltas (ferry__codec_rans_dtabs16_avx512 and ferry__codec_rans_deltas16_avx512, 8 at a time) ---- */
 
-TARGET size_t rans_dtabs16_avx2(unsigned exp_shift, uint32_t exp_mask, uint32_t top, const uint32_t *word, size_t k,
+TARGET size_t ferry__codec_rans_dtabs16_avx2(unsigned exp_shift, uint32_t exp_mask, uint32_t top, const uint32_t *word, size_t k,
                                 uint32_t have, uint8_t *tab, int *bad)
 {
     const __m256i vtop = _mm256_set1_epi32((int)top), emask = _mm256_set1_epi32((int)exp_mask), zero = _mm256_setzero_si256(),
@@ -169,7 +169,7 @@ TARGET size_t rans_dtabs16_avx2(unsigned exp_shift, uint32_t exp_mask, uint32_t 
     return j;
 }
 
-TARGET size_t rans_deltas16_avx2(const uint32_t *word, const uint8_t *sym, size_t k, const uint8_t *raw, size_t rawlen,
+TARGET size_t ferry__codec_rans_deltas16_avx2(const uint32_t *word, const uint8_t *sym, size_t k, const uint8_t *raw, size_t rawlen,
                                  uint64_t *bp, uint64_t *val, int *bad)
 {
     const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2), three = _mm256_set1_epi32(3),

@@ -38,7 +38,7 @@ static inline TARGET __m512i step(__m512i x, __m512i tabv, const uint32_t *lut32
     return x;
 }
 
-TARGET size_t rans32_syms_avx512(rans_dec *d, const uint32_t *lut32, const uint8_t *tab, uint8_t *sym, size_t n)
+TARGET size_t ferry__codec_rans32_syms_avx512(rans_dec *d, const uint32_t *lut32, const uint8_t *tab, uint8_t *sym, size_t n)
 {
     if (d->mask != RANS3_NSTATE - 1 || d->i != 0) return 0;
     __m512i x0 = _mm512_loadu_si512(d->x), x1 = _mm512_loadu_si512(d->x + 16);
@@ -92,7 +92,7 @@ static inline TARGET bool fields(const uint8_t *raw, size_t rawlen, uint64_t *bp
     return true;
 }
 
-TARGET size_t rans_gaps_avx512(const uint8_t *sym, size_t cnt, uint64_t n, const uint8_t *raw, size_t rawlen, uint64_t *bp,
+TARGET size_t ferry__codec_rans_gaps_avx512(const uint8_t *sym, size_t cnt, uint64_t n, const uint8_t *raw, size_t rawlen, uint64_t *bp,
                                uint64_t *r, uint32_t *order, int *bad)
 {
     /* 16 gaps below n plus a rank below n stay below 2^32 */
@@ -150,7 +150,7 @@ static inline TARGET __m512i fkey16(__m512i x)
     return _mm512_xor_si512(x, _mm512_or_si512(_mm512_and_si512(sgn, _mm512_set1_epi32(0x7FFF)), _mm512_set1_epi32(0x8000)));
 }
 
-TARGET size_t rans_dtabs16_avx512(unsigned exp_shift, uint32_t exp_mask, uint32_t top, const uint32_t *word, size_t k,
+TARGET size_t ferry__codec_rans_dtabs16_avx512(unsigned exp_shift, uint32_t exp_mask, uint32_t top, const uint32_t *word, size_t k,
                                   uint32_t have, uint8_t *tab, int *bad)
 {
     const __m512i vtop = _mm512_set1_epi32((int)top), emask = _mm512_set1_epi32((int)exp_mask),
@@ -168,7 +168,7 @@ TARGET size_t rans_dtabs16_avx512(unsigned exp_shift, uint32_t exp_mask, uint32_
     return j;
 }
 
-TARGET size_t rans_deltas16_avx512(const uint32_t *word, const uint8_t *sym, size_t k,
+TARGET size_t ferry__codec_rans_deltas16_avx512(const uint32_t *word, const uint8_t *sym, size_t k,
                                    const uint8_t *raw, size_t rawlen, uint64_t *bp, uint64_t *val, int *bad)
 {
     const __m512i one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2), three = _mm512_set1_epi32(3),
@@ -238,7 +238,7 @@ static inline TARGET __m512i esym_index(const uint8_t *pairs)
     return _mm512_slli_epi32(i, 2);
 }
 
-TARGET uint16_t *rans32_emit_avx512(const uint8_t *syms, size_t lo, size_t hi, const rans_esym (*es)[RANS_MAXSYM],
+TARGET uint16_t *ferry__codec_rans32_emit_avx512(const uint8_t *syms, size_t lo, size_t hi, const rans_esym (*es)[RANS_MAXSYM],
                                     uint16_t *p, uint32_t *x)
 {
     const uint32_t *e = (const uint32_t *)(const void *)es;
@@ -256,7 +256,7 @@ TARGET uint16_t *rans32_emit_avx512(const uint8_t *syms, size_t lo, size_t hi, c
  * time.  (table, symbol) pairs go to syms; the sign and raw bits of changes
  * 4q..4q+3, in order, to quads[q] (qbits[q] bits).  Returns how many
  * it did (whole groups of 16). */
-TARGET size_t rans_delta_syms16_avx512(const uint32_t *pairs, size_t k, uint32_t top, unsigned exp_shift, uint32_t exp_mask,
+TARGET size_t ferry__codec_rans_delta_syms16_avx512(const uint32_t *pairs, size_t k, uint32_t top, unsigned exp_shift, uint32_t exp_mask,
                                        uint8_t *syms, uint64_t *quads, uint8_t *qbits)
 {
     const __m512i w16 = _mm512_set1_epi32(0xFFFF), half = _mm512_set1_epi32(0x8000), one = _mm512_set1_epi32(1),

@@ -89,7 +89,7 @@ static inline __attribute__((always_inline)) size_t build(const sp_dtype *t, uin
          * change); then the histogram, and the raw bits in order */
         uint64_t *quads = (uint64_t *)(void *)s->order;
         uint8_t *qbits = (uint8_t *)(quads + k / 4);
-        j = rans_delta_syms16_avx512(pairs, k, top, t->exp_shift, t->exp_mask, syms + 2 * ns, quads, qbits);
+        j = ferry__codec_rans_delta_syms16_avx512(pairs, k, top, t->exp_shift, t->exp_mask, syms + 2 * ns, quads, qbits);
         for (size_t i = 0; i < j; i++, ns++) count[syms[2 * ns]][syms[2 * ns + 1]]++;
         for (size_t q = 0; q < j / 4; q++) fb_put64(bw, quads[q], qbits[q]);
     }
@@ -112,7 +112,7 @@ static inline __attribute__((always_inline)) size_t build(const sp_dtype *t, uin
     return ns;
 }
 
-int sp_rans_encode(const sp_dtype *t, uint32_t top, unsigned codec, sp_scratch *s, size_t k, ferry_buf *out)
+int ferry__codec_rans_encode(const sp_dtype *t, uint32_t top, unsigned codec, sp_scratch *s, size_t k, ferry_buf *out)
 {
     uint32_t nclass = sp_nclass(t);
     size_t nsyms = 2 * k;
@@ -143,10 +143,10 @@ int sp_rans_encode(const sp_dtype *t, uint32_t top, unsigned codec, sp_scratch *
      * the delta contexts in use and their tables. */
     int rc = FERRY_OK;
     rans_table tabs[NTAB];
-    for (unsigned i = 0; !rc && i < NTAB; i++) rc = rans_table_build(&tabs[i], count[i], i < SP_NCLASS ? GAP_NSYM : DELTA_NSYM);
+    for (unsigned i = 0; !rc && i < NTAB; i++) rc = ferry__codec_rans_table_build(&tabs[i], count[i], i < SP_NCLASS ? GAP_NSYM : DELTA_NSYM);
     for (uint32_t c = 0; !rc && c < nclass; c++) rc = put_varint(out, s->start[c + 1] - s->start[c]);
     for (uint32_t c = 0; !rc && c < nclass; c++)
-        if (s->start[c + 1] > s->start[c]) rc = rans_table_write(&tabs[c], out);
+        if (s->start[c + 1] > s->start[c]) rc = ferry__codec_rans_table_write(&tabs[c], out);
     uint32_t used = 0;
     for (unsigned i = 0; i < DELTA_NCTX; i++)
         if (tabs[SP_NCLASS + i].nsym) used |= 1u << i;
@@ -154,7 +154,7 @@ int sp_rans_encode(const sp_dtype *t, uint32_t top, unsigned codec, sp_scratch *
     ferry__put32(ub, used);
     if (!rc) rc = ferry__buf_append(out, ub, 4);
     for (unsigned i = 0; !rc && i < DELTA_NCTX; i++)
-        if (used >> i & 1) rc = rans_table_write(&tabs[SP_NCLASS + i], out);
+        if (used >> i & 1) rc = ferry__codec_rans_table_write(&tabs[SP_NCLASS + i], out);
 
     /* rANS: codec 2 codes all symbols as one stream of 2 states, codec 3
      * the gaps and the deltas as two streams of RANS3_NSTATE states each
@@ -164,15 +164,15 @@ int sp_rans_encode(const sp_dtype *t, uint32_t top, unsigned codec, sp_scratch *
     for (unsigned i = 0; !rc && i < NTAB; i++)
         for (unsigned y = 0; y < tabs[i].nsym; y++)
             if (tabs[i].freq[y]) rans_esym_init(&es[i][y], tabs[i].start[y], tabs[i].freq[y]);
-    if (!rc && codec == SP_CODEC_RANS) rc = rans_emit(syms, 0, ns, 2, (const rans_esym (*)[RANS_MAXSYM])es, out);
-    if (!rc && codec != SP_CODEC_RANS) rc = rans_emit(syms, 0, k, RANS3_NSTATE, (const rans_esym (*)[RANS_MAXSYM])es, out);
-    if (!rc && codec != SP_CODEC_RANS) rc = rans_emit(syms, k, ns, RANS3_NSTATE, (const rans_esym (*)[RANS_MAXSYM])es, out);
+    if (!rc && codec == SP_CODEC_RANS) rc = ferry__codec_rans_emit(syms, 0, ns, 2, (const rans_esym (*)[RANS_MAXSYM])es, out);
+    if (!rc && codec != SP_CODEC_RANS) rc = ferry__codec_rans_emit(syms, 0, k, RANS3_NSTATE, (const rans_esym (*)[RANS_MAXSYM])es, out);
+    if (!rc && codec != SP_CODEC_RANS) rc = ferry__codec_rans_emit(syms, k, ns, RANS3_NSTATE, (const rans_esym (*)[RANS_MAXSYM])es, out);
     if (!rc) rc = ferry__buf_append(out, raw, raw_size);
     free(raw);
     return rc;
 }
 
-int rans_emit(const uint8_t *syms, size_t lo, size_t hi, unsigned nstates, const rans_esym (*es)[RANS_MAXSYM],
+int ferry__codec_rans_emit(const uint8_t *syms, size_t lo, size_t hi, unsigned nstates, const rans_esym (*es)[RANS_MAXSYM],
               ferry_buf *out)
 { /* nstates: a power of two */
     /* at most one 16-bit word per symbol */
@@ -187,7 +187,7 @@ int rans_emit(const uint8_t *syms, size_t lo, size_t hi, unsigned nstates, const
 #endif
     for (size_t i = hi; i-- > mid;) rans_put(&x[(i - lo) & (nstates - 1)], &p, &es[syms[2 * i]][syms[2 * i + 1]]);
 #if FERRY_HAVE_X86_SIMD
-    if (mid > lo) p = rans32_emit_avx512(syms, lo, mid, es, p, x);
+    if (mid > lo) p = ferry__codec_rans32_emit_avx512(syms, lo, mid, es, p, x);
 #endif
     size_t nw = (size_t)(end - p);
     uint64_t len = 4 * (uint64_t)nstates + 2 * (uint64_t)nw;

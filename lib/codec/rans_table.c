@@ -1,7 +1,7 @@
 /* rANS frequency tables: normalisation, serialisation, parsing. */
 #include "rans.h"
 
-int rans_table_build(rans_table *t, const uint32_t *count, unsigned nsym)
+int ferry__codec_rans_table_build(rans_table *t, const uint32_t *count, unsigned nsym)
 {
     uint64_t total = 0;
     unsigned last = 0;
@@ -41,7 +41,7 @@ int rans_table_build(rans_table *t, const uint32_t *count, unsigned nsym)
 }
 
 /* u8 nsym, then nsym frequencies as LEB128 (1 or 2 bytes each). */
-int rans_table_write(const rans_table *t, ferry_buf *out)
+int ferry__codec_rans_table_write(const rans_table *t, ferry_buf *out)
 {
     uint8_t tmp[1 + 2 * RANS_MAXSYM];
     size_t n = 0;
@@ -57,7 +57,7 @@ int rans_table_write(const rans_table *t, ferry_buf *out)
     return ferry__buf_append(out, tmp, n);
 }
 
-int rans_table_read(rans_table *t, const uint8_t **pp, const uint8_t *end, unsigned max_nsym)
+int ferry__codec_rans_table_read(rans_table *t, const uint8_t **pp, const uint8_t *end, unsigned max_nsym)
 {
     const uint8_t *p = *pp;
     memset(t, 0, sizeof *t);
@@ -83,7 +83,7 @@ int rans_table_read(rans_table *t, const uint8_t **pp, const uint8_t *end, unsig
     return FERRY_OK;
 }
 
-void rans_table_dtab(const rans_table *t, uint8_t *lut, uint32_t *fs)
+void ferry__codec_rans_table_dtab(const rans_table *t, uint8_t *lut, uint32_t *fs)
 {
     for (unsigned s = 0; s < t->nsym; s++) {
         memset(lut + t->start[s], (int)s, t->freq[s]);
@@ -91,7 +91,7 @@ void rans_table_dtab(const rans_table *t, uint8_t *lut, uint32_t *fs)
     }
 }
 
-void rans32_fused_table(const rans_table *t, uint32_t *out)
+void ferry__codec_rans32_fused_table(const rans_table *t, uint32_t *out)
 {
     for (unsigned s = 0; s < t->nsym; s++)
         for (uint32_t j = 0; j < t->freq[s]; j++) out[t->start[s] + j] = s | (uint32_t)(t->freq[s] - 1) << 8 | j << 20;

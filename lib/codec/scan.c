@@ -7,7 +7,7 @@
 #include "sparse.h"
 #include "simd.h"
 
-int sp_corrupt(const char *what) { return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "sparse chunk: %s", what); }
+int ferry__codec_corrupt(const char *what) { return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "sparse chunk: %s", what); }
 
 static int grow(void **p, size_t n, size_t size)
 {
@@ -17,7 +17,7 @@ static int grow(void **p, size_t n, size_t size)
     return FERRY_OK;
 }
 
-int sp_scratch_fit(sp_scratch *s, size_t need)
+int ferry__codec_scratch_fit(sp_scratch *s, size_t need)
 {
     if (need <= s->cap) return FERRY_OK;
     size_t cap = s->cap ? s->cap : 4096;
@@ -30,7 +30,7 @@ int sp_scratch_fit(sp_scratch *s, size_t need)
     return FERRY_OK;
 }
 
-void sp_scratch_release(sp_scratch *s)
+void ferry__codec_scratch_release(sp_scratch *s)
 {
     free(s->pos);
     free(s->cls);
@@ -47,7 +47,7 @@ void sp_scratch_release(sp_scratch *s)
     memset(s, 0, sizeof *s);
 }
 
-uint32_t sp_choose_top(const sp_dtype *t, const uint8_t *a, size_t n)
+uint32_t ferry__codec_choose_top(const sp_dtype *t, const uint8_t *a, size_t n)
 {
     if (!t->exp_mask || n == 0) return 0;
     static _Thread_local uint32_t hist[2048];
@@ -61,7 +61,7 @@ uint32_t sp_choose_top(const sp_dtype *t, const uint8_t *a, size_t n)
     }
 }
 
-void sp_sample_classes(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, uint64_t est[SP_NCLASS])
+void ferry__codec_sample_classes(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, uint64_t est[SP_NCLASS])
 {
     uint64_t hits[SP_NCLASS] = {0}, samples = 0;
     size_t step = n / 4096 ? n / 4096 : 1;
@@ -70,7 +70,7 @@ void sp_sample_classes(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t
         est[c] = samples ? ((2 * hits[c] + 1) * (uint64_t)n + 2 * samples - 1) / (2 * samples) : 1;
 }
 
-void sp_scan_unlazy(sp_scratch *s, size_t k)
+void ferry__codec_scan_unlazy(sp_scratch *s, size_t k)
 {
     if (!s->lazy) return;
     size_t at = 0;
@@ -86,12 +86,12 @@ void sp_scan_unlazy(sp_scratch *s, size_t k)
     s->lazy = 0;
 }
 
-int sp_scan_group(sp_scratch *s, const sp_scan_state *st)
+int ferry__codec_scan_group(sp_scratch *s, const sp_scan_state *st)
 {
     s->lazy = 0;
 #if FERRY_HAVE_AVX512
     if (st->bm == 1) {
-        sp_scan_group_bitmaps(s, st);
+        ferry__codec_scan_group_bitmaps(s, st);
         return FERRY_OK;
     }
 #endif
@@ -114,7 +114,7 @@ static inline __attribute__((always_inline)) int scan_w(const sp_dtype *t, uint3
         uint32_t c = sp_class(t, top, x);
         uint64_t y = sp_load(b, i - lo, W);
         if (FERRY_UNLIKELY(x != y)) {
-            if (st->k == s->cap && sp_scratch_fit(s, st->k + 1)) return FERRY_ERR_NOMEM;
+            if (st->k == s->cap && ferry__codec_scratch_fit(s, st->k + 1)) return FERRY_ERR_NOMEM;
             s->old[st->k] = x;
             s->val[st->k] = y;
             s->pos[st->k] = (uint32_t)i;
@@ -127,10 +127,10 @@ static inline __attribute__((always_inline)) int scan_w(const sp_dtype *t, uint3
     return FERRY_OK;
 }
 
-int sp_scan_range(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
+int ferry__codec_scan_range(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
                   sp_scratch *s, sp_scan_state *st)
 {
-    int rc = sp_scratch_fit(s, 4096);
+    int rc = ferry__codec_scratch_fit(s, 4096);
     if (rc) return rc;
     if (!st->bm) { /* decided once per chunk */
         st->bm = 2;
@@ -139,10 +139,10 @@ int sp_scan_range(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8
 #endif
     }
 #if FERRY_HAVE_AVX512
-    if (st->bm == 1) return sp_scan16_avx512(t, top, a, b, lo, hi, s, st);
+    if (st->bm == 1) return ferry__codec_scan16_avx512(t, top, a, b, lo, hi, s, st);
 #endif
 #if FERRY_HAVE_AVX2
-    if (t->W == 16 && ferry__cpu_avx2()) return sp_scan16_avx2(t, top, a, b, lo, hi, s, st);
+    if (t->W == 16 && ferry__cpu_avx2()) return ferry__codec_scan16_avx2(t, top, a, b, lo, hi, s, st);
 #endif
     switch (t->W) {
     case 8: return scan_w(t, top, a, b, lo, hi, 8, s, st);
@@ -152,7 +152,7 @@ int sp_scan_range(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8
     }
 }
 
-int sp_walk_bitmaps(sp_scratch *s, const uint8_t *bm[SP_NCLASS], uint64_t lim[SP_NCLASS])
+int ferry__codec_walk_bitmaps(sp_scratch *s, const uint8_t *bm[SP_NCLASS], uint64_t lim[SP_NCLASS])
 {
     size_t total = 0, off[SP_NCLASS];
     for (int c = 0; c < SP_NCLASS; c++) {
@@ -192,17 +192,17 @@ static inline __attribute__((always_inline)) int walk_w(const sp_dtype *t, uint3
         }
         cnt[c]++;
     }
-    return got == k ? FERRY_OK : sp_corrupt("a change lies past its class's last word");
+    return got == k ? FERRY_OK : ferry__codec_corrupt("a change lies past its class's last word");
 }
 
-int sp_walk(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k)
+int ferry__codec_walk(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k)
 {
     s->have_words = 0;
 #if FERRY_HAVE_AVX512
-    if (t->W == 16 && ferry__cpu_avx512()) return sp_walk16_avx512(t, top, a, n, s, k);
+    if (t->W == 16 && ferry__cpu_avx512()) return ferry__codec_walk16_avx512(t, top, a, n, s, k);
 #endif
 #if FERRY_HAVE_AVX2
-    if (t->W == 16 && ferry__cpu_avx2()) return sp_walk16_avx2(t, top, a, n, s, k);
+    if (t->W == 16 && ferry__cpu_avx2()) return ferry__codec_walk16_avx2(t, top, a, n, s, k);
 #endif
     switch (t->W) {
     case 8: return walk_w(t, top, a, n, 8, s, k);
@@ -212,11 +212,11 @@ int sp_walk(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scra
     }
 }
 
-void sp_narrow16(uint16_t *dst, const uint32_t *src, size_t n)
+void ferry__codec_narrow16(uint16_t *dst, const uint32_t *src, size_t n)
 {
     size_t i = 0;
 #if FERRY_HAVE_AVX512
-    if (ferry__cpu_avx512()) i = sp_narrow16_avx512(dst, src, n);
+    if (ferry__cpu_avx512()) i = ferry__codec_narrow16_avx512(dst, src, n);
 #endif
     for (; i < n; i++) dst[i] = (uint16_t)src[i];
 }

@@ -33,7 +33,7 @@ static inline TARGET uint32_t diff32(__m256i a0, __m256i a1, __m256i b0, __m256i
     return ~(uint32_t)_mm256_movemask_epi8(e);
 }
 
-TARGET int sp_scan16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
+TARGET int ferry__codec_scan16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
                           sp_scratch *s, sp_scan_state *st)
 {
     uint32_t nclass = sp_nclass(t), *cnt = st->cnt;
@@ -50,7 +50,7 @@ TARGET int sp_scan16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, con
         for (uint32_t c = 0; c < nclass; c++)
             m[c] = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(cls, _mm256_set1_epi8((char)c)));
         if (FERRY_UNLIKELY(ch)) {
-            if (k + 32 > s->cap && sp_scratch_fit(s, k + 32)) return FERRY_ERR_NOMEM;
+            if (k + 32 > s->cap && ferry__codec_scratch_fit(s, k + 32)) return FERRY_ERR_NOMEM;
             uint8_t cb[32];
             _mm256_storeu_si256((__m256i *)(void *)cb, cls);
             const uint16_t *pa = (const uint16_t *)(const void *)(a + 2 * i), *pb = (const uint16_t *)(const void *)(b + 2 * (i - lo));
@@ -72,7 +72,7 @@ TARGET int sp_scan16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, con
         uint64_t x = sp_load(a, i, 16), y = sp_load(b, i - lo, 16);
         uint32_t c = sp_class(t, top, x);
         if (x != y) {
-            if (k == s->cap && sp_scratch_fit(s, k + 1)) return FERRY_ERR_NOMEM;
+            if (k == s->cap && ferry__codec_scratch_fit(s, k + 1)) return FERRY_ERR_NOMEM;
             s->old[k] = x;
             s->val[k] = y;
             s->pos[k] = (uint32_t)i;
@@ -87,16 +87,16 @@ TARGET int sp_scan16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, con
 }
 
 /* The walk, branch-free per block: the wanted ranks of class c are bits of
- * a bitmap in rank space (s->rbm, made by sp_walk_bitmaps); for a block of
+ * a bitmap in rank space (s->rbm, made by ferry__codec_walk_bitmaps); for a block of
  * 64 words, the bc bits at the class's running count, deposited (pdep) onto
  * the class's lanes, are the block's changed words of that class.  No
  * branch depends on where the changes fall. */
-TARGET int sp_walk16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k)
+TARGET int ferry__codec_walk16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k)
 {
     uint32_t nclass = sp_nclass(t);
     uint64_t cnt[SP_NCLASS] = {0}, lim[SP_NCLASS];
     const uint8_t *bm[SP_NCLASS];
-    int rc = sp_walk_bitmaps(s, bm, lim);
+    int rc = ferry__codec_walk_bitmaps(s, bm, lim);
     if (rc) return rc;
     const __m256i vtop = _mm256_set1_epi16((short)top);
     size_t got = 0, i = 0;
@@ -130,7 +130,7 @@ TARGET int sp_walk16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, siz
         }
         cnt[c]++;
     }
-    if (got != k) return sp_corrupt("a change lies past its class's last word");
+    if (got != k) return ferry__codec_corrupt("a change lies past its class's last word");
     s->have_words = 1;
     return FERRY_OK;
 }

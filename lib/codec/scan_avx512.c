@@ -6,8 +6,8 @@
  * The scan keeps, per class, the changed flags of the class's words as a
  * bitmap in rank space: for a step, the diff mask's bits on the class's
  * lanes, extracted (pext) and appended at the class's count.  So no rank is
- * computed per change: sp_scan_group only counts, and the rANS coder reads
- * the ranks off the bitmaps (sp_scan_unlazy makes the arrays for the
+ * computed per change: ferry__codec_scan_group only counts, and the rANS coder reads
+ * the ranks off the bitmaps (ferry__codec_scan_unlazy makes the arrays for the
  * adaptive coder).  The old and new words of the changes leave by
  * vpcompressd, paired in 32-bit lanes.
  *
@@ -67,11 +67,11 @@ static int ebm_fit(sp_scratch *s, const sp_scan_state *st, size_t more)
     return FERRY_OK;
 }
 
-TARGET int sp_scan16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
+TARGET int ferry__codec_scan16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
                             sp_scratch *s, sp_scan_state *st)
 {
     size_t k = st->k;
-    int rc = sp_scratch_fit(s, k + (hi - lo) + 16);
+    int rc = ferry__codec_scratch_fit(s, k + (hi - lo) + 16);
     if (rc || (rc = ebm_fit(s, st, hi - lo))) return rc;
     uint64_t *bm[SP_NCLASS], cnt[SP_NCLASS];
     for (int c = 0; c < SP_NCLASS; c++) {
@@ -118,7 +118,7 @@ TARGET int sp_scan16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, c
     return FERRY_OK;
 }
 
-TARGET void sp_scan_group_bitmaps(sp_scratch *s, const sp_scan_state *st)
+TARGET void ferry__codec_scan_group_bitmaps(sp_scratch *s, const sp_scan_state *st)
 {
     size_t at = 0;
     for (int c = 0; c < SP_NCLASS; c++) {
@@ -131,15 +131,15 @@ TARGET void sp_scan_group_bitmaps(sp_scratch *s, const sp_scan_state *st)
     s->lazy = 1;
 }
 
-TARGET int sp_walk16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k)
+TARGET int ferry__codec_walk16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k)
 {
-    if (!t->exp_mask) return sp_walk16_avx2(t, top, a, n, s, k); /* one class: nothing to vectorise here */
+    if (!t->exp_mask) return ferry__codec_walk16_avx2(t, top, a, n, s, k); /* one class: nothing to vectorise here */
     /* the compressed stores write whole vectors: room for 16 lanes past k */
-    int rc = sp_scratch_fit(s, k + 16);
+    int rc = ferry__codec_scratch_fit(s, k + 16);
     if (rc) return rc;
     uint64_t cnt[SP_NCLASS] = {0}, lim[SP_NCLASS];
     const uint8_t *bm[SP_NCLASS];
-    if ((rc = sp_walk_bitmaps(s, bm, lim))) return rc;
+    if ((rc = ferry__codec_walk_bitmaps(s, bm, lim))) return rc;
     const __m512i vtop = _mm512_set1_epi16((short)top), sixteen = _mm512_set1_epi32(16),
                   thirty2 = _mm512_set1_epi32(32), fourty8 = _mm512_set1_epi32(48), sixty4 = _mm512_set1_epi32(64);
     __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -181,12 +181,12 @@ TARGET int sp_walk16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, s
         }
         cnt[c]++;
     }
-    if (got != k) return sp_corrupt("a change lies past its class's last word");
+    if (got != k) return ferry__codec_corrupt("a change lies past its class's last word");
     s->have_words = 1;
     return FERRY_OK;
 }
 
-TARGET size_t sp_narrow16_avx512(uint16_t *dst, const uint32_t *src, size_t n)
+TARGET size_t ferry__codec_narrow16_avx512(uint16_t *dst, const uint32_t *src, size_t n)
 {
     size_t i = 0;
     for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(void *)(dst + i), _mm512_cvtepi32_epi16(_mm512_loadu_si512(src + i)));

@@ -9,12 +9,12 @@
 #if FERRY_HAVE_X86_SIMD /* bf16.h: also ferry__cpu_avx2, the dispatch test */
 #include <immintrin.h>
 #define FERRY_HAVE_AVX2 1
-int sp_scan16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
+int ferry__codec_scan16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
                    sp_scratch *s, sp_scan_state *st);
-int sp_walk16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k);
+int ferry__codec_walk16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k);
 /* The walks' read of a class's wanted ranks: nbits (<= 64) bits of its
  * rank bitmap from bit off; past the bitmap's end (lim bytes) its zero
- * padding (sp_walk_bitmaps leaves 16 bytes). */
+ * padding (ferry__codec_walk_bitmaps leaves 16 bytes). */
 static inline __attribute__((target("bmi2"))) uint64_t sp_bits_at(const uint8_t *bm, uint64_t off, uint64_t lim,
                                                                   unsigned nbits)
 {
@@ -41,11 +41,11 @@ static inline __attribute__((target("bmi2"))) uint64_t sp_bits_for_pdep(const ui
     return lo;
 }
 #define FERRY_HAVE_AVX512 1 /* ferry__cpu_avx512 */
-size_t sp_narrow16_avx512(uint16_t *dst, const uint32_t *src, size_t n); /* the whole vectors: returns how many */
-int sp_walk16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k);
-int sp_scan16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
+size_t ferry__codec_narrow16_avx512(uint16_t *dst, const uint32_t *src, size_t n); /* the whole vectors: returns how many */
+int ferry__codec_walk16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k);
+int ferry__codec_scan16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
                      sp_scratch *s, sp_scan_state *st);
-void sp_scan_group_bitmaps(sp_scratch *s, const sp_scan_state *st);
+void ferry__codec_scan_group_bitmaps(sp_scratch *s, const sp_scan_state *st);
 #else
 #define FERRY_HAVE_AVX2 0
 #define FERRY_HAVE_AVX512 0

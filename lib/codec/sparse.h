@@ -138,52 +138,52 @@ typedef struct sp_scratch {
     uint8_t *rbm;               /* decoder walk: wanted ranks as bitmaps, per class */
     uint64_t *ebm;              /* AVX-512 encoder scan: changed ranks as bitmaps, SP_NCLASS x ebm_words */
     uint64_t ebm_bits[SP_NCLASS]; /* ... each ebm_bits[c] bits long */
-    int lazy;                   /* the AVX-512 scan's result is still in ebm and word: see sp_scan_group */
+    int lazy;                   /* the AVX-512 scan's result is still in ebm and word: see ferry__codec_scan_group */
     size_t cap, rbm_cap, ebm_words;
     uint32_t start[SP_NCLASS + 1]; /* class c's changes: order[start[c] .. start[c+1]) */
 } sp_scratch;
-int sp_scratch_fit(sp_scratch *s, size_t need);
-void sp_scratch_release(sp_scratch *s);
+int ferry__codec_scratch_fit(sp_scratch *s, size_t need);
+void ferry__codec_scratch_release(sp_scratch *s);
 
 /* Chooses the bucket origin of a chunk from a sample of its base words: the
  * exponent below which 99% of the sampled words lie. */
-uint32_t sp_choose_top(const sp_dtype *t, const uint8_t *a, size_t n);
+uint32_t ferry__codec_choose_top(const sp_dtype *t, const uint8_t *a, size_t n);
 
-/* Encoder scan, in pieces: sp_scan_range records the changed words among
+/* Encoder scan, in pieces: ferry__codec_scan_range records the changed words among
  * words [lo, hi) of the chunk (a: the chunk's base words; b: the target
  * words of [lo, hi) only) with their classes, ranks, old and new words, in
- * position order (s->pos, s->cls, s->rank, s->old, s->val); sp_scan_group
+ * position order (s->pos, s->cls, s->rank, s->old, s->val); ferry__codec_scan_group
  * then groups the ranks by class (s->order, s->start).  Scanning in
  * cache-sized pieces lets the caller hash each piece of the target while it
  * is hot.  (The AVX-512 scan keeps each class's changes as a bitmap in rank
- * space instead, and the 16-bit words as 32-bit ones; sp_scan_group turns
+ * space instead, and the 16-bit words as 32-bit ones; ferry__codec_scan_group turns
  * them into the same arrays.) */
 typedef struct sp_scan_state {
     uint32_t cnt[SP_NCLASS];
     size_t k;
     int bm; /* 0 until the first piece; 1: per-class bitmaps (AVX-512); 2: per-change ranks */
 } sp_scan_state;
-int sp_scan_range(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
+int ferry__codec_scan_range(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
                   sp_scratch *s, sp_scan_state *st);
-int sp_scan_group(sp_scratch *s, const sp_scan_state *st);
-/* After the AVX-512 scan, sp_scan_group only counts (s->start) and sets
+int ferry__codec_scan_group(sp_scratch *s, const sp_scan_state *st);
+/* After the AVX-512 scan, ferry__codec_scan_group only counts (s->start) and sets
  * s->lazy: the ranks are still bitmaps and the old and new words pairs in
- * s->word.  The rANS encoder reads them so; sp_scan_unlazy makes s->order,
+ * s->word.  The rANS encoder reads them so; ferry__codec_scan_unlazy makes s->order,
  * s->old and s->val for other readers. */
-void sp_scan_unlazy(sp_scratch *s, size_t k);
+void ferry__codec_scan_unlazy(sp_scratch *s, size_t k);
 #define SP_SCAN_PIECE ((size_t)1 << 15) /* words; divides every hash block */
 
 /* Decoder walk: given the k ranks grouped by class (s->order, s->start; each
  * class's ranks strictly increasing), finds their positions by walking the
  * base words; fills s->pos in position order.  Fails if a rank lies beyond
  * its class's population. */
-int sp_walk(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k);
+int ferry__codec_walk(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k);
 /* dst[i] = the low 16 bits of src[i], for i < n (positions and base words
  * into the in-place undo log). */
-void sp_narrow16(uint16_t *dst, const uint32_t *src, size_t n);
+void ferry__codec_narrow16(uint16_t *dst, const uint32_t *src, size_t n);
 /* The wanted ranks of each class as a bitmap in rank space (bit r of bm[c]),
  * lim[c] bytes long and followed by 16 zero bytes, in s->rbm. */
-int sp_walk_bitmaps(sp_scratch *s, const uint8_t *bm[SP_NCLASS], uint64_t lim[SP_NCLASS]);
+int ferry__codec_walk_bitmaps(sp_scratch *s, const uint8_t *bm[SP_NCLASS], uint64_t lim[SP_NCLASS]);
 
 /* Signed delta of a change as a magnitude 1..2^(W-1) and a sign. */
 static inline __attribute__((always_inline)) uint64_t sp_delta(const sp_dtype *t, uint64_t x, uint64_t y, unsigned *neg)
@@ -259,7 +259,7 @@ static inline bool sp_num_get(rc_dec *d, sp_num *m, uint64_t *v)
  * with p = k/n; codec 4 codes them with that distribution, fixed, instead of
  * learning one (the learning is what costs in a sparse chunk, where a class
  * has a few dozen changes).  Both ends estimate n from the same sample of
- * base words as `top` (sp_sample_classes), so it costs no bytes.  All
+ * base words as `top` (ferry__codec_sample_classes), so it costs no bytes.  All
  * arithmetic is on integers: encoder and decoder must agree to the bit on
  * every probability, whatever their libm.
  *
@@ -324,10 +324,10 @@ static inline bool sp_geo_get(rc_dec *d, const sp_geo *g, uint64_t max, uint64_t
  * dense (p <= 1/2), never as all-changed. */
 static inline uint64_t sp_counted_population(uint64_t est, uint64_t k) { return est > 2 * k ? est : 2 * k; }
 
-/* Estimated words per class of a chunk, from the sample that sp_choose_top
+/* Estimated words per class of a chunk, from the sample that ferry__codec_choose_top
  * reads (every max(1, n/4096)-th word): est[c] = ceil((hits + 1/2) * n /
  * samples), so that a class the sample misses still gets a small count. */
-void sp_sample_classes(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, uint64_t est[SP_NCLASS]);
+void ferry__codec_sample_classes(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, uint64_t est[SP_NCLASS]);
 
 /* Deltas: the sign with context (delta class, sign of the base word), then
  * the magnitude - 1 with the delta class's own integer model. */
@@ -337,19 +337,19 @@ typedef struct sp_models {
     sp_num mag[SP_NDCLASS];
     rc_prob sign[SP_NDCLASS][2];
 } sp_models;
-void sp_models_reset(sp_models *m);
+void ferry__codec_models_reset(sp_models *m);
 
 /* Codec 1, or codec 4 when est (the estimated class populations) is not
  * NULL: the same stream but for the rank gaps. */
-int sp_adaptive_encode(const sp_dtype *t, uint32_t top, const uint64_t *est, sp_scratch *s, size_t k,
+int ferry__codec_adaptive_encode(const sp_dtype *t, uint32_t top, const uint64_t *est, sp_scratch *s, size_t k,
                        sp_models *m, ferry_buf *out);
 /* Fills s->order/s->start (ranks), walks, then s->val; *k changes. */
-int sp_adaptive_decode(const sp_dtype *t, uint32_t top, const uint64_t *est, const uint8_t *a, size_t n,
+int ferry__codec_adaptive_decode(const sp_dtype *t, uint32_t top, const uint64_t *est, const uint8_t *a, size_t n,
                        const uint8_t *src, size_t len, sp_scratch *s, sp_models *m, size_t *k);
 
 /* ---- static rANS coding (large chunks): codec 2 or 3 ---- */
-int sp_rans_encode(const sp_dtype *t, uint32_t top, unsigned codec, sp_scratch *s, size_t k, ferry_buf *out);
-int sp_rans_decode(const sp_dtype *t, uint32_t top, unsigned codec, const uint8_t *a, size_t n, const uint8_t *src, size_t len,
+int ferry__codec_rans_encode(const sp_dtype *t, uint32_t top, unsigned codec, sp_scratch *s, size_t k, ferry_buf *out);
+int ferry__codec_rans_decode(const sp_dtype *t, uint32_t top, unsigned codec, const uint8_t *a, size_t n, const uint8_t *src, size_t len,
                    sp_scratch *s, size_t *k);
 
 /* ---- chunks ---- */
@@ -360,20 +360,20 @@ typedef struct sp_coder {
     sp_models m;
     uint16_t cast[SP_SCAN_PIECE]; /* one piece of FP32 masters cast to BF16 */
 } sp_coder;
-void sp_coder_release(sp_coder *c);
+void ferry__codec_coder_release(sp_coder *c);
 
 /* Encodes one chunk of n words (base a, target b) and appends it to out;
  * *changed receives the number of changed words, and bh[] the hash digests
  * of the target's blocks in the chunk (the chunk starts on a block).  part:
  * the tensor has more than one chunk (the codec is chosen by the number of
  * changes, with a lower bar for codec 3 in such tensors). */
-int sp_encode_chunk(const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t n, bool part, sp_coder *c,
+int ferry__codec_encode_chunk(const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t n, bool part, sp_coder *c,
                     ferry_buf *out, uint64_t *changed, uint8_t (*bh)[16]);
 /* The same with the codec (1..3) forced instead of chosen (0: chosen as
  * for a single-chunk tensor, SP_CHOOSE_PART as for a part), for tests and
  * fuzzing of every codec on any chunk. */
 #define SP_CHOOSE_PART 0x100
-int sp_encode_chunk_as(unsigned codec, const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t n, sp_coder *c,
+int ferry__codec_encode_chunk_as(unsigned codec, const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t n, sp_coder *c,
                        ferry_buf *out, uint64_t *changed, uint8_t (*bh)[16]);
 
 /* Decodes one chunk: on success *k changes at c->s.pos[0..k) (strictly
@@ -381,8 +381,8 @@ int sp_encode_chunk_as(unsigned codec, const sp_dtype *t, const uint8_t *a, cons
  * `version` is the patch's format version (codecs it does not have are
  * corrupt).
  * Any inconsistency is FERRY_ERR_PATCH_CORRUPT. */
-int sp_decode_chunk(const sp_dtype *t, const uint8_t *a, size_t n, const uint8_t *src, size_t len, unsigned version,
+int ferry__codec_decode_chunk(const sp_dtype *t, const uint8_t *a, size_t n, const uint8_t *src, size_t len, unsigned version,
                     sp_coder *c, size_t *k);
 
-int sp_corrupt(const char *what);
+int ferry__codec_corrupt(const char *what);
 #endif

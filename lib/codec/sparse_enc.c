@@ -25,9 +25,9 @@
 #define SP_RANS32_MIN_PART 8192
 #endif
 
-void sp_models_reset(sp_models *m) { rc_probs_init(&m->meta.un[0], sizeof *m / sizeof(rc_prob)); }
+void ferry__codec_models_reset(sp_models *m) { rc_probs_init(&m->meta.un[0], sizeof *m / sizeof(rc_prob)); }
 
-void sp_coder_release(sp_coder *c) { sp_scratch_release(&c->s); }
+void ferry__codec_coder_release(sp_coder *c) { ferry__codec_scratch_release(&c->s); }
 
 static void put_delta(rc_enc *e, const sp_dtype *t, sp_models *m, uint32_t dc, uint64_t x, uint64_t y)
 {
@@ -37,12 +37,12 @@ static void put_delta(rc_enc *e, const sp_dtype *t, sp_models *m, uint32_t dc, u
     sp_num_put(e, &m->mag[dc], mag - 1);
 }
 
-int sp_adaptive_encode(const sp_dtype *t, uint32_t top, const uint64_t *est, sp_scratch *s, size_t k,
+int ferry__codec_adaptive_encode(const sp_dtype *t, uint32_t top, const uint64_t *est, sp_scratch *s, size_t k,
                        sp_models *m, ferry_buf *out)
 {
     rc_enc e;
     rc_enc_init(&e, out);
-    sp_models_reset(m);
+    ferry__codec_models_reset(m);
     uint32_t nact = 0, nclass = sp_nclass(t);
     for (uint32_t c = 0; c < nclass; c++) nact += s->start[c + 1] > s->start[c];
     sp_num_put(&e, &m->meta, nact);
@@ -90,30 +90,30 @@ static int scan_and_hash(const sp_dtype *t, uint32_t top, const uint8_t *a, cons
         } else {
             piece = b->p + lo * t->W / 8;
         }
-        int rc = sp_scan_range(t, top, a, piece, lo, hi, &c->s, &st);
+        int rc = ferry__codec_scan_range(t, top, a, piece, lo, hi, &c->s, &st);
         if (rc) return rc;
         ferry__bh_feed(&h, piece, (hi - lo) * t->W / 8);
     }
     ferry__bh_end(&h);
-    int rc = sp_scan_group(&c->s, &st);
+    int rc = ferry__codec_scan_group(&c->s, &st);
     if (rc) return rc;
     *k = st.k;
     return FERRY_OK;
 }
 
-int sp_encode_chunk(const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t n, bool part, sp_coder *c,
+int ferry__codec_encode_chunk(const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t n, bool part, sp_coder *c,
                     ferry_buf *out, uint64_t *changed, uint8_t (*bh)[16])
 {
-    return sp_encode_chunk_as(part ? SP_CHOOSE_PART : 0, t, a, b, n, c, out, changed, bh);
+    return ferry__codec_encode_chunk_as(part ? SP_CHOOSE_PART : 0, t, a, b, n, c, out, changed, bh);
 }
 
 /* Estimated bits of the positions of the chunk's changes with class origin
  * top: sum over classes of n H(k/n), with n from the sample
- * (sp_sample_classes) and k from the changed words' exponents. */
+ * (ferry__codec_sample_classes) and k from the changed words' exponents. */
 static double positions_cost(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, const uint32_t *kexp)
 {
     uint64_t est[SP_NCLASS], kc[SP_NCLASS] = {0};
-    sp_sample_classes(t, top, a, n, est);
+    ferry__codec_sample_classes(t, top, a, n, est);
     for (uint32_t e = 0; e <= t->exp_mask; e++) {
         int32_t d = (int32_t)top - (int32_t)e;
         kc[d <= 0 ? 0 : d >= SP_NCLASS - 1 ? SP_NCLASS - 1 : d] += kexp[e];
@@ -152,12 +152,12 @@ static int encode_counted(const sp_dtype *t, uint32_t top, const uint8_t *a, siz
                           size_t head_at, ferry_buf *out)
 {
     uint64_t est[SP_NCLASS];
-    sp_sample_classes(t, top, a, n, est);
+    ferry__codec_sample_classes(t, top, a, n, est);
     size_t at = out->size;
-    int rc = sp_adaptive_encode(t, top, est, &c->s, k, &c->m, out);
+    int rc = ferry__codec_adaptive_encode(t, top, est, &c->s, k, &c->m, out);
     if (rc) return rc;
     ferry_buf alt = {0};
-    rc = sp_adaptive_encode(t, top, NULL, &c->s, k, &c->m, &alt);
+    rc = ferry__codec_adaptive_encode(t, top, NULL, &c->s, k, &c->m, &alt);
     if (!rc && alt.size < out->size - at) {
         out->data[head_at] = SP_CODEC_ADAPTIVE;
         out->size = at;
@@ -167,10 +167,10 @@ static int encode_counted(const sp_dtype *t, uint32_t top, const uint8_t *a, siz
     return rc;
 }
 
-int sp_encode_chunk_as(unsigned codec, const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t n, sp_coder *c,
+int ferry__codec_encode_chunk_as(unsigned codec, const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t n, sp_coder *c,
                        ferry_buf *out, uint64_t *changed, uint8_t (*bh)[16])
 {
-    uint32_t top = sp_choose_top(t, a, n);
+    uint32_t top = ferry__codec_choose_top(t, a, n);
     size_t k;
     int rc = scan_and_hash(t, top, a, b, n, c, &k, bh);
     if (rc) return rc;
@@ -181,13 +181,13 @@ int sp_encode_chunk_as(unsigned codec, const sp_dtype *t, const uint8_t *a, cons
     head[0] = k >= min32 ? SP_CODEC_RANS32 : k >= SP_RANS_MIN_CHANGES ? SP_CODEC_RANS : SP_CODEC_COUNTED;
     if (codec && codec != SP_CHOOSE_PART) head[0] = (uint8_t)codec;
     if (head[0] == SP_CODEC_COUNTED || head[0] == SP_CODEC_ADAPTIVE) {
-        sp_scan_unlazy(&c->s, k);
+        ferry__codec_scan_unlazy(&c->s, k);
         uint32_t top2 = sparse_top(t, top, a, n, &c->s, k);
         if (top2 != top) {
             top = top2;
             head[1] = (uint8_t)top;
             if ((rc = scan_and_hash(t, top, a, b, n, c, &k, bh))) return rc;
-            sp_scan_unlazy(&c->s, k);
+            ferry__codec_scan_unlazy(&c->s, k);
         }
     }
     /* top fits a byte for every dtype but F64, whose 11-bit exponent
@@ -197,10 +197,10 @@ int sp_encode_chunk_as(unsigned codec, const sp_dtype *t, const uint8_t *a, cons
     if (t->exp_mask > 0xFF && (rc = ferry__buf_append(out, &(uint8_t){(uint8_t)(top >> 8)}, 1))) return rc;
     if (head[0] == SP_CODEC_COUNTED && codec == SP_CODEC_COUNTED) { /* forced: no fallback */
         uint64_t est[SP_NCLASS];
-        sp_sample_classes(t, top, a, n, est);
-        return sp_adaptive_encode(t, top, est, &c->s, k, &c->m, out);
+        ferry__codec_sample_classes(t, top, a, n, est);
+        return ferry__codec_adaptive_encode(t, top, est, &c->s, k, &c->m, out);
     }
     if (head[0] == SP_CODEC_COUNTED) return encode_counted(t, top, a, n, c, k, head_at, out);
-    if (head[0] != SP_CODEC_ADAPTIVE) return sp_rans_encode(t, top, head[0], &c->s, k, out);
-    return sp_adaptive_encode(t, top, NULL, &c->s, k, &c->m, out);
+    if (head[0] != SP_CODEC_ADAPTIVE) return ferry__codec_rans_encode(t, top, head[0], &c->s, k, out);
+    return ferry__codec_adaptive_encode(t, top, NULL, &c->s, k, &c->m, out);
 }

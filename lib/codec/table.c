@@ -51,7 +51,7 @@ static int take_str(ferry_rd *r, uint32_t len, char **out, const char *what)
     return FERRY_OK;
 }
 
-void patch_table_release(patch_table *t)
+void ferry__codec_patch_table_release(patch_table *t)
 {
     for (size_t i = 0; i < t->nmeta; i++) {
         free(t->meta_key[i]);
@@ -149,7 +149,7 @@ static int parse_table(ferry_rd *r, patch_table *t, uint64_t payload_start, uint
     return FERRY_OK;
 }
 
-int patch_table_parse(const uint8_t *p, size_t size, patch_table *t)
+int ferry__codec_patch_table_parse(const uint8_t *p, size_t size, patch_table *t)
 {
     memset(t, 0, sizeof *t);
     if (size < 8 || memcmp(p, PATCH_MAGIC, 8) != 0)
@@ -186,6 +186,6 @@ int patch_table_parse(const uint8_t *p, size_t size, patch_table *t)
     ferry_rd r = {tab, tab + raw};
     int rc = parse_table(&r, t, PATCH_HEADER_SIZE + (uint64_t)zsz, size - PATCH_TRAILER_SIZE);
     free(tab);
-    if (rc) patch_table_release(t);
+    if (rc) ferry__codec_patch_table_release(t);
     return rc;
 }

@@ -9,14 +9,14 @@
 #include <time.h>
 #include <unistd.h>
 
-uint64_t dk_now_ms(void)
+uint64_t ferry__dock_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-uint64_t dk_wall_ms(void)
+uint64_t ferry__dock_wall_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -37,7 +37,7 @@ static uint64_t make_nonce(void)
     return v;
 }
 
-int dk_load_cursor(ferry_dock *d)
+int ferry__dock_load_cursor(ferry_dock *d)
 {
     void *data = NULL;
     size_t size = 0;
@@ -51,13 +51,13 @@ int dk_load_cursor(ferry_dock *d)
     } else if (rc) {
         return ferry__context(rc, "dock '%s': reading the cursor", d->run);
     } else {
-        rc = dk_cursor_decode(data, size, d->run, &fresh);
+        rc = ferry__dock_cursor_decode(data, size, d->run, &fresh);
         ferry_free(data);
         if (rc) return ferry__context(rc, "dock '%s': %s", d->run, d->cursor_key);
         d->have_cursor = 1;
         memcpy(d->etag, st.etag, sizeof d->etag);
     }
-    dk_state_release(&d->st);
+    ferry__dock_state_release(&d->st);
     d->st = fresh;
     return FERRY_OK;
 }
@@ -95,7 +95,7 @@ int ferry_dock_open(ferry_store *store, const char *run, const ferry_dock_option
     d->nonce = make_nonce();
     d->sweep_due = 1;
     if (o.role == FERRY_DOCK_CONSUMER) {
-        rc = dk_load_cursor(d);
+        rc = ferry__dock_load_cursor(d);
         if (rc) {
             ferry_dock_free(d);
             return rc;
@@ -108,7 +108,7 @@ int ferry_dock_open(ferry_store *store, const char *run, const ferry_dock_option
 void ferry_dock_free(ferry_dock *d)
 {
     if (!d) return;
-    dk_state_release(&d->st);
+    ferry__dock_state_release(&d->st);
     for (size_t i = 0; i < d->n_suspects; i++) free(d->suspects[i].key);
     free(d);
 }
@@ -126,7 +126,7 @@ int ferry_dock_put(ferry_dock *d, uint32_t island, uint64_t version, uint64_t se
     if (rc) return rc;
     void *obj = NULL;
     size_t size = 0;
-    rc = dk_encode(d->run, version, island, seq, dk_wall_ms(), payload, len, d->o.keys, &obj, &size);
+    rc = ferry__dock_encode(d->run, version, island, seq, ferry__dock_wall_ms(), payload, len, d->o.keys, &obj, &size);
     if (rc) return rc;
     rc = ferry_store_put(d->store, key, obj, size, NULL);
     ferry_free(obj);
@@ -141,7 +141,7 @@ int ferry_dock_resume_seq(ferry_dock *d, uint32_t island, uint64_t *next_seq)
     if (!d || !next_seq) return ferry__fail(FERRY_ERR_ARG, "dock: resume_seq: NULL argument");
     *next_seq = 0;
     char prefix[FERRY_DOCK_KEY_MAX];
-    dk_traj_prefix(d->run, prefix);
+    ferry__dock_traj_prefix(d->run, prefix);
     ferry_store_listing *l = NULL;
     int rc = ferry_store_list(d->store, prefix, &l);
     if (rc) return ferry__context(rc, "dock '%s': resume_seq: listing %s", d->run, prefix);
@@ -164,12 +164,12 @@ int ferry_dock_resume_seq(ferry_dock *d, uint32_t island, uint64_t *next_seq)
     if (rc && rc != FERRY_ERR_STORE_NOT_FOUND) return ferry__context(rc, "dock '%s': resume_seq: reading the cursor", d->run);
     if (!rc) {
         dk_state st;
-        rc = dk_cursor_decode(data, size, d->run, &st);
+        rc = ferry__dock_cursor_decode(data, size, d->run, &st);
         ferry_free(data);
         if (rc) return ferry__context(rc, "dock '%s': %s", d->run, d->cursor_key);
         uint64_t s;
-        if (dk_state_max_seq(&st, island, &s) && (!any || s > top)) top = s, any = true;
-        dk_state_release(&st);
+        if (ferry__dock_state_max_seq(&st, island, &s) && (!any || s > top)) top = s, any = true;
+        ferry__dock_state_release(&st);
     }
     if (any && top == UINT64_MAX)
         return ferry__fail(FERRY_ERR_LIMIT, "dock '%s': island %" PRIu32 " has used every sequence number", d->run, island);

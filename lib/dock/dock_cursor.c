@@ -37,14 +37,14 @@
 #define CUR_FORMAT 1u
 static const char k_cmagic[4] = {'F', 'D', 'C', 'U'};
 
-void dk_state_release(dk_state *s)
+void ferry__dock_state_release(dk_state *s)
 {
     if (!s) return;
     free(s->islands);
     memset(s, 0, sizeof *s);
 }
 
-int dk_state_clone(const dk_state *src, dk_state *dst)
+int ferry__dock_state_clone(const dk_state *src, dk_state *dst)
 {
     *dst = *src;
     dst->islands = NULL;
@@ -85,7 +85,7 @@ static uint32_t find_range(const dk_island *is, uint64_t seq)
     return lo;
 }
 
-bool dk_state_has(const dk_state *s, uint32_t island, uint64_t seq)
+bool ferry__dock_state_has(const dk_state *s, uint32_t island, uint64_t seq)
 {
     bool found;
     size_t i = find_island(s, island, &found);
@@ -95,7 +95,7 @@ bool dk_state_has(const dk_state *s, uint32_t island, uint64_t seq)
     return j < is->n && is->r[j].lo <= seq;
 }
 
-bool dk_state_max_seq(const dk_state *s, uint32_t island, uint64_t *seq)
+bool ferry__dock_state_max_seq(const dk_state *s, uint32_t island, uint64_t *seq)
 {
     bool found;
     size_t i = find_island(s, island, &found);
@@ -104,7 +104,7 @@ bool dk_state_max_seq(const dk_state *s, uint32_t island, uint64_t *seq)
     return true;
 }
 
-int dk_state_mark(dk_state *s, uint32_t island, uint64_t seq, int *fresh, uint64_t *gap_lo,
+int ferry__dock_state_mark(dk_state *s, uint32_t island, uint64_t seq, int *fresh, uint64_t *gap_lo,
                   uint64_t *gap_n)
 {
     *fresh = 0;
@@ -172,7 +172,7 @@ int dk_state_mark(dk_state *s, uint32_t island, uint64_t seq, int *fresh, uint64
     return FERRY_OK;
 }
 
-int dk_cursor_encode(const dk_state *s, const char *run, uint64_t nonce, ferry_buf *out)
+int ferry__dock_cursor_encode(const dk_state *s, const char *run, uint64_t nonce, ferry_buf *out)
 {
     uint8_t fixed[CUR_FIXED];
     memset(fixed, 0, sizeof fixed);
@@ -214,12 +214,12 @@ int dk_cursor_encode(const dk_state *s, const char *run, uint64_t nonce, ferry_b
 
 /* The message is formatted before the state is released: its arguments
  * may point into the state. */
-#define BAD(...) (ferry__fail(FERRY_ERR_DOCK_CURSOR, __VA_ARGS__), dk_state_release(out), FERRY_ERR_DOCK_CURSOR)
+#define BAD(...) (ferry__fail(FERRY_ERR_DOCK_CURSOR, __VA_ARGS__), ferry__dock_state_release(out), FERRY_ERR_DOCK_CURSOR)
 
 /* Hostile-input rules: the checksum is verified before any count is
  * believed, and every count is checked against the bytes left before
  * anything is allocated. */
-int dk_cursor_decode(const void *data, size_t size, const char *run, dk_state *out)
+int ferry__dock_cursor_decode(const void *data, size_t size, const char *run, dk_state *out)
 {
     memset(out, 0, sizeof *out);
     const uint8_t *b = data;

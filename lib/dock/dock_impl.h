@@ -48,7 +48,7 @@ static inline int dk_rej_counter(int code)
     return DK_C_REJ0 + (code - FERRY_ERR_DOCK_MAGIC);
 }
 
-/* The largest cursor dk_cursor_decode accepts (every island, every range,
+/* The largest cursor ferry__dock_cursor_decode accepts (every island, every range,
  * every counter): reads of the cursor are bounded by it, so a planted
  * object cannot make the trainer download more than this. */
 #define DK_CURSOR_MAX_BYTES (104u + 8u * DK_C_COUNT + (size_t)FERRY_DOCK_MAX_ISLANDS * (8u + 16u * FERRY_DOCK_MAX_RANGES) + 16u)
@@ -77,32 +77,32 @@ typedef struct dk_state {
     dk_island *islands; /* sorted by id */
 } dk_state;
 
-void dk_state_release(dk_state *s);
-int dk_state_clone(const dk_state *src, dk_state *dst);
-bool dk_state_has(const dk_state *s, uint32_t island, uint64_t seq);
+void ferry__dock_state_release(dk_state *s);
+int ferry__dock_state_clone(const dk_state *src, dk_state *dst);
+bool ferry__dock_state_has(const dk_state *s, uint32_t island, uint64_t seq);
 /* Largest resolved seq of island; false if the island has none. */
-bool dk_state_max_seq(const dk_state *s, uint32_t island, uint64_t *seq);
+bool ferry__dock_state_max_seq(const dk_state *s, uint32_t island, uint64_t *seq);
 /* Records (island, seq) as resolved.  *fresh = 0 if it already was.  When
  * the island would need more than FERRY_DOCK_MAX_RANGES ranges, the two
  * closest are merged and the seqs between them are reported as a gap
  * (*gap_n > 0, first *gap_lo).  FERRY_ERR_LIMIT past FERRY_DOCK_MAX_ISLANDS. */
-int dk_state_mark(dk_state *s, uint32_t island, uint64_t seq, int *fresh, uint64_t *gap_lo,
+int ferry__dock_state_mark(dk_state *s, uint32_t island, uint64_t seq, int *fresh, uint64_t *gap_lo,
                   uint64_t *gap_n);
 
 /* Cursor object <-> state.  The writer nonce makes the bytes unique per
  * handle, as the store's CAS wants (docs/STORE.md). */
-int dk_cursor_encode(const dk_state *s, const char *run, uint64_t nonce, ferry_buf *out);
-int dk_cursor_decode(const void *data, size_t size, const char *run, dk_state *out);
+int ferry__dock_cursor_encode(const dk_state *s, const char *run, uint64_t nonce, ferry_buf *out);
+int ferry__dock_cursor_decode(const void *data, size_t size, const char *run, dk_state *out);
 
 /* ---- wire helpers ---- */
 /* ferry_dock_encode, signing with keys' signing key when it has one. */
-int dk_encode(const char *run, uint64_t version, uint32_t island, uint64_t seq, uint64_t put_time_ms,
+int ferry__dock_encode(const char *run, uint64_t version, uint32_t island, uint64_t seq, uint64_t put_time_ms,
               const void *payload, size_t len, const ferry_keys *keys, void **out, size_t *out_size);
 /* "RUN/traj/" and "RUN/traj/vVVV…/" (the listing prefix of one version). */
-void dk_traj_prefix(const char *run, char buf[FERRY_DOCK_KEY_MAX]);
-void dk_version_prefix(const char *run, uint64_t version, char buf[FERRY_DOCK_KEY_MAX]);
+void ferry__dock_traj_prefix(const char *run, char buf[FERRY_DOCK_KEY_MAX]);
+void ferry__dock_version_prefix(const char *run, uint64_t version, char buf[FERRY_DOCK_KEY_MAX]);
 /* Short name of a rejection code ("checksum"), for quarantine keys. */
-const char *dk_reason_name(int code);
+const char *ferry__dock_reason_name(int code);
 /* The rejection codes an object's content can earn (100..105). */
 static inline bool dk_is_content_code(int code)
 {
@@ -140,8 +140,8 @@ struct ferry_dock {
 };
 
 /* Reads RUN/dock/cursor into d->st (absent: an empty state). */
-int dk_load_cursor(ferry_dock *d);
-uint64_t dk_now_ms(void);       /* monotonic */
-uint64_t dk_wall_ms(void);      /* since the epoch */
+int ferry__dock_load_cursor(ferry_dock *d);
+uint64_t ferry__dock_now_ms(void);       /* monotonic */
+uint64_t ferry__dock_wall_ms(void);      /* since the epoch */
 
 #endif

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <time.h>
 #include "xxh.h"
-#include "sync/sig.h"
+#include "sign/sig.h"
 
 enum { IT_ADMIT = 1, IT_DROP, IT_DUP, IT_REJECT };
 
@@ -148,7 +148,7 @@ static void msleep(uint64_t ms)
 static bool grace_defer(ferry_dock *d, const char *key, const ferry_store_stat *st)
 {
     if (!d->grace_ms) return false;
-    uint64_t now = dk_now_ms();
+    uint64_t now = ferry__dock_now_ms();
     for (size_t i = 0; i < d->n_suspects; i++) {
         dk_suspect *s = &d->suspects[i];
         if (strcmp(s->key, key)) continue;
@@ -183,12 +183,12 @@ static bool grace_defer(ferry_dock *d, const char *key, const ferry_store_stat *
 static void quarantine_key(const ferry_dock *d, const char *key, int code, char *q, size_t cap)
 {
     char traj[FERRY_DOCK_KEY_MAX];
-    dk_traj_prefix(d->run, traj);
+    ferry__dock_traj_prefix(d->run, traj);
     size_t tl = strlen(traj);
     const char *tail = strncmp(key, traj, tl) ? key : key + tl;
-    int n = snprintf(q, cap, "%s/quarantine/%s/%s", d->run, dk_reason_name(code), tail);
+    int n = snprintf(q, cap, "%s/quarantine/%s/%s", d->run, ferry__dock_reason_name(code), tail);
     if (n < 0 || (size_t)n >= cap || ferry_store_key_check(q))
-        snprintf(q, cap, "%s/quarantine/%s/h%016" PRIx64, d->run, dk_reason_name(code),
+        snprintf(q, cap, "%s/quarantine/%s/h%016" PRIx64, d->run, ferry__dock_reason_name(code),
                  (uint64_t)XXH3_64bits(key, strlen(key)));
 }
 
@@ -239,10 +239,10 @@ static int reject(dk_pass *ps, const char *key, int code, uint64_t v, uint32_t i
 static int judge_signature(dk_pass *ps, const char *key, const uint8_t *data, const ferry_dock_header *h, bool replay)
 {
     const ferry_keys *k = ps->d->o.keys;
-    if (!fs_keys_enforce(k)) return FERRY_OK;
+    if (!ferry__sign_keys_enforce(k)) return FERRY_OK;
     if (!h->signature)
         return ferry__fail(FERRY_ERR_DOCK_SIGNATURE, "%s: unsigned batch, and this consumer admits only enrolled islands' signed ones", key);
-    int rc = fs_sig_verify(k, FS_DOM_BATCH, key, data, FERRY_DOCK_HEADER_SIZE + (size_t)h->size, h->signature, h->island);
+    int rc = ferry__sign_verify(k, FS_DOM_BATCH, key, data, FERRY_DOCK_HEADER_SIZE + (size_t)h->size, h->signature, h->island);
     if (rc) return ferry__context(FERRY_ERR_DOCK_SIGNATURE, "island %" PRIu32 " seq %" PRIu64, h->island, h->seq);
     if (replay)
         return ferry__fail(FERRY_ERR_DOCK_REPLAY, "%s: island %" PRIu32 " seq %" PRIu64 " was already taken or dropped: a replay",
@@ -341,8 +341,8 @@ static int classify(dk_pass *ps, const ferry_store_entry *e)
         if (!spend(ps)) return FERRY_OK;
         return fetch(ps, e, true, v, isl, s, false, &admitted);
     }
-    bool seen = dk_state_has(&d->st, isl, s);
-    if (seen && fs_keys_enforce(d->o.keys)) {
+    bool seen = ferry__dock_state_has(&d->st, isl, s);
+    if (seen && ferry__sign_keys_enforce(d->o.keys)) {
         /* read, to tell a replay of a signed batch from a forgery */
         if (!spend(ps)) return FERRY_OK;
         return fetch(ps, e, true, v, isl, s, true, &admitted);
@@ -404,7 +404,7 @@ static int apply(dk_state *st, dk_items *it, uint64_t tv, dk_gaps *gaps)
         if (x->kind == IT_ADMIT || x->kind == IT_DROP) {
             int fresh;
             uint64_t glo, gn;
-            int rc = dk_state_mark(st, x->island, x->seq, &fresh, &glo, &gn);
+            int rc = ferry__dock_state_mark(st, x->island, x->seq, &fresh, &glo, &gn);
             if (rc) return rc;
             if (!fresh) x->kind = IT_DUP;
             if (gn) {
@@ -435,11 +435,11 @@ static int commit(ferry_dock *d, dk_items *it, uint64_t tv, dk_gaps *gaps)
     int rc = FERRY_OK;
     for (int attempt = 0; attempt < DK_COMMIT_ATTEMPTS; attempt++) {
         dk_state next;
-        if ((rc = dk_state_clone(&d->st, &next))) break;
+        if ((rc = ferry__dock_state_clone(&d->st, &next))) break;
         rc = apply(&next, it, tv, gaps);
-        if (!rc) rc = dk_cursor_encode(&next, d->run, d->nonce, &buf);
+        if (!rc) rc = ferry__dock_cursor_encode(&next, d->run, d->nonce, &buf);
         if (rc) {
-            dk_state_release(&next);
+            ferry__dock_state_release(&next);
             break;
         }
         char etag[FERRY_STORE_ETAG_MAX];
@@ -447,21 +447,21 @@ static int commit(ferry_dock *d, dk_items *it, uint64_t tv, dk_gaps *gaps)
                              buf.size, etag);
         if (!rc) {
             d->work.cursor_writes++;
-            dk_state_release(&d->st);
+            ferry__dock_state_release(&d->st);
             d->st = next;
             d->have_cursor = 1;
             memcpy(d->etag, etag, sizeof d->etag);
             ferry__buf_release(&buf);
             return FERRY_OK;
         }
-        dk_state_release(&next);
+        ferry__dock_state_release(&next);
         if (rc != FERRY_ERR_STORE_CONFLICT) {
             ferry__context(rc, "dock '%s': writing the cursor", d->run);
             break;
         }
         /* Someone else moved the cursor: take its view and decide again. */
         d->work.cursor_conflicts++;
-        if ((rc = dk_load_cursor(d))) break;
+        if ((rc = ferry__dock_load_cursor(d))) break;
         rc = ferry__fail(FERRY_ERR_DOCK_CONTENDED, "dock '%s': the cursor changed under %d commits in a row (another consumer?)",
                          d->run, DK_COMMIT_ATTEMPTS);
     }
@@ -524,12 +524,12 @@ static int pass(ferry_dock *d, const ferry_dock_policy *p, uint64_t tv, size_t w
     char prefix[FERRY_DOCK_KEY_MAX];
     int rc = FERRY_OK;
     if (full) {
-        dk_traj_prefix(d->run, prefix);
+        ferry__dock_traj_prefix(d->run, prefix);
         rc = list_into(d, prefix, ls, &nls);
     } else {
         /* ascending versions: the entries come out in key order */
         for (uint64_t k = 0; !rc && k <= ps.hi - from; k++) {
-            dk_version_prefix(d->run, from + k, prefix);
+            ferry__dock_version_prefix(d->run, from + k, prefix);
             rc = list_into(d, prefix, ls, &nls);
         }
     }
@@ -642,7 +642,7 @@ int ferry_dock_take(ferry_dock *d, const ferry_dock_policy *p, uint64_t trainer_
     if (rc) return rc;
     d->work.takes++;
     if (++d->takes_since_sweep >= d->o.sweep_every) d->sweep_due = 1;
-    uint64_t deadline = dk_now_ms() + timeout_ms;
+    uint64_t deadline = ferry__dock_now_ms() + timeout_ms;
     uint64_t wait = d->o.poll_ms;
     ferry_dock_batch *acc = NULL;
     size_t got = 0, cap = 0;
@@ -654,7 +654,7 @@ int ferry_dock_take(ferry_dock *d, const ferry_dock_policy *p, uint64_t trainer_
         }
         if (rc && !transient(rc)) break;
         if (!rc && got >= max_batches) break;
-        uint64_t now = dk_now_ms();
+        uint64_t now = ferry__dock_now_ms();
         if (now >= deadline) break; /* with the last pass's status */
         msleep(wait < deadline - now ? wait : deadline - now);
         wait = wait * 2 < DK_MAX_POLL_MS ? wait * 2 : DK_MAX_POLL_MS;

@@ -25,7 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "xxh.h"
-#include "sync/sig.h"
+#include "sign/sig.h"
 
 #define OFF_VERSION 8
 #define OFF_SEQ 16
@@ -73,12 +73,12 @@ int ferry_dock_key(const char *run, uint64_t version, uint32_t island, uint64_t 
     return FERRY_OK;
 }
 
-void dk_traj_prefix(const char *run, char buf[FERRY_DOCK_KEY_MAX])
+void ferry__dock_traj_prefix(const char *run, char buf[FERRY_DOCK_KEY_MAX])
 {
     snprintf(buf, FERRY_DOCK_KEY_MAX, "%s/traj/", run);
 }
 
-void dk_version_prefix(const char *run, uint64_t version, char buf[FERRY_DOCK_KEY_MAX])
+void ferry__dock_version_prefix(const char *run, uint64_t version, char buf[FERRY_DOCK_KEY_MAX])
 {
     snprintf(buf, FERRY_DOCK_KEY_MAX, "%s/traj/v%020" PRIu64 "/", run, version);
 }
@@ -141,10 +141,10 @@ int ferry_dock_encode(const char *run, uint64_t version, uint32_t island, uint64
                       uint64_t put_time_ms, const void *payload, size_t len, void **out,
                       size_t *out_size)
 {
-    return dk_encode(run, version, island, seq, put_time_ms, payload, len, NULL, out, out_size);
+    return ferry__dock_encode(run, version, island, seq, put_time_ms, payload, len, NULL, out, out_size);
 }
 
-int dk_encode(const char *run, uint64_t version, uint32_t island, uint64_t seq, uint64_t put_time_ms,
+int ferry__dock_encode(const char *run, uint64_t version, uint32_t island, uint64_t seq, uint64_t put_time_ms,
               const void *payload, size_t len, const ferry_keys *keys, void **out, size_t *out_size)
 {
     if (!out || !out_size) return ferry__fail(FERRY_ERR_ARG, "dock: encode: NULL output");
@@ -173,7 +173,7 @@ int dk_encode(const char *run, uint64_t version, uint32_t island, uint64_t seq, 
     memcpy(b + OFF_RUN, run, rl);
     if (len) memcpy(b + FERRY_DOCK_HEADER_SIZE, payload, len);
     checksum(b, b + FERRY_DOCK_HEADER_SIZE, len, b + OFF_SUM);
-    if (sig && (rc = fs_sig_sign(keys, FS_DOM_BATCH, b, FERRY_DOCK_HEADER_SIZE + len, b + FERRY_DOCK_HEADER_SIZE + len))) {
+    if (sig && (rc = ferry__sign_bytes(keys, FS_DOM_BATCH, b, FERRY_DOCK_HEADER_SIZE + len, b + FERRY_DOCK_HEADER_SIZE + len))) {
         ferry_free(b);
         return rc;
     }
@@ -240,7 +240,7 @@ int ferry_dock_decode(const void *data, size_t size, uint64_t max_payload, const
     return FERRY_OK;
 }
 
-const char *dk_reason_name(int code)
+const char *ferry__dock_reason_name(int code)
 {
     switch (code) {
     case FERRY_ERR_DOCK_MAGIC: return "magic";

@@ -15,7 +15,7 @@ static int build(ferry_store *st, const char *run, const ferry_compact_options *
     ferry_subscriber_options so = {.threads = o->threads, .tmp_dir = o->tmp_dir, .keys = o->keys};
     int rc = ferry_subscriber_open(st, run, &so, sub);
     if (rc) return rc;
-    if (start) fs_sub_adopt(*sub, start, false, start_st);
+    if (start) ferry__sync_sub_adopt(*sub, start, false, start_st);
     return ferry_subscriber_sync(*sub, FERRY_SYNC_EXACT, version, NULL);
 }
 
@@ -32,15 +32,15 @@ static int cmp_comp(const void *a, const void *b)
 static int index_add(ferry_store *st, const char *run, const ferry_keys *keys, const fs_compaction *c)
 {
     char key[FS_KEY_CAP];
-    fs_key_index(key, run);
+    ferry__sync_key_index(key, run);
     for (int attempt = 0; attempt < 10; attempt++) {
         fs_index ix;
         char etag[FERRY_STORE_ETAG_MAX];
-        int rc = fs_index_read(st, run, keys, NULL, &ix, etag);
+        int rc = ferry__sync_index_read(st, run, keys, NULL, &ix, etag);
         if (rc) return rc;
         fs_compaction *n = ferry__calloc(ix.n + 1, sizeof *n);
         if (!n) {
-            fs_index_release(&ix);
+            ferry__sync_index_release(&ix);
             return FERRY_ERR_NOMEM;
         }
         size_t k = 0;
@@ -48,17 +48,17 @@ static int index_add(ferry_store *st, const char *run, const ferry_keys *keys, c
             if (ix.c[i].from != c->from || ix.c[i].to != c->to) n[k++] = ix.c[i];
         n[k++] = *c;
         qsort(n, k, sizeof *n, cmp_comp);
-        fs_index_release(&ix);
+        ferry__sync_index_release(&ix);
         fs_index nix = {n, k};
-        char *text = fs_index_json(run, &nix);
+        char *text = ferry__sync_index_json(run, &nix);
         free(n);
         if (!text) return FERRY_ERR_NOMEM;
-        if ((rc = fs_record_seal(keys, &text))) return rc;
+        if ((rc = ferry__sync_record_seal(keys, &text))) return rc;
         rc = ferry_store_cas(st, key, etag[0] ? etag : NULL, text, strlen(text), NULL);
         free(text);
         if (rc != FERRY_ERR_STORE_CONFLICT) return rc;
         ferry__clear_error();
-        fs_sleep_ms(20u << (attempt < 5 ? attempt : 5));
+        ferry__sync_sleep_ms(20u << (attempt < 5 ? attempt : 5));
     }
     return ferry__fail(FERRY_ERR_STORE_CONFLICT, "%s: still changing under this compaction after 10 attempts", key);
 }
@@ -71,7 +71,7 @@ int ferry_compact(ferry_store *store, const char *run, const ferry_compact_optio
     ferry_compact_options o = {0};
     if (opts) o = *opts;
     fs_head h;
-    if ((rc = fs_head_read(store, run, o.keys, NULL, &h, NULL))) {
+    if ((rc = ferry__sync_head_read(store, run, o.keys, NULL, &h, NULL))) {
         if (rc == FERRY_ERR_STORE_NOT_FOUND) return ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: no version published yet", run);
         return rc;
     }
@@ -80,20 +80,20 @@ int ferry_compact(ferry_store *store, const char *run, const ferry_compact_optio
         return ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: version %llu asked for, HEAD is at %llu", run, (unsigned long long)to,
                            (unsigned long long)h.version);
     fs_manifest mto, mfrom;
-    if ((rc = fs_find_manifest(store, run, o.keys, &h, to, NULL, &mto))) return rc;
+    if ((rc = ferry__sync_find_manifest(store, run, o.keys, &h, to, NULL, &mto))) return rc;
     uint64_t from = o.from;
     if (!from) from = mto.anchor.ref.version < to ? mto.anchor.ref.version : mto.prev_anchor.ref.version;
     if (!from || from >= to)
         return ferry__fail(FERRY_ERR_ARG, "run %s: nothing to compact from version %llu to %llu", run, (unsigned long long)from,
                            (unsigned long long)to);
-    if ((rc = fs_find_manifest(store, run, o.keys, &h, from, NULL, &mfrom))) return rc;
+    if ((rc = ferry__sync_find_manifest(store, run, o.keys, &h, from, NULL, &mfrom))) return rc;
 
     ferry_subscriber *sa = NULL, *sb = NULL;
     void *patch = NULL;
     size_t psize = 0;
     fs_state sta;
     if ((rc = build(store, run, &o, from, NULL, NULL, &sa))) goto out;
-    fs_sub_state(sa, &sta);
+    ferry__sync_sub_state(sa, &sta);
     const ferry_model *a = ferry_subscriber_model(sa);
     if ((rc = build(store, run, &o, to, (ferry_model *)a, &sta, &sb))) goto out;
     const ferry_model *b = ferry_subscriber_model(sb);
@@ -118,14 +118,14 @@ int ferry_compact(ferry_store *store, const char *run, const ferry_compact_optio
     c.from_cum = mfrom.cum;
     c.to_cum = mto.cum;
     c.from_full_bytes = mfrom.kind == FERRY_SYNC_ANCHOR ? mfrom.full_bytes : 0;
-    c.created = fs_now();
+    c.created = ferry__sync_now();
     if (ferry_keys_can_sign(o.keys)) {
-        if ((rc = fs_sha256(patch, psize, c.sha))) goto out;
+        if ((rc = ferry__sign_sha256(patch, psize, c.sha))) goto out;
         c.has_sha = true;
     }
-    if ((rc = fs_new_id(c.id))) goto out;
+    if ((rc = ferry__sync_new_id(c.id))) goto out;
     char key[FS_KEY_CAP];
-    fs_key_compact(key, run, from, to, c.id);
+    ferry__sync_key_compact(key, run, from, to, c.id);
     /* the object is durable before the index names it */
     if ((rc = ferry_store_put(store, key, patch, psize, NULL))) goto out;
     if ((rc = index_add(store, run, o.keys, &c))) goto out;

@@ -10,7 +10,7 @@
  * unreferenced object younger than the grace period.  A reader still on a
  * dropped version meets a missing object, a clean error it answers by
  * going back to HEAD. */
-#include "shard_impl.h" /* sharded manifests too */
+#include "sync_impl.h"
 
 #include <stdlib.h>
 
@@ -42,7 +42,7 @@ static int retained(gc *g, const fs_head *h, uint64_t keep)
     int rc = FERRY_OK;
     while (r.version && r.version >= stop) {
         fs_manifest m;
-        rc = sh_manifest_links(g->st, g->run, g->o->keys, r.version, r.id, &m); /* either format */
+        rc = ferry__sync_manifest_links(g->st, g->run, g->o->keys, r.version, r.id, &m); /* either format */
         if (rc == FERRY_ERR_STORE_NOT_FOUND && r.version != h->version) {
             /* an earlier GC kept less: what is there is all there is */
             ferry__clear_error();
@@ -90,37 +90,37 @@ static bool keep_entry(const gc *g, const fs_compaction *c)
 static int prune_index(gc *g, fs_index *kept, fs_index *dropped)
 {
     char key[FS_KEY_CAP];
-    fs_key_index(key, g->run);
+    ferry__sync_key_index(key, g->run);
     for (int attempt = 0; attempt < 10; attempt++) {
         fs_index ix;
         char etag[FERRY_STORE_ETAG_MAX];
-        int rc = fs_index_read(g->st, g->run, g->o->keys, NULL, &ix, etag);
+        int rc = ferry__sync_index_read(g->st, g->run, g->o->keys, NULL, &ix, etag);
         if (rc) return rc;
         size_t k = 0, d = 0;
         fs_compaction *kc = ferry__calloc(ix.n + 1, sizeof *kc), *dc = ferry__calloc(ix.n + 1, sizeof *dc);
         if (!kc || !dc) {
             free(kc);
             free(dc);
-            fs_index_release(&ix);
+            ferry__sync_index_release(&ix);
             return FERRY_ERR_NOMEM;
         }
         for (size_t i = 0; i < ix.n; i++) {
             if (keep_entry(g, &ix.c[i])) kc[k++] = ix.c[i];
             else dc[d++] = ix.c[i];
         }
-        fs_index_release(&ix);
+        ferry__sync_index_release(&ix);
         *kept = (fs_index){kc, k};
         *dropped = (fs_index){dc, d};
         if (!d || g->o->dry_run || g->keep_index) return FERRY_OK;
-        char *text = fs_index_json(g->run, kept);
+        char *text = ferry__sync_index_json(g->run, kept);
         if (!text) return FERRY_ERR_NOMEM;
-        if ((rc = fs_record_seal(g->o->keys, &text))) return rc;
+        if ((rc = ferry__sync_record_seal(g->o->keys, &text))) return rc;
         rc = ferry_store_cas(g->st, key, etag[0] ? etag : NULL, text, strlen(text), NULL);
         free(text);
         if (rc != FERRY_ERR_STORE_CONFLICT) return rc;
         ferry__clear_error();
-        fs_index_release(kept);
-        fs_index_release(dropped);
+        ferry__sync_index_release(kept);
+        ferry__sync_index_release(dropped);
     }
     return ferry__fail(FERRY_ERR_STORE_CONFLICT, "%s: still changing under GC after 10 attempts", key);
 }
@@ -136,7 +136,7 @@ static bool in_index(const fs_index *ix, const fs_key_info *ki)
 static int decide(const gc *g, const ferry_store_entry *e, const fs_index *kept, const fs_index *dropped, const char **why)
 {
     fs_key_info ki;
-    fs_key_parse(g->run, e->key, &ki);
+    ferry__sync_key_parse(g->run, e->key, &ki);
     bool old = !e->stat.mtime || g->now - e->stat.mtime >= g->grace;
     switch (ki.kind) {
     case FS_KEY_HEAD: *why = "HEAD"; return 0;
@@ -160,10 +160,10 @@ static int decide(const gc *g, const ferry_store_entry *e, const fs_index *kept,
 
 int ferry_gc(ferry_store *store, const char *run, const ferry_gc_options *opts, ferry_gc_report *out)
 {
-    return fs_gc(store, run, opts, false, out);
+    return ferry__sync_gc(store, run, opts, false, out);
 }
 
-int fs_gc(ferry_store *store, const char *run, const ferry_gc_options *opts, bool keep_index, ferry_gc_report *out)
+int ferry__sync_gc(ferry_store *store, const char *run, const ferry_gc_options *opts, bool keep_index, ferry_gc_report *out)
 {
     if (!store || !opts) return ferry__fail(FERRY_ERR_ARG, "ferry_gc: NULL argument");
     int rc = ferry_sync_run_check(run);
@@ -171,10 +171,10 @@ int fs_gc(ferry_store *store, const char *run, const ferry_gc_options *opts, boo
     if (!opts->keep) return ferry__fail(FERRY_ERR_ARG, "ferry_gc: keep must be at least 1 (HEAD's version is always kept)");
     ferry_gc_report rep;
     memset(&rep, 0, sizeof rep);
-    gc g = {store, run, opts, &rep, 0, 0, NULL, opts->grace_s == 0 ? 3600 : opts->grace_s < 0 ? 0 : opts->grace_s, fs_now(),
+    gc g = {store, run, opts, &rep, 0, 0, NULL, opts->grace_s == 0 ? 3600 : opts->grace_s < 0 ? 0 : opts->grace_s, ferry__sync_now(),
            keep_index};
     fs_head h;
-    if ((rc = fs_head_read(store, run, opts->keys, NULL, &h, NULL))) {
+    if ((rc = ferry__sync_head_read(store, run, opts->keys, NULL, &h, NULL))) {
         if (rc == FERRY_ERR_STORE_NOT_FOUND) return ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: no version published yet", run);
         return rc;
     }
@@ -195,7 +195,7 @@ int fs_gc(ferry_store *store, const char *run, const ferry_gc_options *opts, boo
         for (size_t i = 0; i < ls->count; i++) {
             const ferry_store_entry *e = &ls->entries[i];
             fs_key_info ki;
-            fs_key_parse(run, e->key, &ki);
+            ferry__sync_key_parse(run, e->key, &ki);
             if ((ki.kind == FS_OBJ_MANIFEST) != (pass == 1)) continue;
             const char *why = "";
             int del = decide(&g, e, &kept, &dropped, &why);
@@ -212,8 +212,8 @@ int fs_gc(ferry_store *store, const char *run, const ferry_gc_options *opts, boo
     }
 out:
     ferry_store_listing_free(ls);
-    fs_index_release(&kept);
-    fs_index_release(&dropped);
+    ferry__sync_index_release(&kept);
+    ferry__sync_index_release(&dropped);
     free(g.ids);
     if (out) *out = rep;
     if (rc) ferry__context(rc, "run %s: GC", run);

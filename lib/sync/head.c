@@ -5,7 +5,7 @@
 
 #include <stdlib.h>
 
-void fs_head_init(fs_head *h, uint64_t version, const char *id, int kind, const uint8_t hash[16], const char *publisher)
+void ferry__sync_head_init(fs_head *h, uint64_t version, const char *id, int kind, const uint8_t hash[16], const char *publisher)
 {
     memset(h, 0, sizeof *h);
     h->version = version;
@@ -13,18 +13,18 @@ void fs_head_init(fs_head *h, uint64_t version, const char *id, int kind, const 
     h->kind = kind;
     memcpy(h->model_hash, hash, 16);
     snprintf(h->publisher, sizeof h->publisher, "%s", publisher);
-    h->time = fs_now();
+    h->time = ferry__sync_now();
 }
 
-int fs_head_swap(ferry_store *st, const char *run, const ferry_keys *keys, const fs_head *h, const char *expected_etag,
+int ferry__sync_head_swap(ferry_store *st, const char *run, const ferry_keys *keys, const fs_head *h, const char *expected_etag,
                  char new_etag[FERRY_STORE_ETAG_MAX])
 {
     char key[FS_KEY_CAP], mkey[FS_KEY_CAP];
-    fs_key_head(key, run);
-    fs_key_version(mkey, run, h->version, h->id, FS_OBJ_MANIFEST);
-    char *text = fs_head_json(run, h, mkey);
+    ferry__sync_key_head(key, run);
+    ferry__sync_key_version(mkey, run, h->version, h->id, FS_OBJ_MANIFEST);
+    char *text = ferry__sync_head_json(run, h, mkey);
     if (!text) return FERRY_ERR_NOMEM;
-    int rc = fs_record_seal(keys, &text); /* frees text on failure */
+    int rc = ferry__sync_record_seal(keys, &text); /* frees text on failure */
     if (rc) return rc;
     rc = ferry_store_cas(st, key, expected_etag, text, strlen(text), new_etag);
     free(text);

@@ -32,23 +32,23 @@ int ferry_sync_run_check(const char *run)
     return FERRY_OK;
 }
 
-void fs_key_head(char out[FS_KEY_CAP], const char *run) { snprintf(out, FS_KEY_CAP, "%s/HEAD", run); }
-void fs_key_index(char out[FS_KEY_CAP], const char *run) { snprintf(out, FS_KEY_CAP, "%s/compactions.json", run); }
+void ferry__sync_key_head(char out[FS_KEY_CAP], const char *run) { snprintf(out, FS_KEY_CAP, "%s/HEAD", run); }
+void ferry__sync_key_index(char out[FS_KEY_CAP], const char *run) { snprintf(out, FS_KEY_CAP, "%s/compactions.json", run); }
 
 static const char *const k_ext[] = {".json", ".safetensors", ".patch"};
 
 /* Versions are written with 20 digits so that listings sort by version. */
-void fs_key_version(char out[FS_KEY_CAP], const char *run, uint64_t version, const char *id, int obj)
+void ferry__sync_key_version(char out[FS_KEY_CAP], const char *run, uint64_t version, const char *id, int obj)
 {
     snprintf(out, FS_KEY_CAP, "%s/v/%020llu-%s%s", run, (unsigned long long)version, id, k_ext[obj]);
 }
 
-void fs_key_compact(char out[FS_KEY_CAP], const char *run, uint64_t from, uint64_t to, const char *id)
+void ferry__sync_key_compact(char out[FS_KEY_CAP], const char *run, uint64_t from, uint64_t to, const char *id)
 {
     snprintf(out, FS_KEY_CAP, "%s/c/%020llu-%020llu-%s.patch", run, (unsigned long long)from, (unsigned long long)to, id);
 }
 
-bool fs_id_valid(const char *s)
+bool ferry__sync_id_valid(const char *s)
 {
     for (int i = 0; i < FERRY_SYNC_ID_LEN; i++)
         if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return false;
@@ -72,10 +72,10 @@ static bool parse_id(const char *s, char out[FS_ID_CAP])
 {
     memcpy(out, s, FERRY_SYNC_ID_LEN);
     out[FERRY_SYNC_ID_LEN] = 0;
-    return fs_id_valid(out);
+    return ferry__sync_id_valid(out);
 }
 
-void fs_key_parse(const char *run, const char *key, fs_key_info *out)
+void ferry__sync_key_parse(const char *run, const char *key, fs_key_info *out)
 {
     memset(out, 0, sizeof *out);
     out->kind = FS_KEY_OTHER;
@@ -106,7 +106,7 @@ void fs_key_parse(const char *run, const char *key, fs_key_info *out)
     }
 }
 
-int fs_new_id(char out[FS_ID_CAP])
+int ferry__sync_new_id(char out[FS_ID_CAP])
 {
     uint8_t r[FERRY_SYNC_ID_LEN / 2];
     size_t got = 0;
@@ -122,7 +122,7 @@ int fs_new_id(char out[FS_ID_CAP])
     return FERRY_OK;
 }
 
-void fs_hex(char out[33], const uint8_t h[16])
+void ferry__sync_hex(char out[33], const uint8_t h[16])
 {
     static const char d[] = "0123456789abcdef";
     for (int i = 0; i < 16; i++) {
@@ -139,7 +139,7 @@ static int hexval(char c)
     return -1;
 }
 
-bool fs_unhex(const char *s, uint8_t out[16])
+bool ferry__sync_unhex(const char *s, uint8_t out[16])
 {
     if (strlen(s) != 32) return false;
     for (int i = 0; i < 16; i++) {
@@ -150,35 +150,35 @@ bool fs_unhex(const char *s, uint8_t out[16])
     return true;
 }
 
-int64_t fs_now(void) { return (int64_t)time(NULL); }
+int64_t ferry__sync_now(void) { return (int64_t)time(NULL); }
 
-uint64_t fs_mono_ms(void)
+uint64_t ferry__sync_mono_ms(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
 }
 
-void fs_sleep_ms(uint64_t ms)
+void ferry__sync_sleep_ms(uint64_t ms)
 {
     struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) && errno == EINTR) {}
 }
 
-void fs_default_publisher(char out[FERRY_SYNC_PUBLISHER_MAX])
+void ferry__sync_default_publisher(char out[FERRY_SYNC_PUBLISHER_MAX])
 {
     char host[64] = "host", id[FS_ID_CAP] = "0";
     if (gethostname(host, sizeof host - 1)) snprintf(host, sizeof host, "host");
     host[sizeof host - 1] = 0;
     for (char *p = host; *p; p++)
         if ((unsigned char)*p < 0x21 || (unsigned char)*p > 0x7e || *p == '"' || *p == '\\') *p = '_';
-    if (fs_new_id(id)) snprintf(id, sizeof id, "0");
+    if (ferry__sync_new_id(id)) snprintf(id, sizeof id, "0");
     snprintf(out, FERRY_SYNC_PUBLISHER_MAX, "%s:%ld:%.8s", host, (long)getpid(), id);
 }
 
 /* Printable ASCII without quotes or backslashes, so that the id reads the
  * same in JSON, logs and error messages. */
-bool fs_publisher_valid(const char *s)
+bool ferry__sync_publisher_valid(const char *s)
 {
     size_t n = strlen(s);
     if (!n || n >= FERRY_SYNC_PUBLISHER_MAX) return false;
@@ -187,14 +187,14 @@ bool fs_publisher_valid(const char *s)
     return true;
 }
 
-const char *fs_tmp_dir(const char *opt)
+const char *ferry__sync_tmp_dir(const char *opt)
 {
     if (opt && *opt) return opt;
     const char *t = getenv("TMPDIR");
     return t && *t ? t : "/tmp";
 }
 
-bool fs_object_error(int rc)
+bool ferry__sync_object_error(int rc)
 {
     switch (rc) {
     case FERRY_ERR_SYNC_CORRUPT:

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-int fs_local_state_path(const char *path, char *out, size_t cap)
+int ferry__sync_local_state_path(const char *path, char *out, size_t cap)
 {
     if ((size_t)snprintf(out, cap, "%s.ferry.json", path) >= cap) return ferry__fail(FERRY_ERR_ARG, "%s: path too long", path);
     return FERRY_OK;
@@ -28,7 +28,7 @@ static json_t *state_json(const fs_state *s)
 {
     if (!s || !s->version) return json_null();
     char h[33];
-    fs_hex(h, s->hash);
+    ferry__sync_hex(h, s->hash);
     return json_pack("{s:I,s:s,s:s,s:I}", "version", (json_int_t)s->version, "id", s->id, "model_hash", h,
                      "delta_bytes_cum", (json_int_t)s->cum);
 }
@@ -41,7 +41,7 @@ static bool state_parse(json_t *o, fs_state *s)
     const char *id = json_string_value(json_object_get(o, "id"));
     const char *h = json_string_value(json_object_get(o, "model_hash"));
     if (!json_is_integer(v) || json_integer_value(v) <= 0 || !json_is_integer(c) || json_integer_value(c) < 0 || !id ||
-        strlen(id) != FERRY_SYNC_ID_LEN || !fs_id_valid(id) || !h || !fs_unhex(h, s->hash))
+        strlen(id) != FERRY_SYNC_ID_LEN || !ferry__sync_id_valid(id) || !h || !ferry__sync_unhex(h, s->hash))
         return false;
     s->version = (uint64_t)json_integer_value(v);
     s->cum = (uint64_t)json_integer_value(c);
@@ -52,7 +52,7 @@ static bool state_parse(json_t *o, fs_state *s)
 static int write_state(const char *path, const char *run, const fs_state *cur, const fs_state *pending)
 {
     char sp[4096];
-    int rc = fs_local_state_path(path, sp, sizeof sp);
+    int rc = ferry__sync_local_state_path(path, sp, sizeof sp);
     if (rc) return rc;
     json_t *root = json_pack("{s:s,s:s,s:o,s:o}", "format", "ferry-local-1", "run", run, "current", state_json(cur),
                              "pending", state_json(pending));
@@ -107,15 +107,15 @@ static void remove_stale(const char *path, bool downloads, const char *keep_id)
     closedir(d);
 }
 
-void fs_local_drop_downloads(const char *path, const char *keep_id) { remove_stale(path, true, keep_id); }
+void ferry__sync_local_drop_downloads(const char *path, const char *keep_id) { remove_stale(path, true, keep_id); }
 
-int fs_local_open(const char *path, const char *run, ferry_model **model, fs_state *st)
+int ferry__sync_local_open(const char *path, const char *run, ferry_model **model, fs_state *st)
 {
     remove_stale(path, false, NULL);
     memset(st, 0, sizeof *st);
     *model = NULL;
     char sp[4096];
-    int rc = fs_local_state_path(path, sp, sizeof sp);
+    int rc = ferry__sync_local_state_path(path, sp, sizeof sp);
     if (rc) return rc;
     ferry_model *m = NULL;
     rc = ferry_model_open(path, &m);
@@ -157,7 +157,7 @@ int fs_local_open(const char *path, const char *run, ferry_model **model, fs_sta
     return FERRY_OK;
 }
 
-int fs_local_commit(const char *path, const char *run, const ferry_model *model, const char *staged_file,
+int ferry__sync_local_commit(const char *path, const char *run, const ferry_model *model, const char *staged_file,
                     const fs_state *from, const fs_state *to)
 {
     int rc = write_state(path, run, from, to);
@@ -171,6 +171,6 @@ int fs_local_commit(const char *path, const char *run, const ferry_model *model,
         return rc;
     }
     if ((rc = write_state(path, run, to, NULL))) return rc;
-    fs_local_drop_downloads(path, NULL); /* an anchor download cut short is of an older version */
+    ferry__sync_local_drop_downloads(path, NULL); /* an anchor download cut short is of an older version */
     return FERRY_OK;
 }

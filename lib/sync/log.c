@@ -1,5 +1,5 @@
 /* The run log: HEAD's lineage as far back as the store still holds it. */
-#include "shard_impl.h" /* sharded manifests too */
+#include "sync_impl.h"
 
 #include <stdlib.h>
 
@@ -32,7 +32,7 @@ int ferry_run_log_read_keys(ferry_store *store, const char *run, uint64_t max_ve
     int rc = ferry_sync_run_check(run);
     if (rc) return rc;
     fs_head h;
-    if ((rc = fs_head_read(store, run, keys, NULL, &h, NULL))) {
+    if ((rc = ferry__sync_head_read(store, run, keys, NULL, &h, NULL))) {
         if (rc == FERRY_ERR_STORE_NOT_FOUND) return ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: no version published yet", run);
         return rc;
     }
@@ -45,7 +45,7 @@ int ferry_run_log_read_keys(ferry_store *store, const char *run, uint64_t max_ve
     memcpy(r.id, h.id, FS_ID_CAP);
     while (r.version && (!max_versions || log->count < max_versions)) {
         fs_manifest m;
-        rc = sh_manifest_links(store, run, keys, r.version, r.id, &m); /* either format */
+        rc = ferry__sync_manifest_links(store, run, keys, r.version, r.id, &m); /* either format */
         if (rc == FERRY_ERR_STORE_NOT_FOUND && r.version != h.version) { /* retention: older versions are gone */
             ferry__clear_error();
             rc = FERRY_OK;
@@ -70,9 +70,9 @@ int ferry_run_log_read_keys(ferry_store *store, const char *run, uint64_t max_ve
         log->versions[log->count - 1 - i] = t;
     }
     fs_index ix;
-    if ((rc = fs_index_read(store, run, keys, NULL, &ix, NULL))) goto fail;
+    if ((rc = ferry__sync_index_read(store, run, keys, NULL, &ix, NULL))) goto fail;
     if (ix.n && !(log->compactions = ferry__calloc(ix.n, sizeof *log->compactions))) {
-        fs_index_release(&ix);
+        ferry__sync_index_release(&ix);
         rc = FERRY_ERR_NOMEM;
         goto fail;
     }
@@ -82,11 +82,11 @@ int ferry_run_log_read_keys(ferry_store *store, const char *run, uint64_t max_ve
         c->to = ix.c[i].to;
         c->bytes = ix.c[i].bytes;
         c->chain_bytes = ix.c[i].to_cum - ix.c[i].from_cum;
-        fs_key_compact(c->key, run, ix.c[i].from, ix.c[i].to, ix.c[i].id);
+        ferry__sync_key_compact(c->key, run, ix.c[i].from, ix.c[i].to, ix.c[i].id);
     }
     log->ncompactions = ix.n;
-    log->verified = fs_keys_enforce(keys);
-    fs_index_release(&ix);
+    log->verified = ferry__sign_keys_enforce(keys);
+    ferry__sync_index_release(&ix);
     *out = log;
     return FERRY_OK;
 fail:

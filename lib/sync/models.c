@@ -29,7 +29,7 @@ static int cast_tensor(ferry_model *out, const ferry_tensor *t)
     return ferry__model_add_owned(out, t->name, FERRY_BF16, t->ndim, t->shape, dst, nbytes);
 }
 
-int fs_model_copy(const ferry_model *m, int cast_bf16, ferry_model **out)
+int ferry__sync_model_copy(const ferry_model *m, int cast_bf16, ferry_model **out)
 {
     ferry_model *c = NULL;
     int rc = ferry_model_create(&c);
@@ -50,10 +50,10 @@ int fs_model_copy(const ferry_model *m, int cast_bf16, ferry_model **out)
     return FERRY_OK;
 }
 
-/* Whether fs_model_overwrite(dst, m, cast_bf16) can run: dst's tensors
+/* Whether ferry__sync_model_overwrite(dst, m, cast_bf16) can run: dst's tensors
  * are writable and have the names, dtypes (after the cast) and shapes of
  * m's, and the metadata is the same. */
-bool fs_model_fits(ferry_model *dst, const ferry_model *m, int cast_bf16)
+bool ferry__sync_model_fits(ferry_model *dst, const ferry_model *m, int cast_bf16)
 {
     size_t n = ferry_model_count(m);
     if (n != ferry_model_count(dst) || ferry_model_metadata_count(m) != ferry_model_metadata_count(dst)) return false;
@@ -72,7 +72,7 @@ bool fs_model_fits(ferry_model *dst, const ferry_model *m, int cast_bf16)
     return true;
 }
 
-void fs_model_overwrite(ferry_model *dst, const ferry_model *m, int cast_bf16)
+void ferry__sync_model_overwrite(ferry_model *dst, const ferry_model *m, int cast_bf16)
 {
     for (size_t i = 0; i < ferry_model_count(m); i++) {
         const ferry_tensor *t = ferry_model_tensor(m, i);
@@ -81,7 +81,7 @@ void fs_model_overwrite(ferry_model *dst, const ferry_model *m, int cast_bf16)
     }
 }
 
-bool fs_same_structure(const ferry_model *a, const ferry_model *b, char *why, size_t cap)
+bool ferry__sync_same_structure(const ferry_model *a, const ferry_model *b, char *why, size_t cap)
 {
     size_t n = ferry_model_count(a);
     if (n != ferry_model_count(b)) {

@@ -104,7 +104,7 @@ static void describe(const cand *c, char *out, size_t cap)
     }
 }
 
-bool fs_plan_pick(const fs_plan_in *in, fs_plan *out, uint64_t *chain_bytes, uint64_t *anchor_bytes, uint64_t *compact_bytes)
+bool ferry__sync_plan_pick(const fs_plan_in *in, fs_plan *out, uint64_t *chain_bytes, uint64_t *anchor_bytes, uint64_t *compact_bytes)
 {
     const fs_manifest *T = in->target;
     const fs_state *cur = in->cur;

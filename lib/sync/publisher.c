@@ -48,7 +48,7 @@ static int resume_model(ferry_publisher *p, const fs_head *h)
     if (!rc) rc = ferry_subscriber_sync(sub, FERRY_SYNC_EXACT, h->version, NULL);
     if (!rc) {
         fs_state st;
-        p->prev = fs_sub_take(sub, &st);
+        p->prev = ferry__sync_sub_take(sub, &st);
         if (st.version != h->version || strcmp(st.id, h->id) || !p->prev)
             rc = ferry__fail(FERRY_ERR_SYNC_CONFLICT, "run %s: HEAD moved while this publisher resumed from version %llu", p->run,
                              (unsigned long long)h->version);
@@ -68,7 +68,7 @@ int ferry_publisher_open(ferry_store *store, const char *run, const ferry_publis
         return ferry__fail(FERRY_ERR_STORE_READONLY, "%s: cannot publish through a read-only http(s) store", ferry_store_url(store));
     ferry_publisher_options o = {0};
     if (opts) o = *opts;
-    if (o.publisher_id && !fs_publisher_valid(o.publisher_id))
+    if (o.publisher_id && !ferry__sync_publisher_valid(o.publisher_id))
         return ferry__fail(FERRY_ERR_ARG, "publisher id '%.200s': empty, longer than %d bytes, or not printable ASCII without quotes",
                            o.publisher_id, FERRY_SYNC_PUBLISHER_MAX - 1);
     ferry_publisher *p = ferry__calloc(1, sizeof *p);
@@ -76,7 +76,7 @@ int ferry_publisher_open(ferry_store *store, const char *run, const ferry_publis
     p->st = store;
     snprintf(p->run, sizeof p->run, "%s", run);
     if (o.publisher_id) snprintf(p->pubid, sizeof p->pubid, "%s", o.publisher_id);
-    else fs_default_publisher(p->pubid);
+    else ferry__sync_default_publisher(p->pubid);
     p->anchor_every = o.anchor_every ? o.anchor_every : 10;
     p->cast = o.cast_bf16;
     p->level = o.level;
@@ -88,14 +88,14 @@ int ferry_publisher_open(ferry_store *store, const char *run, const ferry_publis
         return FERRY_ERR_NOMEM;
     }
     fs_head h;
-    rc = fs_head_read(store, run, p->keys, NULL, &h, p->head_etag);
+    rc = ferry__sync_head_read(store, run, p->keys, NULL, &h, p->head_etag);
     if (rc == FERRY_ERR_STORE_NOT_FOUND) {
         ferry__clear_error();
         p->head_etag[0] = 0;
         *out = p;
         return FERRY_OK;
     }
-    if (!rc) rc = fs_manifest_read(store, run, p->keys, h.version, h.id, NULL, &p->last);
+    if (!rc) rc = ferry__sync_manifest_read(store, run, p->keys, h.version, h.id, NULL, &p->last);
     if (!rc && memcmp(p->last.model_hash, h.model_hash, 16))
         rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "run %s: HEAD and the manifest of version %llu disagree on its model hash", run,
                          (unsigned long long)h.version);
@@ -137,7 +137,7 @@ static int check_head(ferry_publisher *p)
 {
     fs_head h;
     char etag[FERRY_STORE_ETAG_MAX];
-    int rc = fs_head_read(p->st, p->run, p->keys, NULL, &h, etag);
+    int rc = ferry__sync_head_read(p->st, p->run, p->keys, NULL, &h, etag);
     if (rc == FERRY_ERR_STORE_NOT_FOUND) {
         if (!p->last.version) {
             ferry__clear_error();
@@ -161,14 +161,14 @@ static int check_head(ferry_publisher *p)
 static int move_head(ferry_publisher *p, const fs_manifest *m, char new_etag[FERRY_STORE_ETAG_MAX])
 {
     fs_head nh;
-    fs_head_init(&nh, m->version, m->id, m->kind, m->model_hash, p->pubid);
+    ferry__sync_head_init(&nh, m->version, m->id, m->kind, m->model_hash, p->pubid);
     int rc = FERRY_OK;
     for (int attempt = 0; attempt < 5; attempt++) {
-        rc = fs_head_swap(p->st, p->run, p->keys, &nh, p->last.version ? p->head_etag : NULL, new_etag);
+        rc = ferry__sync_head_swap(p->st, p->run, p->keys, &nh, p->last.version ? p->head_etag : NULL, new_etag);
         if (rc != FERRY_ERR_STORE_CONFLICT) break;
         fs_head h;
         char etag[FERRY_STORE_ETAG_MAX];
-        int r2 = fs_head_read(p->st, p->run, p->keys, NULL, &h, etag);
+        int r2 = ferry__sync_head_read(p->st, p->run, p->keys, NULL, &h, etag);
         if (r2 == FERRY_ERR_STORE_NOT_FOUND && !p->last.version) continue;
         if (r2) {
             rc = r2;
@@ -199,14 +199,14 @@ static int put_full(ferry_publisher *p, const ferry_model *m, const char *id, ui
                     bool *has_sha)
 {
     char tmp[4200], key[FS_KEY_CAP];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s/ferry-publish.%ld.%s.safetensors", fs_tmp_dir(p->tmp_dir), (long)getpid(), id) >= sizeof tmp)
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s/ferry-publish.%ld.%s.safetensors", ferry__sync_tmp_dir(p->tmp_dir), (long)getpid(), id) >= sizeof tmp)
         return ferry__fail(FERRY_ERR_ARG, "tmp_dir too long");
-    fs_key_version(key, p->run, version, id, FS_OBJ_FULL);
+    ferry__sync_key_version(key, p->run, version, id, FS_OBJ_FULL);
     int rc = ferry_model_save(m, tmp);
     if (rc) return rc;
     struct stat sb = {0};
     if (stat(tmp, &sb)) rc = ferry__fail(FERRY_ERR_IO, "%s: cannot stat the staged anchor", tmp);
-    else if (ferry_keys_can_sign(p->keys) && !(rc = fs_sha256_file(tmp, sha, NULL))) *has_sha = true;
+    else if (ferry_keys_can_sign(p->keys) && !(rc = ferry__sign_sha256_file(tmp, sha, NULL))) *has_sha = true;
     if (!rc) rc = ferry_store_put_file(p->st, key, tmp, NULL);
     unlink(tmp);
     *bytes = (uint64_t)sb.st_size;
@@ -217,7 +217,7 @@ int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flag
 {
     if (!p || !model) return ferry__fail(FERRY_ERR_ARG, "ferry_publish: NULL argument");
     if (p->fence[0]) return ferry__fail(FERRY_ERR_SYNC_CONFLICT, "%s", p->fence);
-    uint64_t t0 = fs_mono_ms();
+    uint64_t t0 = ferry__sync_mono_ms();
     int rc = check_head(p);
     if (rc) return rc;
     const fs_manifest *L = &p->last;
@@ -229,7 +229,7 @@ int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flag
     m.version = L->version + 1;
     bool anchor = m.version == 1 || (flags & FERRY_PUBLISH_ANCHOR) || m.version - L->anchor.ref.version >= p->anchor_every;
     m.kind = anchor ? FERRY_SYNC_ANCHOR : FERRY_SYNC_DELTA;
-    if ((rc = fs_new_id(m.id))) return rc;
+    if ((rc = ferry__sync_new_id(m.id))) return rc;
 
     ferry_model *next = NULL;
     void *patch = NULL;
@@ -239,8 +239,8 @@ int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flag
      * published (off the time-to-fresh-policy path, no allocation).  An
      * anchor (saved from the copy), --verify (hashes it) or a new layout
      * copies it first. */
-    bool reuse = !anchor && !p->verify && p->prev && fs_model_fits(p->prev, model, p->cast);
-    if (!reuse && (rc = fs_model_copy(model, p->cast, &next))) return rc;
+    bool reuse = !anchor && !p->verify && p->prev && ferry__sync_model_fits(p->prev, model, p->cast);
+    if (!reuse && (rc = ferry__sync_model_copy(model, p->cast, &next))) return rc;
     const ferry_model *pub = reuse ? p->prev : next; /* its layout is the published model's */
     if (m.version > 1) {
         ferry_diff_options d = {.level = p->level, .threads = p->threads, .cast_bf16 = p->cast, .base_hash = L->model_hash};
@@ -275,9 +275,9 @@ int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flag
     }
     if (patch) {
         char key[FS_KEY_CAP];
-        fs_key_version(key, p->run, m.version, m.id, FS_OBJ_DELTA);
+        ferry__sync_key_version(key, p->run, m.version, m.id, FS_OBJ_DELTA);
         if (ferry_keys_can_sign(p->keys)) {
-            if ((rc = fs_sha256(patch, psize, m.delta_sha))) goto out;
+            if ((rc = ferry__sign_sha256(patch, psize, m.delta_sha))) goto out;
             m.has_delta_sha = true;
         }
         if ((rc = ferry_store_put(p->st, key, patch, psize, NULL))) goto out;
@@ -298,18 +298,18 @@ int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flag
     }
     m.model_bytes = ferry_model_nbytes(pub);
     m.tensors = ferry_model_count(pub);
-    m.created = fs_now();
+    m.created = ferry__sync_now();
     snprintf(m.publisher, sizeof m.publisher, "%s", p->pubid);
     m.anchor_every = p->anchor_every;
     {
         char key[FS_KEY_CAP];
-        fs_key_version(key, p->run, m.version, m.id, FS_OBJ_MANIFEST);
-        char *text = fs_manifest_json(p->run, &m);
+        ferry__sync_key_version(key, p->run, m.version, m.id, FS_OBJ_MANIFEST);
+        char *text = ferry__sync_manifest_json(p->run, &m);
         if (!text) {
             rc = FERRY_ERR_NOMEM;
             goto out;
         }
-        if ((rc = fs_record_seal(p->keys, &text))) goto out;
+        if ((rc = ferry__sync_record_seal(p->keys, &text))) goto out;
         rc = ferry_store_put(p->st, key, text, strlen(text), NULL);
         free(text);
         if (rc) goto out;
@@ -319,7 +319,7 @@ int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flag
 
     /* published: this is now the base of the next delta */
     if (reuse) {
-        fs_model_overwrite(p->prev, model, p->cast);
+        ferry__sync_model_overwrite(p->prev, model, p->cast);
     } else {
         ferry_model_free(p->prev);
         p->prev = next;
@@ -329,7 +329,7 @@ int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flag
         fs_state from, to;
         state_of(L, &from);
         state_of(&m, &to);
-        if (fs_local_commit(p->cache_path, p->run, p->prev, NULL, &from, &to)) ferry__clear_error(); /* only an optimisation */
+        if (ferry__sync_local_commit(p->cache_path, p->run, p->prev, NULL, &from, &to)) ferry__clear_error(); /* only an optimisation */
     }
     memcpy(p->head_etag, etag, sizeof etag);
     p->last = m;
@@ -342,7 +342,7 @@ int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flag
         info->model_bytes = m.model_bytes;
         memcpy(info->model_hash, m.model_hash, 16);
         memcpy(info->id, m.id, FS_ID_CAP);
-        info->seconds = (double)(fs_mono_ms() - t0) / 1e3;
+        info->seconds = (double)(ferry__sync_mono_ms() - t0) / 1e3;
     }
 out:
     ferry_free(patch);

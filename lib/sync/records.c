@@ -17,7 +17,7 @@ static const char *k_kind[] = {"delta", "anchor"};
 static json_t *jhash(const uint8_t h[16])
 {
     char x[33];
-    fs_hex(x, h);
+    ferry__sync_hex(x, h);
     return json_string(x);
 }
 
@@ -39,7 +39,7 @@ static json_t *janchor(const fs_anchor_ref *a)
 static json_t *jsha(const uint8_t d[32])
 {
     char x[65];
-    fs_sha_hex(x, d);
+    ferry__sign_sha_hex(x, d);
     return json_string(x);
 }
 
@@ -72,7 +72,7 @@ static void iso_time(char out[32], int64_t t)
     if (!gmtime_r(&tt, &tm) || !strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm)) snprintf(out, 32, "?");
 }
 
-char *fs_head_json(const char *run, const fs_head *h, const char *manifest_key)
+char *ferry__sync_head_json(const char *run, const fs_head *h, const char *manifest_key)
 {
     char t[32];
     iso_time(t, h->time);
@@ -83,17 +83,17 @@ char *fs_head_json(const char *run, const fs_head *h, const char *manifest_key)
     return dump(root);
 }
 
-char *fs_manifest_json(const char *run, const fs_manifest *m)
+char *ferry__sync_manifest_json(const char *run, const fs_manifest *m)
 {
     char key[FS_KEY_CAP], t[32];
     iso_time(t, m->created);
     json_t *full = json_null(), *delta = json_null();
     if (m->kind == FERRY_SYNC_ANCHOR) {
-        fs_key_version(key, run, m->version, m->id, FS_OBJ_FULL);
+        ferry__sync_key_version(key, run, m->version, m->id, FS_OBJ_FULL);
         full = with_sha(json_pack("{s:s,s:o}", "key", key, "bytes", jint(m->full_bytes)), m->has_full_sha, m->full_sha);
     }
     if (m->version > 1) {
-        fs_key_version(key, run, m->version, m->id, FS_OBJ_DELTA);
+        ferry__sync_key_version(key, run, m->version, m->id, FS_OBJ_DELTA);
         delta = with_sha(json_pack("{s:s,s:o,s:o,s:s,s:o}", "key", key, "bytes", jint(m->delta_bytes), "base_version",
                                    jint(m->prev.version), "base_id", m->prev.id, "base_hash", jhash(m->base_hash)),
                          m->has_delta_sha, m->delta_sha);
@@ -109,13 +109,13 @@ char *fs_manifest_json(const char *run, const fs_manifest *m)
     return dump(root);
 }
 
-char *fs_index_json(const char *run, const fs_index *ix)
+char *ferry__sync_index_json(const char *run, const fs_index *ix)
 {
     json_t *arr = json_array();
     for (size_t i = 0; arr && i < ix->n; i++) {
         const fs_compaction *c = &ix->c[i];
         char key[FS_KEY_CAP];
-        fs_key_compact(key, run, c->from, c->to, c->id);
+        ferry__sync_key_compact(key, run, c->from, c->to, c->id);
         json_t *e = json_pack("{s:o,s:s,s:o,s:s,s:s,s:s,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "from", jint(c->from),
                               "from_id", c->from_id, "to", jint(c->to), "to_id", c->to_id, "id", c->id, "key", key,
                               "bytes", jint(c->bytes), "base_hash", jhash(c->base_hash), "target_hash",
@@ -172,7 +172,7 @@ static const char *g_str(pctx *c, json_t *o, const char *name)
 static void g_hash(pctx *c, json_t *o, const char *name, uint8_t out[16])
 {
     const char *s = g_str(c, o, name);
-    if (!c->rc && !fs_unhex(s, out)) {
+    if (!c->rc && !ferry__sync_unhex(s, out)) {
         char w[96];
         snprintf(w, sizeof w, "field '%s' is not 32 lowercase hex digits", name);
         bad(c, w);
@@ -183,7 +183,7 @@ static void g_id(pctx *c, json_t *o, const char *name, char out[FS_ID_CAP])
 {
     const char *s = g_str(c, o, name);
     if (c->rc) return;
-    if (strlen(s) != FERRY_SYNC_ID_LEN || !fs_id_valid(s)) {
+    if (strlen(s) != FERRY_SYNC_ID_LEN || !ferry__sync_id_valid(s)) {
         char w[96];
         snprintf(w, sizeof w, "field '%s' is not a %d-hex-digit id", name, FERRY_SYNC_ID_LEN);
         bad(c, w);
@@ -196,7 +196,7 @@ static void g_publisher(pctx *c, json_t *o, char out[FERRY_SYNC_PUBLISHER_MAX])
 {
     const char *s = g_str(c, o, "publisher");
     if (c->rc) return;
-    if (!fs_publisher_valid(s)) {
+    if (!ferry__sync_publisher_valid(s)) {
         bad(c, "field 'publisher' is empty, too long or not printable ASCII");
         return;
     }
@@ -243,7 +243,7 @@ static bool g_sha(pctx *c, json_t *o, uint8_t out[32])
 {
     json_t *v = json_object_get(o, "sha256");
     if (!v || c->rc) return false;
-    if (!json_is_string(v) || !fs_sha_unhex(json_string_value(v), out)) {
+    if (!json_is_string(v) || !ferry__sign_sha_unhex(json_string_value(v), out)) {
         bad(c, "field 'sha256' is not 64 lowercase hex digits");
         return false;
     }
@@ -282,7 +282,7 @@ static void check_run(pctx *c, json_t *root, const char *run)
     if (!c->rc && strcmp(r, run)) bad(c, "belongs to another run");
 }
 
-int fs_head_parse(const char *run, const char *key, const void *text, size_t n, fs_head *h)
+int ferry__sync_head_parse(const char *run, const char *key, const void *text, size_t n, fs_head *h)
 {
     pctx c = {key, 0};
     memset(h, 0, sizeof *h);
@@ -297,7 +297,7 @@ int fs_head_parse(const char *run, const char *key, const void *text, size_t n, 
     h->time = (int64_t)g_u64(&c, root, "time_unix");
     if (!c.rc) {
         char want[FS_KEY_CAP];
-        fs_key_version(want, run, h->version, h->id, FS_OBJ_MANIFEST);
+        ferry__sync_key_version(want, run, h->version, h->id, FS_OBJ_MANIFEST);
         if (strcmp(g_str(&c, root, "manifest"), want) && !c.rc) bad(&c, "field 'manifest' is not the manifest key of its version");
     }
     if (!c.rc && (!h->version || h->version > FS_VERSION_MAX)) bad(&c, "version out of range (1 .. 2^63 - 2)");
@@ -311,7 +311,7 @@ static void check_key(pctx *c, json_t *obj, const char *want)
     if (strcmp(g_str(c, obj, "key"), want) && !c->rc) bad(c, "an object key is not the one the protocol gives its version");
 }
 
-int fs_manifest_parse(const char *run, const char *key, const void *text, size_t n, fs_manifest *m)
+int ferry__sync_manifest_parse(const char *run, const char *key, const void *text, size_t n, fs_manifest *m)
 {
     pctx c = {key, 0};
     memset(m, 0, sizeof *m);
@@ -338,7 +338,7 @@ int fs_manifest_parse(const char *run, const char *key, const void *text, size_t
             if (!json_is_object(full)) bad(&c, "an anchor without a 'full' object");
             m->full_bytes = g_u64(&c, full, "bytes");
             m->has_full_sha = g_sha(&c, full, m->full_sha);
-            fs_key_version(want, run, m->version, m->id, FS_OBJ_FULL);
+            ferry__sync_key_version(want, run, m->version, m->id, FS_OBJ_FULL);
             check_key(&c, full, want);
         } else if (!json_is_null(full)) bad(&c, "a delta version with a 'full' object");
     }
@@ -351,7 +351,7 @@ int fs_manifest_parse(const char *run, const char *key, const void *text, size_t
             fs_ref base;
             base.version = g_u64(&c, delta, "base_version");
             g_id(&c, delta, "base_id", base.id);
-            fs_key_version(want, run, m->version, m->id, FS_OBJ_DELTA);
+            ferry__sync_key_version(want, run, m->version, m->id, FS_OBJ_DELTA);
             check_key(&c, delta, want);
             if (!c.rc && (base.version != m->prev.version || strcmp(base.id, m->prev.id)))
                 bad(&c, "the delta's base is not the previous version");
@@ -379,7 +379,66 @@ int fs_manifest_parse(const char *run, const char *key, const void *text, size_t
     return c.rc;
 }
 
-int fs_index_parse(const char *run, const char *key, const void *text, size_t n, fs_index *ix)
+/* The links of a manifest-2 (sharded version): the fields both formats
+ * share, checked as ferry__sync_manifest_parse checks them.  Only GC and the run log
+ * read a sharded manifest this way (lib/shard parses and verifies the rest),
+ * so lib/sync never depends on lib/shard. */
+static int manifest2_links_parse(const char *run, const char *key, json_t *root, fs_manifest *m)
+{
+    pctx c = {key, 0};
+    check_run(&c, root, run);
+    m->version = g_u64(&c, root, "version");
+    g_id(&c, root, "id", m->id);
+    m->kind = g_kind(&c, root);
+    g_ref(&c, root, "prev", &m->prev);
+    g_ref(&c, root, "anchor", &m->anchor.ref);
+    g_hash(&c, root, "model_hash", m->model_hash);
+    m->model_bytes = g_u64(&c, root, "model_bytes");
+    m->created = (int64_t)g_u64(&c, root, "created_unix");
+    g_publisher(&c, root, m->publisher);
+    m->anchor_every = (uint32_t)g_u64(&c, root, "anchor_every");
+    json_t *objs = json_object_get(root, "objects"), *parts = json_object_get(root, "parts");
+    if (!c.rc && (!json_is_array(objs) || !json_is_array(parts))) bad(&c, "field 'objects' or 'parts' is not an array");
+    for (size_t i = 0; !c.rc && i < json_array_size(objs); i++) {
+        json_t *o = json_array_get(objs, i);
+        int kind = g_kind(&c, o);
+        uint64_t b = g_u64(&c, o, "bytes");
+        uint64_t *sum = kind == FERRY_SYNC_ANCHOR ? &m->full_bytes : &m->delta_bytes;
+        if (!c.rc && b > UINT64_MAX - *sum) bad(&c, "object sizes overflow");
+        *sum += b;
+    }
+    const char *last = "";
+    for (size_t i = 0; !c.rc && i < json_array_size(parts); i++) {
+        const char *name = g_str(&c, json_array_get(parts, i), "name");
+        if (!c.rc && strcmp(name, last)) m->tensors++;
+        last = name;
+    }
+    if (!c.rc) {
+        if (!m->version || m->version > FS_VERSION_MAX) bad(&c, "version out of range (1 .. 2^63 - 2)");
+        else if (m->prev.version + 1 != m->version) bad(&c, "'prev' is not the previous version");
+        else if (!m->anchor.ref.version || m->anchor.ref.version > m->version ||
+                 (m->kind == FERRY_SYNC_ANCHOR) != (m->anchor.ref.version == m->version && !strcmp(m->anchor.ref.id, m->id)))
+            bad(&c, "'anchor' does not name the version's nearest anchor");
+    }
+    return c.rc;
+}
+
+int ferry__sync_manifest_links_parse(const char *run, const char *key, const void *text, size_t n, fs_manifest *m)
+{
+    memset(m, 0, sizeof *m);
+    json_error_t err;
+    json_t *root = json_loadb(text, n, JSON_REJECT_DUPLICATES, &err);
+    const char *format = json_string_value(json_object_get(root, "format"));
+    int rc;
+    if (format && !strcmp(format, "ferry-manifest-2")) rc = manifest2_links_parse(run, key, root, m);
+    else if (n > FS_JSON_MAX)
+        rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: larger than %zu bytes, too large for a protocol record", key, FS_JSON_MAX);
+    else rc = ferry__sync_manifest_parse(run, key, text, n, m); /* its own errors, malformed text included */
+    json_decref(root);
+    return rc;
+}
+
+int ferry__sync_index_parse(const char *run, const char *key, const void *text, size_t n, fs_index *ix)
 {
     pctx c = {key, 0};
     memset(ix, 0, sizeof *ix);
@@ -412,7 +471,7 @@ int fs_index_parse(const char *run, const char *key, const void *text, size_t n,
         p->has_sha = g_sha(&c, e, p->sha);
         if (!c.rc) {
             char want[FS_KEY_CAP];
-            fs_key_compact(want, run, p->from, p->to, p->id);
+            ferry__sync_key_compact(want, run, p->from, p->to, p->id);
             check_key(&c, e, want);
         }
         if (!c.rc && (!p->from || p->from >= p->to || p->to > FS_VERSION_MAX || p->from_cum > p->to_cum))
@@ -420,11 +479,11 @@ int fs_index_parse(const char *run, const char *key, const void *text, size_t n,
         ix->n = i + 1;
     }
     json_decref(root);
-    if (c.rc) fs_index_release(ix);
+    if (c.rc) ferry__sync_index_release(ix);
     return c.rc;
 }
 
-void fs_index_release(fs_index *ix)
+void ferry__sync_index_release(fs_index *ix)
 {
     free(ix->c);
     ix->c = NULL;
@@ -441,11 +500,11 @@ static void count(fs_count *cnt, uint64_t bytes, bool manifest)
     else cnt->objects++;
 }
 
-int fs_record_seal(const ferry_keys *keys, char **text)
+int ferry__sync_record_seal(const ferry_keys *keys, char **text)
 {
     if (!ferry_keys_can_sign(keys)) return FERRY_OK;
     char *sealed = NULL;
-    int rc = fs_sig_seal(keys, FS_DOM_RECORD, *text, strlen(*text), &sealed);
+    int rc = ferry__sign_seal(keys, FS_DOM_RECORD, *text, strlen(*text), &sealed);
     free(*text);
     *text = sealed;
     return rc;
@@ -466,7 +525,7 @@ static int get_small(ferry_store *st, const char *key, const ferry_keys *keys, f
     if (rc) return rc;
     count(cnt, *size, true);
     bool is_signed;
-    rc = fs_sig_open(keys, FS_DOM_RECORD, key, *data, *size, body_len, &is_signed);
+    rc = ferry__sign_open(keys, FS_DOM_RECORD, key, *data, *size, body_len, &is_signed);
     if (rc) {
         ferry_free(*data);
         *data = NULL;
@@ -476,19 +535,19 @@ static int get_small(ferry_store *st, const char *key, const ferry_keys *keys, f
     return FERRY_OK;
 }
 
-int fs_head_read(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_head *h,
+int ferry__sync_head_read(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_head *h,
                  char etag[FERRY_STORE_ETAG_MAX])
 {
     char key[FS_KEY_CAP];
-    fs_key_head(key, run);
+    ferry__sync_key_head(key, run);
     int rc = FERRY_OK;
     for (int attempt = 0; attempt < 3; attempt++) {
         void *d;
         size_t n, body;
-        if (attempt) fs_sleep_ms(50);
+        if (attempt) ferry__sync_sleep_ms(50);
         rc = get_small(st, key, keys, cnt, &d, &n, &body, etag);
         if (!rc) {
-            rc = fs_head_parse(run, key, d, body, h);
+            rc = ferry__sync_head_parse(run, key, d, body, h);
             ferry_free(d);
         }
         /* a HEAD caught mid-write looks malformed or cut: read it again */
@@ -497,40 +556,62 @@ int fs_head_read(ferry_store *st, const char *run, const ferry_keys *keys, fs_co
     return rc;
 }
 
-int fs_want_sha(const ferry_keys *keys, const char *key, bool has, const uint8_t sha[32], const uint8_t **out)
+int ferry__sync_want_sha(const ferry_keys *keys, const char *key, bool has, const uint8_t sha[32], const uint8_t **out)
 {
     *out = NULL;
-    if (!fs_keys_enforce(keys)) return FERRY_OK;
+    if (!ferry__sign_keys_enforce(keys)) return FERRY_OK;
     if (!has) return ferry__fail(FERRY_ERR_SIG_DIGEST, "%s: its signed record gives no SHA-256 for it", key);
     *out = sha;
     return FERRY_OK;
 }
 
-int fs_manifest_read(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id,
+int ferry__sync_manifest_links(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id,
+                      fs_manifest *out)
+{
+    char key[FS_KEY_CAP];
+    ferry__sync_key_version(key, run, version, id, FS_OBJ_MANIFEST);
+    memset(out, 0, sizeof *out);
+    void *d;
+    size_t n, body;
+    /* bounded in the GET itself: a manifest-2 lists every tile, so it may
+     * exceed FS_JSON_MAX, but never FS_MANIFEST2_MAX */
+    int rc = ferry_store_get_max(st, key, FS_MANIFEST2_MAX, &d, &n, NULL);
+    if (rc == FERRY_ERR_LIMIT)
+        return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: larger than %zu bytes, too large for a manifest", key, FS_MANIFEST2_MAX);
+    if (rc) return rc;
+    bool is_signed;
+    if (!(rc = ferry__sign_open(keys, FS_DOM_RECORD, key, d, n, &body, &is_signed))) rc = ferry__sync_manifest_links_parse(run, key, d, body, out);
+    ferry_free(d);
+    if (!rc && (out->version != version || strcmp(out->id, id)))
+        rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: holds the manifest of another version", key);
+    return rc;
+}
+
+int ferry__sync_manifest_read(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id,
                      fs_count *cnt, fs_manifest *out)
 {
     char key[FS_KEY_CAP];
-    fs_key_version(key, run, version, id, FS_OBJ_MANIFEST);
+    ferry__sync_key_version(key, run, version, id, FS_OBJ_MANIFEST);
     void *d;
     size_t n, body;
     int rc = get_small(st, key, keys, cnt, &d, &n, &body, NULL);
     if (rc) return rc;
-    rc = fs_manifest_parse(run, key, d, body, out);
+    rc = ferry__sync_manifest_parse(run, key, d, body, out);
     ferry_free(d);
     if (!rc && (out->version != version || strcmp(out->id, id)))
         rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: holds the manifest of version %llu id %s", key,
                          (unsigned long long)out->version, out->id);
-    if (!rc && fs_keys_enforce(keys) &&
+    if (!rc && ferry__sign_keys_enforce(keys) &&
         ((out->kind == FERRY_SYNC_ANCHOR && !out->has_full_sha) || (out->version > 1 && !out->has_delta_sha)))
         rc = ferry__fail(FERRY_ERR_SIG_DIGEST, "%s: a signed manifest without the SHA-256 of each object it lists", key);
     return rc;
 }
 
-int fs_index_read(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_index *out,
+int ferry__sync_index_read(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_index *out,
                   char etag[FERRY_STORE_ETAG_MAX])
 {
     char key[FS_KEY_CAP];
-    fs_key_index(key, run);
+    ferry__sync_key_index(key, run);
     memset(out, 0, sizeof *out);
     void *d;
     size_t n, body;
@@ -541,15 +622,15 @@ int fs_index_read(ferry_store *st, const char *run, const ferry_keys *keys, fs_c
         return FERRY_OK;
     }
     if (rc) return rc;
-    rc = fs_index_parse(run, key, d, body, out);
+    rc = ferry__sync_index_parse(run, key, d, body, out);
     ferry_free(d);
-    for (size_t i = 0; !rc && fs_keys_enforce(keys) && i < out->n; i++)
+    for (size_t i = 0; !rc && ferry__sign_keys_enforce(keys) && i < out->n; i++)
         if (!out->c[i].has_sha) rc = ferry__fail(FERRY_ERR_SIG_DIGEST, "%s: entry %zu gives no SHA-256", key, i);
-    if (rc) fs_index_release(out);
+    if (rc) ferry__sync_index_release(out);
     return rc;
 }
 
-int fs_object_get(ferry_store *st, const char *key, uint64_t want_size, const uint8_t *sha, fs_count *cnt, void **data,
+int ferry__sync_object_get(ferry_store *st, const char *key, uint64_t want_size, const uint8_t *sha, fs_count *cnt, void **data,
                   size_t *size)
 {
     /* Never more than the manifest declares (a larger object stops the
@@ -572,7 +653,7 @@ int fs_object_get(ferry_store *st, const char *key, uint64_t want_size, const ui
         rc = ferry__fail(sha ? FERRY_ERR_SIG_DIGEST : FERRY_ERR_SYNC_CORRUPT,
                          "%s: %zu bytes, its %smanifest says %llu (truncated or replaced)", key, *size, sha ? "signed " : "",
                          (unsigned long long)want_size);
-    else if (sha && !(rc = fs_sha256(*data, *size, d)) && memcmp(d, sha, 32))
+    else if (sha && !(rc = ferry__sign_sha256(*data, *size, d)) && memcmp(d, sha, 32))
         rc = ferry__fail(FERRY_ERR_SIG_DIGEST, "%s: SHA-256 is not the one its signed manifest gives (replaced)", key);
     if (rc) {
         ferry_free(*data);

@@ -22,14 +22,14 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-int sub_manifest(ferry_subscriber *s, uint64_t version, const char *id, fs_manifest *out)
+int ferry__sync_sub_manifest(ferry_subscriber *s, uint64_t version, const char *id, fs_manifest *out)
 {
     for (size_t i = 0; i < s->ncache; i++)
         if (s->cache[i].version == version && !strcmp(s->cache[i].id, id)) {
             *out = s->cache[i];
             return FERRY_OK;
         }
-    int rc = fs_manifest_read(s->st, s->run, s->keys, version, id, &s->cnt, out);
+    int rc = ferry__sync_manifest_read(s->st, s->run, s->keys, version, id, &s->cnt, out);
     if (rc) return rc;
     s->cache[s->cache_next] = *out;
     s->cache_next = (s->cache_next + 1) % SUB_CACHE;
@@ -52,7 +52,7 @@ static void work_replace(sub_work *w, ferry_model *m, char *staged)
     w->staged = staged;
 }
 
-void sub_work_release(ferry_subscriber *s, sub_work *w)
+void ferry__sync_sub_work_release(ferry_subscriber *s, sub_work *w)
 {
     (void)s;
     if (w->owned) ferry_model_free(w->m);
@@ -74,7 +74,7 @@ static void advance(ferry_subscriber *s, sub_work *w, const fs_state *to)
     s->stats.steps++;
 }
 
-static void hexs(char out[33], const uint8_t h[16]) { fs_hex(out, h); }
+static void hexs(char out[33], const uint8_t h[16]) { ferry__sync_hex(out, h); }
 
 /* One delta (of a version, or compacted): fetch, check, apply; the result
  * is bounded by max_out bytes (its manifest's model size). */
@@ -84,8 +84,8 @@ static int step_delta(ferry_subscriber *s, sub_work *w, const char *key, uint64_
     void *patch = NULL;
     size_t n = 0;
     const uint8_t *want;
-    int rc = fs_want_sha(s->keys, key, has_sha, sha, &want);
-    if (!rc) rc = fs_object_get(s->st, key, size, want, &s->cnt, &patch, &n);
+    int rc = ferry__sync_want_sha(s->keys, key, has_sha, sha, &want);
+    if (!rc) rc = ferry__sync_object_get(s->st, key, size, want, &s->cnt, &patch, &n);
     if (rc) return rc;
     ferry_patch_info *pi = NULL;
     if ((rc = ferry_patch_inspect(patch, n, &pi))) {
@@ -136,7 +136,7 @@ static int stage_path(ferry_subscriber *s, char *out, size_t cap, const fs_manif
     if (*resumable)
         w = snprintf(out, cap, "%s.ferry-download.%s", s->path, m->id);
     else
-        w = snprintf(out, cap, "%s/ferry-anchor.%ld.%s.safetensors", s->tmp_dir ? s->tmp_dir : fs_tmp_dir(NULL), (long)getpid(),
+        w = snprintf(out, cap, "%s/ferry-anchor.%ld.%s.safetensors", s->tmp_dir ? s->tmp_dir : ferry__sync_tmp_dir(NULL), (long)getpid(),
                      m->id);
     if (w < 0 || (size_t)w >= cap) return ferry__fail(FERRY_ERR_ARG, "staging path too long");
     return FERRY_OK;
@@ -146,13 +146,13 @@ static int stage_path(ferry_subscriber *s, char *out, size_t cap, const fs_manif
 static int step_full(ferry_subscriber *s, sub_work *w, const fs_manifest *m)
 {
     char key[FS_KEY_CAP], tmp[4200];
-    fs_key_version(key, s->run, m->version, m->id, FS_OBJ_FULL);
+    ferry__sync_key_version(key, s->run, m->version, m->id, FS_OBJ_FULL);
     const uint8_t *want;
     bool resumable;
-    int rc = fs_want_sha(s->keys, key, m->has_full_sha, m->full_sha, &want);
+    int rc = ferry__sync_want_sha(s->keys, key, m->has_full_sha, m->full_sha, &want);
     if (!rc) rc = stage_path(s, tmp, sizeof tmp, m, &resumable);
     if (rc) return rc;
-    if (resumable) fs_local_drop_downloads(s->path, m->id); /* those of other anchors are of no use */
+    if (resumable) ferry__sync_local_drop_downloads(s->path, m->id); /* those of other anchors are of no use */
     ferry_store_stat ss;
     /* at most the size the manifest declares: a larger object stops the
      * download (FERRY_ERR_LIMIT, a rejected object; a forgery if signed).
@@ -174,7 +174,7 @@ static int step_full(ferry_subscriber *s, sub_work *w, const fs_manifest *m)
         rc = ferry__fail(want ? FERRY_ERR_SIG_DIGEST : FERRY_ERR_SYNC_CORRUPT,
                          "%s: %llu bytes, its %smanifest says %llu (truncated or replaced)", key, (unsigned long long)ss.size,
                          want ? "signed " : "", (unsigned long long)m->full_bytes);
-    } else if (want && !(rc = fs_sha256_file(tmp, d, NULL)) && memcmp(d, want, 32)) {
+    } else if (want && !(rc = ferry__sign_sha256_file(tmp, d, NULL)) && memcmp(d, want, 32)) {
         rc = ferry__fail(FERRY_ERR_SIG_DIGEST, "%s: SHA-256 is not the one its signed manifest gives (replaced)", key);
     } else if (rc) {
         /* the digest could not be computed */
@@ -221,7 +221,7 @@ static int step_chain(ferry_subscriber *s, sub_work *w, const fs_step *st, char 
     uint64_t n = st->to - st->from;
     fs_manifest *list = n <= SIZE_MAX / sizeof *list ? ferry__calloc((size_t)n, sizeof *list) : NULL;
     if (!list) { /* versions numbered beyond reason: a rejected lineage, not the end of the sync */
-        fs_key_version(badkey, s->run, st->to, st->to_id, FS_OBJ_DELTA);
+        ferry__sync_key_version(badkey, s->run, st->to, st->to_id, FS_OBJ_DELTA);
         return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "run %s: a chain of %llu deltas to version %llu cannot be held in memory",
                            s->run, (unsigned long long)n, (unsigned long long)st->to);
     }
@@ -229,8 +229,8 @@ static int step_chain(ferry_subscriber *s, sub_work *w, const fs_step *st, char 
     fs_ref at = {st->to, ""};
     memcpy(at.id, st->to_id, FS_ID_CAP);
     for (uint64_t i = n; i-- > 0;) {
-        if ((rc = sub_manifest(s, at.version, at.id, &list[i]))) {
-            fs_key_version(badkey, s->run, at.version, at.id, FS_OBJ_MANIFEST);
+        if ((rc = ferry__sync_sub_manifest(s, at.version, at.id, &list[i]))) {
+            ferry__sync_key_version(badkey, s->run, at.version, at.id, FS_OBJ_MANIFEST);
             goto out;
         }
         at = list[i].prev;
@@ -245,9 +245,9 @@ static int step_chain(ferry_subscriber *s, sub_work *w, const fs_step *st, char 
     for (uint64_t i = 0; i < n; i++) {
         const fs_manifest *m = &list[i];
         char key[FS_KEY_CAP];
-        fs_key_version(key, s->run, m->version, m->id, FS_OBJ_DELTA);
+        ferry__sync_key_version(key, s->run, m->version, m->id, FS_OBJ_DELTA);
         if (i && memcmp(m->base_hash, list[i - 1].model_hash, 16)) {
-            fs_key_version(badkey, s->run, m->version, m->id, FS_OBJ_MANIFEST);
+            ferry__sync_key_version(badkey, s->run, m->version, m->id, FS_OBJ_MANIFEST);
             rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: base hash is not the model hash of version %llu", badkey,
                              (unsigned long long)list[i - 1].version);
             goto out;
@@ -266,7 +266,7 @@ out:
     return rc;
 }
 
-int sub_exec(ferry_subscriber *s, sub_work *w, const fs_plan *p, const fs_manifest *target, const fs_compaction *comps,
+int ferry__sync_sub_exec(ferry_subscriber *s, sub_work *w, const fs_plan *p, const fs_manifest *target, const fs_compaction *comps,
              char badkey[FS_KEY_CAP], bool *off_lineage, uint32_t *steps)
 {
     badkey[0] = 0;
@@ -276,16 +276,16 @@ int sub_exec(ferry_subscriber *s, sub_work *w, const fs_plan *p, const fs_manife
         int rc;
         if (st->kind == FS_STEP_FULL) {
             fs_manifest m;
-            if ((rc = sub_manifest(s, st->to, st->to_id, &m))) {
-                fs_key_version(badkey, s->run, st->to, st->to_id, FS_OBJ_MANIFEST);
+            if ((rc = ferry__sync_sub_manifest(s, st->to, st->to_id, &m))) {
+                ferry__sync_key_version(badkey, s->run, st->to, st->to_id, FS_OBJ_MANIFEST);
                 return rc;
             }
             if (m.kind != FERRY_SYNC_ANCHOR) {
-                fs_key_version(badkey, s->run, st->to, st->to_id, FS_OBJ_MANIFEST);
+                ferry__sync_key_version(badkey, s->run, st->to, st->to_id, FS_OBJ_MANIFEST);
                 return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: named as an anchor but is not one", badkey);
             }
             if ((rc = step_full(s, w, &m))) {
-                fs_key_version(badkey, s->run, m.version, m.id, FS_OBJ_FULL);
+                ferry__sync_key_version(badkey, s->run, m.version, m.id, FS_OBJ_FULL);
                 return rc;
             }
             (*steps)++;
@@ -293,7 +293,7 @@ int sub_exec(ferry_subscriber *s, sub_work *w, const fs_plan *p, const fs_manife
             if ((rc = step_chain(s, w, st, badkey, off_lineage, steps))) return rc;
         } else {
             const fs_compaction *c = &comps[st->compaction];
-            fs_key_compact(badkey, s->run, c->from, c->to, c->id);
+            ferry__sync_key_compact(badkey, s->run, c->from, c->to, c->id);
             if (w->st.version != c->from || strcmp(w->st.id, c->from_id))
                 return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: starts from version %llu id %s, not the one reached", badkey,
                                    (unsigned long long)c->from, c->from_id);
@@ -313,7 +313,7 @@ int sub_exec(ferry_subscriber *s, sub_work *w, const fs_plan *p, const fs_manife
         for (int i = 0; i < p->n; i++)
             if (p->step[i].kind == FS_STEP_COMPACT) {
                 const fs_compaction *c = &comps[p->step[i].compaction];
-                fs_key_compact(badkey, s->run, c->from, c->to, c->id);
+                ferry__sync_key_compact(badkey, s->run, c->from, c->to, c->id);
             }
         return ferry__fail(FERRY_ERR_SYNC_CORRUPT, "run %s: the path ended at version %llu id %s, not version %llu id %s", s->run,
                            (unsigned long long)w->st.version, w->st.id, (unsigned long long)target->version, target->id);
@@ -325,7 +325,7 @@ int sub_exec(ferry_subscriber *s, sub_work *w, const fs_plan *p, const fs_manife
 static int commit_memory(ferry_subscriber *s, sub_work *w)
 {
     char why[512];
-    if (!fs_same_structure(s->user, w->m, why, sizeof why))
+    if (!ferry__sync_same_structure(s->user, w->m, why, sizeof why))
         return ferry__fail(FERRY_ERR_SYNC_SHAPE,
                            "run %s: version %llu does not fit the caller's model (%s); its buffers still hold version %llu",
                            s->run, (unsigned long long)w->st.version, why, (unsigned long long)s->cur.version);
@@ -357,7 +357,7 @@ static int commit_memory(ferry_subscriber *s, sub_work *w)
     return FERRY_OK;
 }
 
-int sub_commit(ferry_subscriber *s, sub_work *w)
+int ferry__sync_sub_commit(ferry_subscriber *s, sub_work *w)
 {
     if (w->held) return FERRY_OK; /* every step was applied in place: already exposed */
     fs_state to = w->st;
@@ -365,7 +365,7 @@ int sub_commit(ferry_subscriber *s, sub_work *w)
     switch (s->mode) {
     case SUB_MEMORY:
         if ((rc = commit_memory(s, w))) return rc;
-        sub_work_release(s, w);
+        ferry__sync_sub_work_release(s, w);
         break;
     case SUB_PRIVATE:
         if (s->own_owned) ferry_model_free(s->own);
@@ -379,7 +379,7 @@ int sub_commit(ferry_subscriber *s, sub_work *w)
         memset(w, 0, sizeof *w);
         break;
     default: { /* SUB_FILE */
-        if ((rc = fs_local_commit(s->path, s->run, w->m, w->staged, &s->cur, &w->st))) return rc;
+        if ((rc = ferry__sync_local_commit(s->path, s->run, w->m, w->staged, &s->cur, &w->st))) return rc;
         ferry_model *now = NULL;
         if (w->staged) {
             /* the mapping is of the file now at PATH */

@@ -48,7 +48,7 @@ struct ferry_subscriber {
     /* the HEAD the last ferry_subscriber_wait returned on (single store
        only), reused by the next sync if read less than poll_ms ago */
     fs_head polled;
-    uint64_t polled_ms;         /* when (fs_mono_ms); 0 = none to reuse */
+    uint64_t polled_ms;         /* when (ferry__sync_mono_ms); 0 = none to reuse */
     /* store list (sub_stores.c): further stores in order of preference */
     ferry_store *alt[FERRY_SYNC_STORES_MAX - 1];
     size_t nalt;
@@ -70,22 +70,22 @@ typedef struct sub_work {
  * turn until one succeeds or fails in a way another store cannot help
  * (sub_stores.c). */
 typedef int (*sub_sync_fn)(ferry_subscriber *s, int mode, uint64_t version, ferry_sync_info *info);
-int sub_sync_stores(ferry_subscriber *s, int mode, uint64_t version, ferry_sync_info *info, sub_sync_fn fn);
+int ferry__sync_sub_sync_stores(ferry_subscriber *s, int mode, uint64_t version, ferry_sync_info *info, sub_sync_fn fn);
 /* HEAD for ferry_subscriber_wait: from the first store of the list that
  * answers (NOT_FOUND counts as an answer). */
-int sub_head_poll(ferry_subscriber *s, fs_head *h);
+int ferry__sync_sub_head_poll(ferry_subscriber *s, fs_head *h);
 
 /* Manifest through the cache. */
-int sub_manifest(ferry_subscriber *s, uint64_t version, const char *id, fs_manifest *out);
+int ferry__sync_sub_manifest(ferry_subscriber *s, uint64_t version, const char *id, fs_manifest *out);
 /* Executes one plan; on an object-level failure *badkey names the object
  * (empty if the failure was that the start is not on the lineage, which
  * sets *off_lineage). */
-int sub_exec(ferry_subscriber *s, sub_work *w, const fs_plan *p, const fs_manifest *target, const fs_compaction *comps,
+int ferry__sync_sub_exec(ferry_subscriber *s, sub_work *w, const fs_plan *p, const fs_manifest *target, const fs_compaction *comps,
              char badkey[FS_KEY_CAP], bool *off_lineage, uint32_t *steps);
 /* Makes w the subscriber's version (file: written and renamed; memory:
  * copied into the caller's buffers if the structure matches). */
-int sub_commit(ferry_subscriber *s, sub_work *w);
+int ferry__sync_sub_commit(ferry_subscriber *s, sub_work *w);
 /* Frees what the sync created and did not commit. */
-void sub_work_release(ferry_subscriber *s, sub_work *w);
+void ferry__sync_sub_work_release(ferry_subscriber *s, sub_work *w);
 
 #endif

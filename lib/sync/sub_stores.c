@@ -7,7 +7,7 @@
  * forgotten when the sync moves to another store. */
 #include "sub.h"
 
-bool fs_store_worth_next(int rc)
+bool ferry__sync_store_worth_next(int rc)
 {
     if (rc >= FERRY_ERR_STORE_NOT_FOUND && rc <= FERRY_ERR_STORE_CORRUPT && rc != FERRY_ERR_STORE_CONFLICT &&
         rc != FERRY_ERR_STORE_READONLY)
@@ -19,11 +19,11 @@ bool fs_store_worth_next(int rc)
     case FERRY_ERR_SYNC_BACKWARDS:
         return true;
     default:
-        return fs_object_error(rc) || fs_sig_error(rc); /* forged or unsigned in this store */
+        return ferry__sync_object_error(rc) || fs_sig_error(rc); /* forged or unsigned in this store */
     }
 }
 
-int sub_sync_stores(ferry_subscriber *s, int mode, uint64_t version, ferry_sync_info *info, sub_sync_fn fn)
+int ferry__sync_sub_sync_stores(ferry_subscriber *s, int mode, uint64_t version, ferry_sync_info *info, sub_sync_fn fn)
 {
     if (!s->nalt) {
         int rc = fn(s, mode, version, info);
@@ -42,21 +42,21 @@ int sub_sync_stores(ferry_subscriber *s, int mode, uint64_t version, ferry_sync_
             break;
         }
         if (!i) snprintf(first, sizeof first, "%s", ferry_last_error());
-        if (!fs_store_worth_next(rc) || i == s->nalt) break;
+        if (!ferry__sync_store_worth_next(rc) || i == s->nalt) break;
     }
     s->st = primary;
     s->nbad = s->bad_next = 0;
-    if (rc && first[0] && fs_store_worth_next(rc))
+    if (rc && first[0] && ferry__sync_store_worth_next(rc))
         ferry__context(rc, "every store failed (the first, %s: %.400s); the last", ferry_store_url(primary), first);
     return rc;
 }
 
-int sub_head_poll(ferry_subscriber *s, fs_head *h)
+int ferry__sync_sub_head_poll(ferry_subscriber *s, fs_head *h)
 {
     int rc = FERRY_OK;
     for (size_t i = 0; i <= s->nalt; i++) {
-        rc = fs_head_read(i ? s->alt[i - 1] : s->st, s->run, s->keys, &s->cnt, h, NULL);
-        if (!rc || rc == FERRY_ERR_STORE_NOT_FOUND || !fs_store_worth_next(rc)) return rc;
+        rc = ferry__sync_head_read(i ? s->alt[i - 1] : s->st, s->run, s->keys, &s->cnt, h, NULL);
+        if (!rc || rc == FERRY_ERR_STORE_NOT_FOUND || !ferry__sync_store_worth_next(rc)) return rc;
     }
     return rc;
 }

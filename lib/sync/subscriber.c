@@ -47,7 +47,7 @@ int ferry_subscriber_open(ferry_store *store, const char *run, const ferry_subsc
         return FERRY_ERR_NOMEM;
     }
     if (s->mode == SUB_FILE) {
-        if ((rc = fs_local_open(s->path, s->run, &s->own, &s->cur))) {
+        if ((rc = ferry__sync_local_open(s->path, s->run, &s->own, &s->cur))) {
             ferry_subscriber_free(s);
             return rc;
         }
@@ -104,7 +104,7 @@ void ferry_subscriber_get_stats(const ferry_subscriber *s, ferry_subscriber_stat
     out->manifests_fetched = s->cnt.manifests;
 }
 
-void fs_sub_adopt(ferry_subscriber *s, ferry_model *model, bool owned, const fs_state *st)
+void ferry__sync_sub_adopt(ferry_subscriber *s, ferry_model *model, bool owned, const fs_state *st)
 {
     if (s->own_owned) ferry_model_free(s->own);
     s->own = model;
@@ -115,7 +115,7 @@ void fs_sub_adopt(ferry_subscriber *s, ferry_model *model, bool owned, const fs_
     s->cur_unchecked = false;
 }
 
-ferry_model *fs_sub_take(ferry_subscriber *s, fs_state *st)
+ferry_model *ferry__sync_sub_take(ferry_subscriber *s, fs_state *st)
 {
     ferry_model *m = s->own;
     *st = s->cur;
@@ -125,14 +125,14 @@ ferry_model *fs_sub_take(ferry_subscriber *s, fs_state *st)
     return m;
 }
 
-void fs_sub_state(const ferry_subscriber *s, fs_state *st) { *st = s->cur; }
+void ferry__sync_sub_state(const ferry_subscriber *s, fs_state *st) { *st = s->cur; }
 
 /* ---- finding versions ---- */
 
 static int get_m(ferry_subscriber *s, ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, const fs_ref *r,
                  fs_manifest *out)
 {
-    return s ? sub_manifest(s, r->version, r->id, out) : fs_manifest_read(st, run, keys, r->version, r->id, cnt, out);
+    return s ? ferry__sync_sub_manifest(s, r->version, r->id, out) : ferry__sync_manifest_read(st, run, keys, r->version, r->id, cnt, out);
 }
 
 /* Walks down from HEAD: through anchor links while they stay above the
@@ -161,7 +161,7 @@ static int find_in(ferry_subscriber *s, ferry_store *st, const char *run, const 
     return FERRY_OK;
 }
 
-int fs_find_manifest(ferry_store *st, const char *run, const ferry_keys *keys, const fs_head *head, uint64_t version,
+int ferry__sync_find_manifest(ferry_store *st, const char *run, const ferry_keys *keys, const fs_head *head, uint64_t version,
                      fs_count *cnt, fs_manifest *out)
 {
     return find_in(NULL, st, run, keys, head, version, cnt, out);
@@ -172,11 +172,11 @@ static int read_head(ferry_subscriber *s, fs_head *h, bool allow_below)
     /* A HEAD a wait read (verified, as here) less than one poll interval
      * ago is as fresh as polling makes any HEAD: the sync that follows
      * the wait need not pay another round trip for it.  Once only. */
-    bool reuse = s->polled_ms && fs_mono_ms() - s->polled_ms < s->poll_ms;
+    bool reuse = s->polled_ms && ferry__sync_mono_ms() - s->polled_ms < s->poll_ms;
     s->polled_ms = 0;
     int rc = FERRY_OK;
     if (reuse) *h = s->polled;
-    else rc = fs_head_read(s->st, s->run, s->keys, &s->cnt, h, NULL);
+    else rc = ferry__sync_head_read(s->st, s->run, s->keys, &s->cnt, h, NULL);
     if (rc == FERRY_ERR_STORE_NOT_FOUND)
         return ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: no version published yet (no %s/HEAD)", s->run, s->run);
     if (rc) return rc;
@@ -192,7 +192,7 @@ static int read_head(ferry_subscriber *s, fs_head *h, bool allow_below)
 static int target_manifest(ferry_subscriber *s, const fs_head *h, uint64_t T, fs_manifest *out)
 {
     if (T != h->version) return find_in(s, s->st, s->run, s->keys, h, T, &s->cnt, out);
-    int rc = sub_manifest(s, h->version, h->id, out);
+    int rc = ferry__sync_sub_manifest(s, h->version, h->id, out);
     if (rc == FERRY_ERR_STORE_NOT_FOUND)
         return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "run %s: HEAD names version %llu, whose manifest is missing", s->run,
                            (unsigned long long)h->version);
@@ -241,7 +241,7 @@ static bool is_bad(const ferry_subscriber *s, const char *key)
 /* Compactions that can lead to T and have not been rejected. */
 static int load_compactions(ferry_subscriber *s, const fs_manifest *T, fs_index *ix)
 {
-    int rc = fs_index_read(s->st, s->run, s->keys, &s->cnt, ix, NULL);
+    int rc = ferry__sync_index_read(s->st, s->run, s->keys, &s->cnt, ix, NULL);
     if (rc == FERRY_ERR_SYNC_MANIFEST || fs_sig_error(rc)) {
         /* a broken, unsigned or forged index only costs the shortcuts */
         snprintf(s->stats.last_rejection, sizeof s->stats.last_rejection, "%s", ferry_last_error());
@@ -253,7 +253,7 @@ static int load_compactions(ferry_subscriber *s, const fs_manifest *T, fs_index 
     size_t k = 0;
     for (size_t i = 0; i < ix->n; i++) {
         char key[FS_KEY_CAP];
-        fs_key_compact(key, s->run, ix->c[i].from, ix->c[i].to, ix->c[i].id);
+        ferry__sync_key_compact(key, s->run, ix->c[i].from, ix->c[i].to, ix->c[i].id);
         if (ix->c[i].to <= T->version && !is_bad(s, key)) ix->c[k++] = ix->c[i];
     }
     ix->n = k;
@@ -329,19 +329,19 @@ static int sync_run(ferry_subscriber *s, int mode, uint64_t version, ferry_sync_
         size_t nd = 0, nf = 0, kc = 0;
         for (size_t i = 0; i < ix.n; i++) { /* drop compactions rejected since the index was read */
             char key[FS_KEY_CAP];
-            fs_key_compact(key, s->run, ix.c[i].from, ix.c[i].to, ix.c[i].id);
+            ferry__sync_key_compact(key, s->run, ix.c[i].from, ix.c[i].to, ix.c[i].id);
             if (!is_bad(s, key)) ix.c[kc++] = ix.c[i];
         }
         ix.n = kc;
         for (size_t i = 0; i < s->nbad; i++) {
             fs_key_info ki;
-            fs_key_parse(s->run, s->bad[i], &ki);
+            ferry__sync_key_parse(s->run, s->bad[i], &ki);
             if (ki.kind == FS_OBJ_DELTA || ki.kind == FS_OBJ_MANIFEST) bad_d[nd++] = ki.version;
             if (ki.kind == FS_OBJ_FULL || ki.kind == FS_OBJ_MANIFEST) bad_f[nf++] = ki.version;
         }
         fs_plan_in in = {&w.st, usable, &t.m, ix.c, ix.n, bad_d, nd, bad_f, nf};
         fs_plan p;
-        if (!fs_plan_pick(&in, &p, &info->chain_bytes, &info->anchor_bytes, &info->compacted_bytes)) {
+        if (!ferry__sync_plan_pick(&in, &p, &info->chain_bytes, &info->anchor_bytes, &info->compacted_bytes)) {
             rc = ferry__fail(FERRY_ERR_SYNC_NO_PATH, "run %s: no verified path to version %llu is left; last rejected: %.400s", s->run,
                              (unsigned long long)t.m.version, s->stats.last_rejection[0] ? s->stats.last_rejection : "none");
             break;
@@ -350,13 +350,13 @@ static int sync_run(ferry_subscriber *s, int mode, uint64_t version, ferry_sync_
         snprintf(info->path, sizeof info->path, "%s", p.desc);
         char badkey[FS_KEY_CAP];
         bool lineage = false;
-        rc = sub_exec(s, &w, &p, &t.m, ix.c, badkey, &lineage, &info->steps);
+        rc = ferry__sync_sub_exec(s, &w, &p, &t.m, ix.c, badkey, &lineage, &info->steps);
         if (!rc) {
-            rc = sub_commit(s, &w);
+            rc = ferry__sync_sub_commit(s, &w);
             if (!rc && s->cur.version > s->max_head) s->max_head = s->cur.version;
             break;
         }
-        if (!fs_object_error(rc)) break;
+        if (!ferry__sync_object_error(rc)) break;
         if (lineage) {
             off = true;
             off_state = w.st;
@@ -377,15 +377,15 @@ static int sync_run(ferry_subscriber *s, int mode, uint64_t version, ferry_sync_
             if (done2) break;
             if (t2.m.version != t.m.version) {
                 t = t2;
-                fs_index_release(&ix);
+                ferry__sync_index_release(&ix);
                 ix_read = false;
             }
         }
     }
-    fs_index_release(&ix);
+    ferry__sync_index_release(&ix);
     /* frees whatever the sync built and did not commit (after a commit,
      * or with w still the subscriber's own model, there is nothing) */
-    sub_work_release(s, &w);
+    ferry__sync_sub_work_release(s, &w);
     return rc;
 }
 
@@ -400,7 +400,7 @@ int ferry_subscriber_sync(ferry_subscriber *s, int mode, uint64_t version, ferry
     snprintf(info->path, sizeof info->path, "none");
     uint64_t b0 = s->cnt.bytes;
     s->stats.syncs++;
-    int rc = sub_sync_stores(s, mode, version, info, sync_run);
+    int rc = ferry__sync_sub_sync_stores(s, mode, version, info, sync_run);
     info->to_version = ferry_subscriber_version(s);
     info->bytes_fetched = s->cnt.bytes - b0;
     return rc;
@@ -411,11 +411,11 @@ int ferry_subscriber_sync(ferry_subscriber *s, int mode, uint64_t version, ferry
 int ferry_subscriber_wait(ferry_subscriber *s, uint64_t after_version, uint64_t timeout_ms, uint64_t *head)
 {
     if (!s) return ferry__fail(FERRY_ERR_ARG, "ferry_subscriber_wait: NULL subscriber");
-    uint64_t t0 = fs_mono_ms();
+    uint64_t t0 = ferry__sync_mono_ms();
     for (;;) {
         fs_head h;
         uint64_t hv = 0;
-        int rc = sub_head_poll(s, &h);
+        int rc = ferry__sync_sub_head_poll(s, &h);
         if (!rc) hv = h.version;
         else if (rc == FERRY_ERR_STORE_NOT_FOUND) ferry__clear_error();
         else return rc;
@@ -423,12 +423,12 @@ int ferry_subscriber_wait(ferry_subscriber *s, uint64_t after_version, uint64_t 
         if (hv > after_version) {
             if (!s->nalt) { /* with a store list another store may be the one synced from */
                 s->polled = h;
-                s->polled_ms = fs_mono_ms();
+                s->polled_ms = ferry__sync_mono_ms();
             }
             return FERRY_OK;
         }
         pthread_mutex_lock(&s->mu);
-        uint64_t el = fs_mono_ms() - t0;
+        uint64_t el = ferry__sync_mono_ms() - t0;
         if (!s->woken && el < timeout_ms) {
             uint64_t wait = timeout_ms - el < s->poll_ms ? timeout_ms - el : s->poll_ms;
             struct timespec ts;

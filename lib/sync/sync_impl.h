@@ -6,13 +6,14 @@
 
 #include "common.h"
 #include "ferry_sync.h"
-#include "sig.h"
+#include "sign/sig.h"
 
 #include <stdio.h>
 
 #define FS_KEY_CAP 320   /* run (<= 200) + "/c/" + 20 + "-" + 20 + "-" + 16 + ".patch" */
 #define FS_ID_CAP (FERRY_SYNC_ID_LEN + 1)
 #define FS_JSON_MAX ((size_t)1 << 20) /* bound on HEAD, manifests, index, state files */
+#define FS_MANIFEST2_MAX ((size_t)256 << 20) /* bound on a sharded manifest (manifest-2), token, record */
 /* Highest version a record may name (docs/PROTOCOL.md "Versions"): 2^63 - 2,
  * so that every version and version + 1 is a non-negative JSON integer.
  * Publishing past it is refused; a record naming more is corrupt. */
@@ -27,10 +28,10 @@ typedef struct fs_ref {
 } fs_ref;
 
 enum { FS_OBJ_MANIFEST, FS_OBJ_FULL, FS_OBJ_DELTA };
-void fs_key_head(char out[FS_KEY_CAP], const char *run);
-void fs_key_index(char out[FS_KEY_CAP], const char *run);
-void fs_key_version(char out[FS_KEY_CAP], const char *run, uint64_t version, const char *id, int obj);
-void fs_key_compact(char out[FS_KEY_CAP], const char *run, uint64_t from, uint64_t to, const char *id);
+void ferry__sync_key_head(char out[FS_KEY_CAP], const char *run);
+void ferry__sync_key_index(char out[FS_KEY_CAP], const char *run);
+void ferry__sync_key_version(char out[FS_KEY_CAP], const char *run, uint64_t version, const char *id, int obj);
+void ferry__sync_key_compact(char out[FS_KEY_CAP], const char *run, uint64_t from, uint64_t to, const char *id);
 
 /* What a key under RUN/ is (gc.c): the kinds above, a compacted delta, or
  * FS_KEY_OTHER for anything the protocol does not name. */
@@ -40,21 +41,21 @@ typedef struct fs_key_info {
     uint64_t version, to;     /* version (from, for a compacted delta), to */
     char id[FS_ID_CAP];
 } fs_key_info;
-void fs_key_parse(const char *run, const char *key, fs_key_info *out);
+void ferry__sync_key_parse(const char *run, const char *key, fs_key_info *out);
 
 /* A fresh random id (FERRY_SYNC_ID_LEN hex digits). */
-int fs_new_id(char out[FS_ID_CAP]);
-bool fs_id_valid(const char *s);
-void fs_hex(char out[33], const uint8_t h[16]);
-bool fs_unhex(const char *s, uint8_t out[16]);
-int64_t fs_now(void);
-void fs_sleep_ms(uint64_t ms);
-uint64_t fs_mono_ms(void);
+int ferry__sync_new_id(char out[FS_ID_CAP]);
+bool ferry__sync_id_valid(const char *s);
+void ferry__sync_hex(char out[33], const uint8_t h[16]);
+bool ferry__sync_unhex(const char *s, uint8_t out[16]);
+int64_t ferry__sync_now(void);
+void ferry__sync_sleep_ms(uint64_t ms);
+uint64_t ferry__sync_mono_ms(void);
 /* The default publisher id, "HOST:PID:RANDOM". */
-void fs_default_publisher(char out[FERRY_SYNC_PUBLISHER_MAX]);
-bool fs_publisher_valid(const char *s);
+void ferry__sync_default_publisher(char out[FERRY_SYNC_PUBLISHER_MAX]);
+bool ferry__sync_publisher_valid(const char *s);
 /* tmp_dir option, $TMPDIR, or /tmp. */
-const char *fs_tmp_dir(const char *opt);
+const char *ferry__sync_tmp_dir(const char *opt);
 
 /* ---- records: HEAD, manifests, the compaction index (records.c) ---- */
 
@@ -112,20 +113,20 @@ typedef struct fs_index {
 } fs_index;
 
 /* Serialisers return a new NUL-terminated JSON text (free()). */
-char *fs_head_json(const char *run, const fs_head *h, const char *manifest_key);
-char *fs_manifest_json(const char *run, const fs_manifest *m);
-char *fs_index_json(const char *run, const fs_index *ix);
+char *ferry__sync_head_json(const char *run, const fs_head *h, const char *manifest_key);
+char *ferry__sync_manifest_json(const char *run, const fs_manifest *m);
+char *ferry__sync_index_json(const char *run, const fs_index *ix);
 /* Signs a serialised record in place when keys can sign (the text is
  * replaced by body + signature trailer); else leaves it.  Frees *text on
  * failure. */
-int fs_record_seal(const ferry_keys *keys, char **text);
+int ferry__sync_record_seal(const ferry_keys *keys, char **text);
 /* Parsers validate every field and its consistency; key names the object
  * in errors (FERRY_ERR_SYNC_MANIFEST).  They take the record's body, its
  * signature trailer already checked and cut off by the readers below. */
-int fs_head_parse(const char *run, const char *key, const void *text, size_t n, fs_head *out);
-int fs_manifest_parse(const char *run, const char *key, const void *text, size_t n, fs_manifest *out);
-int fs_index_parse(const char *run, const char *key, const void *text, size_t n, fs_index *out);
-void fs_index_release(fs_index *ix);
+int ferry__sync_head_parse(const char *run, const char *key, const void *text, size_t n, fs_head *out);
+int ferry__sync_manifest_parse(const char *run, const char *key, const void *text, size_t n, fs_manifest *out);
+int ferry__sync_index_parse(const char *run, const char *key, const void *text, size_t n, fs_index *out);
+void ferry__sync_index_release(fs_index *ix);
 
 /* Byte counters of a reader (NULL = not counted). */
 typedef struct fs_count {
@@ -142,26 +143,34 @@ typedef struct fs_count {
 /* HEAD of a new version (time = now), and its one write: serialised,
  * sealed with keys when they can sign, put by compare-and-swap against
  * expected_etag (NULL: no HEAD yet) — head.c. */
-void fs_head_init(fs_head *h, uint64_t version, const char *id, int kind, const uint8_t hash[16], const char *publisher);
-int fs_head_swap(ferry_store *st, const char *run, const ferry_keys *keys, const fs_head *h, const char *expected_etag,
+void ferry__sync_head_init(fs_head *h, uint64_t version, const char *id, int kind, const uint8_t hash[16], const char *publisher);
+int ferry__sync_head_swap(ferry_store *st, const char *run, const ferry_keys *keys, const fs_head *h, const char *expected_etag,
                  char new_etag[FERRY_STORE_ETAG_MAX]);
-int fs_head_read(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_head *h,
+int ferry__sync_head_read(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_head *h,
                  char etag[FERRY_STORE_ETAG_MAX]);
 /* Reads and checks the manifest of (version, id).  With enforcing keys a
  * signed manifest must give the SHA-256 of each object it lists. */
-int fs_manifest_read(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id,
+int ferry__sync_manifest_read(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id,
                      fs_count *cnt, fs_manifest *out);
+/* The links of (version, id)'s manifest in either format, single-rank
+ * (ferry-manifest-1) or sharded (ferry-manifest-2): version, id, kind, prev,
+ * anchor, hashes, object byte totals, tensor count — what GC and the run log
+ * walk.  Signature checked as for every record; the sharded fields beyond the
+ * links are left to lib/shard. */
+int ferry__sync_manifest_links(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id,
+                      fs_manifest *out);
+int ferry__sync_manifest_links_parse(const char *run, const char *key, const void *text, size_t n, fs_manifest *m);
 /* Reads the compaction index (an absent one is empty); etag may be NULL.
  * With enforcing keys every entry must give its SHA-256. */
-int fs_index_read(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_index *out,
+int ferry__sync_index_read(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_index *out,
                   char etag[FERRY_STORE_ETAG_MAX]);
 /* Gets a whole object, checks its size against the manifest's and, when
  * sha is not NULL, its SHA-256 (FERRY_ERR_SIG_DIGEST), counts it. */
-int fs_object_get(ferry_store *st, const char *key, uint64_t want_size, const uint8_t *sha, fs_count *cnt, void **data,
+int ferry__sync_object_get(ferry_store *st, const char *key, uint64_t want_size, const uint8_t *sha, fs_count *cnt, void **data,
                   size_t *size);
 /* The digest a reader with keys must check (NULL: none to check), or
  * FERRY_ERR_SIG_DIGEST when enforcing and the manifest gives none. */
-int fs_want_sha(const ferry_keys *keys, const char *key, bool has, const uint8_t sha[32], const uint8_t **out);
+int ferry__sync_want_sha(const ferry_keys *keys, const char *key, bool has, const uint8_t sha[32], const uint8_t **out);
 
 /* ---- local state of file mode (local.c) ---- */
 
@@ -175,30 +184,30 @@ typedef struct fs_state {
 
 /* Opens PATH (if any) and its state file; *st is the state whose hash the
  * file has, or none.  *model is NULL when PATH is missing or unreadable. */
-int fs_local_open(const char *path, const char *run, ferry_model **model, fs_state *st);
+int ferry__sync_local_open(const char *path, const char *run, ferry_model **model, fs_state *st);
 /* Removes the resumable anchor downloads beside PATH (PATH.ferry-download.ID
  * and its .part, .part.state) of every anchor id but keep_id (NULL: all). */
-void fs_local_drop_downloads(const char *path, const char *keep_id);
+void ferry__sync_local_drop_downloads(const char *path, const char *keep_id);
 /* Makes PATH hold model (of state to), replacing the version `from`:
  * state file with both, PATH written aside and renamed (or staged_file
  * renamed, when model is that file mapped), state file with `to`. */
-int fs_local_commit(const char *path, const char *run, const ferry_model *model, const char *staged_file,
+int ferry__sync_local_commit(const char *path, const char *run, const ferry_model *model, const char *staged_file,
                     const fs_state *from, const fs_state *to);
 /* "PATH.ferry.json" */
-int fs_local_state_path(const char *path, char *out, size_t cap);
+int ferry__sync_local_state_path(const char *path, char *out, size_t cap);
 
 /* ---- subscriber internals used by the publisher and compaction ---- */
 
 /* Gives the (private-mode) subscriber a starting model and state; with
  * owned false the model is borrowed read-only and must outlive the sync. */
-void fs_sub_adopt(ferry_subscriber *s, ferry_model *model, bool owned, const fs_state *st);
+void ferry__sync_sub_adopt(ferry_subscriber *s, ferry_model *model, bool owned, const fs_state *st);
 /* Takes the private-mode model away (the subscriber then holds none). */
-ferry_model *fs_sub_take(ferry_subscriber *s, fs_state *st);
-void fs_sub_state(const ferry_subscriber *s, fs_state *st);
+ferry_model *ferry__sync_sub_take(ferry_subscriber *s, fs_state *st);
+void ferry__sync_sub_state(const ferry_subscriber *s, fs_state *st);
 /* Finds the manifest of `version` on the lineage of HEAD (head, head_id),
  * walking back through prev and anchor links; FERRY_ERR_SYNC_GONE if the
  * walk meets a manifest that is gone before reaching it. */
-int fs_find_manifest(ferry_store *st, const char *run, const ferry_keys *keys, const fs_head *head, uint64_t version,
+int ferry__sync_find_manifest(ferry_store *st, const char *run, const ferry_keys *keys, const fs_head *head, uint64_t version,
                      fs_count *cnt, fs_manifest *out);
 
 /* ---- paths (plan.c) ---- */
@@ -234,32 +243,32 @@ typedef struct fs_plan_in {
 
 /* Prices the options (chain, anchor, compacted; UINT64_MAX where not
  * available) and picks the cheapest; returns false if none is left. */
-bool fs_plan_pick(const fs_plan_in *in, fs_plan *out, uint64_t *chain_bytes, uint64_t *anchor_bytes,
+bool ferry__sync_plan_pick(const fs_plan_in *in, fs_plan *out, uint64_t *chain_bytes, uint64_t *anchor_bytes,
                   uint64_t *compact_bytes);
 
 /* ---- models ---- */
 
 /* Owned copy of m; with cast_bf16, F32 tensors become their BF16 cast. */
-int fs_model_copy(const ferry_model *m, int cast_bf16, ferry_model **out);
+int ferry__sync_model_copy(const ferry_model *m, int cast_bf16, ferry_model **out);
 /* The same copy into dst's existing buffers (the publisher's previous
- * model, reused: no allocation, no page faults); only when fs_model_fits
+ * model, reused: no allocation, no page faults); only when ferry__sync_model_fits
  * said yes, and then it cannot fail. */
-bool fs_model_fits(ferry_model *dst, const ferry_model *m, int cast_bf16);
-void fs_model_overwrite(ferry_model *dst, const ferry_model *m, int cast_bf16);
+bool ferry__sync_model_fits(ferry_model *dst, const ferry_model *m, int cast_bf16);
+void ferry__sync_model_overwrite(ferry_model *dst, const ferry_model *m, int cast_bf16);
 /* Same tensor names, dtypes, shapes (in order) in both models. */
-bool fs_same_structure(const ferry_model *a, const ferry_model *b, char *why, size_t cap);
+bool ferry__sync_same_structure(const ferry_model *a, const ferry_model *b, char *why, size_t cap);
 
 /* ferry_gc; with keep_index the compaction index is left as it is (a
  * mirror's copy of its upstream's signed bytes) while the compacted
  * deltas it names that end before the retained set are still deleted. */
-int fs_gc(ferry_store *store, const char *run, const ferry_gc_options *opts, bool keep_index, ferry_gc_report *out);
+int ferry__sync_gc(ferry_store *store, const char *run, const ferry_gc_options *opts, bool keep_index, ferry_gc_report *out);
 
 /* Failures another store of a list (mirrors of one another) may not have:
  * down, behind, or serving what does not verify (sub_stores.c). */
-bool fs_store_worth_next(int rc);
+bool ferry__sync_store_worth_next(int rc);
 
 /* Object-level failures (a corrupt, foreign or vanished object or manifest
  * on a path) are answered by trying another path; others abort a sync. */
-bool fs_object_error(int rc);
+bool ferry__sync_object_error(int rc);
 
 #endif

@@ -46,7 +46,7 @@ static void decode(const sp_dtype *t, const uint8_t *a, size_t n, const uint8_t 
     static sp_coder c; /* reused: the decoders must not depend on stale scratch */
     setenv("FERRY_NO_SIMD", level, 1);
     r->k = 0;
-    r->rc = sp_decode_chunk(t, a, n, src, len, 3, &c, &r->k);
+    r->rc = ferry__codec_decode_chunk(t, a, n, src, len, 3, &c, &r->k);
     snprintf(r->msg, sizeof r->msg, "%s", r->rc ? ferry_last_error() : "");
     if (r->rc) return;
     r->pos = malloc(r->k * 4 + 1);
@@ -104,7 +104,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t bh[64][16];
     uint64_t changed = 0;
     sp_src src = {b, 0};
-    if (sp_encode_chunk_as(codec, &t, a, &src, n, &enc, &out, &changed, bh)) abort();
+    if (ferry__codec_encode_chunk_as(codec, &t, a, &src, n, &enc, &out, &changed, bh)) abort();
 
     /* every level decodes the chunk to exactly the target's changes */
     result want = {0}, got = {0};

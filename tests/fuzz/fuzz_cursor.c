@@ -1,4 +1,4 @@
-/* libFuzzer target for the dock's cursor decoder (dk_cursor_decode): the
+/* libFuzzer target for the dock's cursor decoder (ferry__dock_cursor_decode): the
  * consumer's cursor object RUN/cursor is read back from the store, which
  * anyone with write access to the bucket can replace.
  * Each input is decoded twice: as it is, and with its trailing 16-byte
@@ -28,7 +28,7 @@ static void require(int ok)
 static void check(const uint8_t *data, size_t size)
 {
     dk_state s;
-    int rc = dk_cursor_decode(data, size, "r", &s);
+    int rc = ferry__dock_cursor_decode(data, size, "r", &s);
     if (rc) {
         require((rc == FERRY_ERR_DOCK_CURSOR || rc == FERRY_ERR_NOMEM) && ferry_last_error()[0]);
         require(s.islands == NULL && s.n_islands == 0);
@@ -45,17 +45,17 @@ static void check(const uint8_t *data, size_t size)
     }
     ferry_buf out = {0};
     uint64_t nonce = ferry__le64(data + 72);
-    require(dk_cursor_encode(&s, "r", nonce, &out) == FERRY_OK);
+    require(ferry__dock_cursor_encode(&s, "r", nonce, &out) == FERRY_OK);
     /* a cursor of the current format comes back byte for byte; one of the
      * format before the signature counters comes back as the same state */
     if (ferry__le32(data + 96) == DK_C_COUNT) require(out.size == size && !memcmp(out.data, data, size));
     dk_state t;
-    require(dk_cursor_decode(out.data, out.size, "r", &t) == FERRY_OK);
+    require(ferry__dock_cursor_decode(out.data, out.size, "r", &t) == FERRY_OK);
     require(t.commits == s.commits && t.top_tv == s.top_tv && !memcmp(t.counters, s.counters, sizeof s.counters));
     require(t.n_islands == s.n_islands && (!s.n_islands || !memcmp(t.islands, s.islands, s.n_islands * sizeof *s.islands)));
-    dk_state_release(&t);
+    ferry__dock_state_release(&t);
     ferry__buf_release(&out);
-    dk_state_release(&s);
+    ferry__dock_state_release(&s);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -72,7 +72,7 @@ static void bad_batch(const char *name, int want, const char *err, const uint8_t
 static void bad_cursor(const char *name, const uint8_t *b, size_t n)
 {
     dk_state s;
-    int rc = dk_cursor_decode(b, n, "r", &s);
+    int rc = ferry__dock_cursor_decode(b, n, "r", &s);
     if (rc != FERRY_ERR_DOCK_CURSOR) {
         fprintf(stderr, "mkdock: cursor %s: got %d\n", name, rc);
         exit(1);
@@ -151,15 +151,15 @@ static void cursors(void)
     uint64_t gl, gh;
     uint64_t seqs[] = {0, 1, 2, 5, 9, 10};
     for (size_t i = 0; i < sizeof seqs / sizeof seqs[0]; i++) {
-        if (dk_state_mark(&s, 3, seqs[i], &fresh, &gl, &gh)) die("mark");
-        if (dk_state_mark(&s, 11, seqs[i] * 2, &fresh, &gl, &gh)) die("mark");
+        if (ferry__dock_state_mark(&s, 3, seqs[i], &fresh, &gl, &gh)) die("mark");
+        if (ferry__dock_state_mark(&s, 11, seqs[i] * 2, &fresh, &gl, &gh)) die("mark");
     }
     s.counters[DK_C_ADMITTED] = 12;
     s.top_tv = 8;
     s.commits = 4;
     ferry_buf out = {0}, empty = {0};
     dk_state none = {0};
-    if (dk_cursor_encode(&s, "r", 99, &out) || dk_cursor_encode(&none, "r", 1, &empty)) die("cursor encode");
+    if (ferry__dock_cursor_encode(&s, "r", 99, &out) || ferry__dock_cursor_encode(&none, "r", 1, &empty)) die("cursor encode");
     put("fuzz/corpus/cursor", "valid-00.cursor", out.data, out.size);
     put("fuzz/corpus/cursor", "valid-01.cursor", empty.data, empty.size);
     const uint8_t *b = out.data;
@@ -204,7 +204,7 @@ static void cursors(void)
     }
     ferry__buf_release(&out);
     ferry__buf_release(&empty);
-    dk_state_release(&s);
+    ferry__dock_state_release(&s);
 }
 
 int main(int argc, char **argv)

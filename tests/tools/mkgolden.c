@@ -117,7 +117,7 @@ static void buf_u64(ferry_buf *b, uint64_t v) { uint8_t t[8]; ferry__put64(t, v)
 static void gp_load(gp *g, const void *patch, size_t n)
 {
     memset(g, 0, sizeof *g);
-    if (patch_table_parse(patch, n, &g->t)) die("%s", "cannot parse a generated patch");
+    if (ferry__codec_patch_table_parse(patch, n, &g->t)) die("%s", "cannot parse a generated patch");
     memcpy(g->hdr, patch, PATCH_HEADER_SIZE);
     g->pay = calloc(g->t.n + 1, sizeof *g->pay);
     if (!g->pay) die("%s", "out of memory");
@@ -129,7 +129,7 @@ static void gp_free(gp *g)
     for (size_t i = 0; i < g->t.n; i++) ferry__buf_release(&g->pay[i]);
     free(g->pay);
     ferry__buf_release(&g->tail);
-    patch_table_release(&g->t);
+    ferry__codec_patch_table_release(&g->t);
 }
 
 static size_t gp_find(const gp *g, const char *name)

@@ -327,18 +327,18 @@ static void test_chunk_codec_choice(void)
         uint64_t changed = 0;
         uint8_t bh[4][16];
         sp_src src = {(const uint8_t *)y, 0};
-        CHECK_OK(sp_encode_chunk(&t, (const uint8_t *)x, &src, N, part, &enc, &out, &changed, bh));
+        CHECK_OK(ferry__codec_encode_chunk(&t, (const uint8_t *)x, &src, N, part, &enc, &out, &changed, bh));
         /* codec 4, or codec 1 where that came out smaller */
         CHECK(changed == want && out.size > 0 &&
               (part ? out.data[0] == SP_CODEC_RANS32 : out.data[0] == SP_CODEC_COUNTED || out.data[0] == SP_CODEC_ADAPTIVE));
         size_t k = 0;
-        CHECK_OK(sp_decode_chunk(&t, (const uint8_t *)x, N, out.data, out.size, 3, &dec, &k));
+        CHECK_OK(ferry__codec_decode_chunk(&t, (const uint8_t *)x, N, out.data, out.size, 3, &dec, &k));
         CHECK(k == want);
         for (size_t j = 0; j < k && j < want; j++) CHECK(dec.s.val[j] == y[dec.s.pos[j]] && x[dec.s.pos[j]] != y[dec.s.pos[j]]);
         free(out.data);
     }
-    sp_coder_release(&enc);
-    sp_coder_release(&dec);
+    ferry__codec_coder_release(&enc);
+    ferry__codec_coder_release(&dec);
     free(x);
     free(y);
 }
@@ -370,16 +370,16 @@ static void test_counted_codec(void)
     uint8_t bh[4][16];
     ferry_buf chosen = {0}, one = {0};
     uint64_t changed = 0;
-    CHECK_OK(sp_encode_chunk(&t, (const uint8_t *)x, &src, N, false, &enc, &chosen, &changed, bh));
+    CHECK_OK(ferry__codec_encode_chunk(&t, (const uint8_t *)x, &src, N, false, &enc, &chosen, &changed, bh));
     CHECK(changed == want && want > 100 && want < 4000 && chosen.data[0] == SP_CODEC_COUNTED);
-    CHECK_OK(sp_encode_chunk_as(SP_CODEC_ADAPTIVE, &t, (const uint8_t *)x, &src, N, &enc, &one, &changed, bh));
+    CHECK_OK(ferry__codec_encode_chunk_as(SP_CODEC_ADAPTIVE, &t, (const uint8_t *)x, &src, N, &enc, &one, &changed, bh));
     CHECK(one.data[0] == SP_CODEC_ADAPTIVE && chosen.size < one.size);
     fprintf(stderr, "     %zu changes of %d words: codec 4 %zu bytes, codec 1 %zu\n", want, N, chosen.size, one.size);
     size_t k = 0;
-    CHECK_OK(sp_decode_chunk(&t, (const uint8_t *)x, N, chosen.data, chosen.size, 3, &dec, &k));
+    CHECK_OK(ferry__codec_decode_chunk(&t, (const uint8_t *)x, N, chosen.data, chosen.size, 3, &dec, &k));
     CHECK(k == want);
     for (size_t j = 0; j < k && j < want; j++) CHECK(dec.s.val[j] == y[dec.s.pos[j]] && x[dec.s.pos[j]] != y[dec.s.pos[j]]);
-    CHECK(sp_decode_chunk(&t, (const uint8_t *)x, N, chosen.data, chosen.size, 2, &dec, &k) == FERRY_ERR_PATCH_CORRUPT);
+    CHECK(ferry__codec_decode_chunk(&t, (const uint8_t *)x, N, chosen.data, chosen.size, 2, &dec, &k) == FERRY_ERR_PATCH_CORRUPT);
     free(chosen.data);
     free(one.data);
     static const ferry_dtype dts[] = {FERRY_U8, FERRY_BF16, FERRY_F32, FERRY_F64, FERRY_I16};
@@ -392,17 +392,17 @@ static void test_counted_codec(void)
         for (size_t i = 0; i < n; i += 1 + rnd() % 300) b[i * w] ^= 1;
         ferry_buf out = {0};
         sp_src sb = {b, 0};
-        CHECK_OK(sp_encode_chunk_as(SP_CODEC_COUNTED, &t, a, &sb, n, &enc, &out, &changed, bh));
+        CHECK_OK(ferry__codec_encode_chunk_as(SP_CODEC_COUNTED, &t, a, &sb, n, &enc, &out, &changed, bh));
         CHECK(out.data[0] == SP_CODEC_COUNTED);
-        CHECK_OK(sp_decode_chunk(&t, a, n, out.data, out.size, 3, &dec, &k));
+        CHECK_OK(ferry__codec_decode_chunk(&t, a, n, out.data, out.size, 3, &dec, &k));
         CHECK(k == changed);
         for (size_t j = 0; j < k; j++) CHECK(sp_load(b, dec.s.pos[j], t.W) == dec.s.val[j]);
         free(out.data);
         free(a);
         free(b);
     }
-    sp_coder_release(&enc);
-    sp_coder_release(&dec);
+    ferry__codec_coder_release(&enc);
+    ferry__codec_coder_release(&dec);
     free(x);
     free(y);
 }

@@ -367,61 +367,61 @@ static void test_cursor_ranges(void)
     uint64_t glo, gn;
     /* in order: one range */
     for (uint64_t s = 100; s < 200; s++) {
-        CHECK_OK(dk_state_mark(&st, 7, s, &fresh, &glo, &gn));
+        CHECK_OK(ferry__dock_state_mark(&st, 7, s, &fresh, &glo, &gn));
         CHECK(fresh && gn == 0);
     }
     CHECK(st.n_islands == 1 && st.islands[0].n == 1);
-    CHECK(dk_state_has(&st, 7, 100) && dk_state_has(&st, 7, 199) && !dk_state_has(&st, 7, 99) && !dk_state_has(&st, 7, 200));
-    CHECK_OK(dk_state_mark(&st, 7, 150, &fresh, &glo, &gn));
+    CHECK(ferry__dock_state_has(&st, 7, 100) && ferry__dock_state_has(&st, 7, 199) && !ferry__dock_state_has(&st, 7, 99) && !ferry__dock_state_has(&st, 7, 200));
+    CHECK_OK(ferry__dock_state_mark(&st, 7, 150, &fresh, &glo, &gn));
     CHECK(!fresh);
     /* out of order: holes close up */
-    CHECK_OK(dk_state_mark(&st, 9, 5, &fresh, &glo, &gn));
-    CHECK_OK(dk_state_mark(&st, 9, 3, &fresh, &glo, &gn));
-    CHECK_OK(dk_state_mark(&st, 9, 1, &fresh, &glo, &gn));
+    CHECK_OK(ferry__dock_state_mark(&st, 9, 5, &fresh, &glo, &gn));
+    CHECK_OK(ferry__dock_state_mark(&st, 9, 3, &fresh, &glo, &gn));
+    CHECK_OK(ferry__dock_state_mark(&st, 9, 1, &fresh, &glo, &gn));
     CHECK(st.islands[1].n == 3);
-    CHECK_OK(dk_state_mark(&st, 9, 4, &fresh, &glo, &gn));
-    CHECK_OK(dk_state_mark(&st, 9, 2, &fresh, &glo, &gn));
+    CHECK_OK(ferry__dock_state_mark(&st, 9, 4, &fresh, &glo, &gn));
+    CHECK_OK(ferry__dock_state_mark(&st, 9, 2, &fresh, &glo, &gn));
     CHECK(st.islands[1].n == 1 && st.islands[1].r[0].lo == 1 && st.islands[1].r[0].hi == 5);
-    CHECK(!dk_state_has(&st, 9, 0) && dk_state_has(&st, 9, 3));
+    CHECK(!ferry__dock_state_has(&st, 9, 0) && ferry__dock_state_has(&st, 9, 3));
     /* the extremes */
-    CHECK_OK(dk_state_mark(&st, UINT32_MAX, UINT64_MAX, &fresh, &glo, &gn));
-    CHECK_OK(dk_state_mark(&st, UINT32_MAX, 0, &fresh, &glo, &gn));
-    CHECK(dk_state_has(&st, UINT32_MAX, UINT64_MAX) && dk_state_has(&st, UINT32_MAX, 0) && !dk_state_has(&st, UINT32_MAX, 1));
+    CHECK_OK(ferry__dock_state_mark(&st, UINT32_MAX, UINT64_MAX, &fresh, &glo, &gn));
+    CHECK_OK(ferry__dock_state_mark(&st, UINT32_MAX, 0, &fresh, &glo, &gn));
+    CHECK(ferry__dock_state_has(&st, UINT32_MAX, UINT64_MAX) && ferry__dock_state_has(&st, UINT32_MAX, 0) && !ferry__dock_state_has(&st, UINT32_MAX, 1));
     /* more holes than ranges: the narrowest is given up and reported */
     uint64_t gaps = 0;
     for (uint64_t k = 0; k < FERRY_DOCK_MAX_RANGES + 10; k++) {
-        CHECK_OK(dk_state_mark(&st, 11, k * 3 + (k > 20), &fresh, &glo, &gn));
+        CHECK_OK(ferry__dock_state_mark(&st, 11, k * 3 + (k > 20), &fresh, &glo, &gn));
         gaps += gn;
     }
     CHECK(st.islands[2].n == FERRY_DOCK_MAX_RANGES);
     CHECK(gaps > 0);
     uint64_t mx;
-    CHECK(dk_state_max_seq(&st, 11, &mx) && mx == (FERRY_DOCK_MAX_RANGES + 9) * 3 + 1);
-    CHECK(!dk_state_max_seq(&st, 12, &mx));
+    CHECK(ferry__dock_state_max_seq(&st, 11, &mx) && mx == (FERRY_DOCK_MAX_RANGES + 9) * 3 + 1);
+    CHECK(!ferry__dock_state_max_seq(&st, 12, &mx));
 
     /* codec round trip */
     st.counters[DK_C_ADMITTED] = 17;
     st.counters[DK_C_HIST0 + 3] = 5;
     st.top_tv = 99;
     ferry_buf b = {0};
-    CHECK_OK(dk_cursor_encode(&st, "cur", 0x1234, &b));
+    CHECK_OK(ferry__dock_cursor_encode(&st, "cur", 0x1234, &b));
     dk_state back;
-    CHECK_OK(dk_cursor_decode(b.data, b.size, "cur", &back));
+    CHECK_OK(ferry__dock_cursor_decode(b.data, b.size, "cur", &back));
     CHECK(back.n_islands == st.n_islands && back.top_tv == 99 && back.counters[DK_C_ADMITTED] == 17 &&
           back.counters[DK_C_HIST0 + 3] == 5);
     for (size_t i = 0; i < st.n_islands && i < back.n_islands; i++)
         CHECK(st.islands[i].id == back.islands[i].id && st.islands[i].n == back.islands[i].n &&
               !memcmp(st.islands[i].r, back.islands[i].r, st.islands[i].n * sizeof st.islands[i].r[0]));
-    dk_state_release(&back);
-    CHECK_RC(dk_cursor_decode(b.data, b.size, "other", &back), FERRY_ERR_DOCK_CURSOR);
+    ferry__dock_state_release(&back);
+    CHECK_RC(ferry__dock_cursor_decode(b.data, b.size, "other", &back), FERRY_ERR_DOCK_CURSOR);
 
     /* hostile cursors: every cut, every flipped byte, and well-sealed lies */
-    for (size_t cut = 0; cut < b.size; cut += 1 + cut / 8) CHECK_RC(dk_cursor_decode(b.data, cut, "cur", &back), FERRY_ERR_DOCK_CURSOR);
+    for (size_t cut = 0; cut < b.size; cut += 1 + cut / 8) CHECK_RC(ferry__dock_cursor_decode(b.data, cut, "cur", &back), FERRY_ERR_DOCK_CURSOR);
     uint8_t *m = malloc(b.size);
     for (size_t i = 0; i < b.size; i += 3) {
         memcpy(m, b.data, b.size);
         m[i] ^= 0x41;
-        CHECK_RC(dk_cursor_decode(m, b.size, "cur", &back), FERRY_ERR_DOCK_CURSOR);
+        CHECK_RC(ferry__dock_cursor_decode(m, b.size, "cur", &back), FERRY_ERR_DOCK_CURSOR);
     }
     struct { size_t off; uint32_t v; } lies[] = {
         {100, 1000000},         /* island count the bytes cannot hold */
@@ -437,7 +437,7 @@ static void test_cursor_ranges(void)
         XXH128_canonical_t c;
         XXH128_canonicalFromHash(&c, XXH3_128bits(m, b.size - 16));
         memcpy(m + b.size - 16, c.digest, 16);
-        int rc = dk_cursor_decode(m, b.size, "cur", &back);
+        int rc = ferry__dock_cursor_decode(m, b.size, "cur", &back);
         if (rc != FERRY_ERR_DOCK_CURSOR) fprintf(stderr, "  lie %zu: rc %d\n", i, rc);
         CHECK(rc == FERRY_ERR_DOCK_CURSOR);
     }
@@ -450,10 +450,10 @@ static void test_cursor_ranges(void)
     XXH128_canonical_t c;
     XXH128_canonicalFromHash(&c, XXH3_128bits(m, b.size - 16));
     memcpy(m + b.size - 16, c.digest, 16);
-    CHECK_RC(dk_cursor_decode(m, b.size, "cur", &back), FERRY_ERR_DOCK_CURSOR);
+    CHECK_RC(ferry__dock_cursor_decode(m, b.size, "cur", &back), FERRY_ERR_DOCK_CURSOR);
     free(m);
     ferry__buf_release(&b);
-    dk_state_release(&st);
+    ferry__dock_state_release(&st);
 }
 
 /* ======================================================================

@@ -344,7 +344,7 @@ static void check_error_file(const char *dir, const char *name, const ferry_mode
             fprintf(stderr, "  %s: ferry_patch_inspect accepts it, but %d is a header or table error\n", name, want);
             CHECK(0);
         }
-        CHECK_OK(patch_table_parse(p, n, &tab));
+        CHECK_OK(ferry__codec_patch_table_parse(p, n, &tab));
         parsed = true;
     }
 
@@ -353,7 +353,7 @@ static void check_error_file(const char *dir, const char *name, const ferry_mode
     int want_inplace = want;
     if (parsed && want != FERRY_ERR_BASE_MISMATCH && table_fits_base(&tab, a) && table_changes_structure(&tab, a))
         want_inplace = FERRY_ERR_SHAPE_MISMATCH;
-    if (parsed) patch_table_release(&tab);
+    if (parsed) ferry__codec_patch_table_release(&tab);
     if (want_inplace == FERRY_ERR_SHAPE_MISMATCH) t->inplace_shape++;
     else if (irc == FERRY_OK) t->inplace_same++;
     ferry_model *c = clone(a);

@@ -47,16 +47,16 @@ static int parse(const char *kind, const uint8_t *d, size_t n)
 {
     if (!strcmp(kind, "head")) {
         fs_head h;
-        return fs_head_parse("r", "r/HEAD", d, n, &h);
+        return ferry__sync_head_parse("r", "r/HEAD", d, n, &h);
     }
     if (!strcmp(kind, "manifest")) {
         fs_manifest m;
-        return fs_manifest_parse("r", "r/v/manifest.json", d, n, &m);
+        return ferry__sync_manifest_parse("r", "r/v/manifest.json", d, n, &m);
     }
     if (!strcmp(kind, "compactions")) {
         fs_index ix;
-        int rc = fs_index_parse("r", "r/compactions.json", d, n, &ix);
-        fs_index_release(&ix);
+        int rc = ferry__sync_index_parse("r", "r/compactions.json", d, n, &ix);
+        ferry__sync_index_release(&ix);
         return rc;
     }
     if (!strcmp(kind, "batch")) {
@@ -64,8 +64,8 @@ static int parse(const char *kind, const uint8_t *d, size_t n)
         return ferry_dock_decode(d, n, 1 << 20, "r", &h);
     }
     dk_state s;
-    int rc = dk_cursor_decode(d, n, "r", &s);
-    dk_state_release(&s);
+    int rc = ferry__dock_cursor_decode(d, n, "r", &s);
+    ferry__dock_state_release(&s);
     return rc;
 }
 
@@ -118,18 +118,18 @@ static void test_version_bound(void)
     fs_head h = {.version = FS_VERSION_MAX, .kind = FERRY_SYNC_DELTA, .publisher = "p", .time = 1};
     memcpy(h.id, "0123456789abcdef", FS_ID_CAP);
     char mk[FS_KEY_CAP];
-    fs_key_version(mk, "r", h.version, h.id, FS_OBJ_MANIFEST);
-    char *t = fs_head_json("r", &h, mk);
+    ferry__sync_key_version(mk, "r", h.version, h.id, FS_OBJ_MANIFEST);
+    char *t = ferry__sync_head_json("r", &h, mk);
     CHECK(t != NULL);
     fs_head back;
-    CHECK_OK(fs_head_parse("r", "r/HEAD", t, strlen(t), &back));
+    CHECK_OK(ferry__sync_head_parse("r", "r/HEAD", t, strlen(t), &back));
     CHECK(back.version == FS_VERSION_MAX);
     free(t);
     h.version = FS_VERSION_MAX + 1;
-    fs_key_version(mk, "r", h.version, h.id, FS_OBJ_MANIFEST);
-    t = fs_head_json("r", &h, mk);
+    ferry__sync_key_version(mk, "r", h.version, h.id, FS_OBJ_MANIFEST);
+    t = ferry__sync_head_json("r", &h, mk);
     CHECK(t != NULL);
-    CHECK_RC(fs_head_parse("r", "r/HEAD", t, strlen(t), &back), FERRY_ERR_SYNC_MANIFEST);
+    CHECK_RC(ferry__sync_head_parse("r", "r/HEAD", t, strlen(t), &back), FERRY_ERR_SYNC_MANIFEST);
     CHECK(strstr(ferry_last_error(), "version out of range") != NULL);
     free(t);
 }

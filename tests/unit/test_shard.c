@@ -7,7 +7,7 @@
 #include "check.h"
 #include "ferry_shard.h"
 #include "ferry_sign.h"
-#include "sync/shard_impl.h"
+#include "shard/shard_impl.h"
 #include "../tools/shard_layout.h"
 
 #include <stdint.h>
@@ -68,7 +68,7 @@ static size_t parts_of(const ferry_model *m, int r, int R, ferry_shard_part *out
     for (size_t i = 0; i < ferry_model_count(m); i++) {
         const ferry_tensor *t = ferry_model_tensor(m, i);
         uint64_t rows, cols;
-        sh_view(t->ndim, t->shape, &rows, &cols);
+        ferry__shard_view(t->ndim, t->shape, &rows, &cols);
         uint64_t a = rows * (uint64_t)r / (uint64_t)R, b = rows * (uint64_t)(r + 1) / (uint64_t)R;
         if (a == b) continue;
         size_t es = ferry_dtype_bits(t->dtype) / 8;
@@ -176,20 +176,20 @@ static int island_pull(island *is, uint64_t v, const ferry_model *model, double 
 static void t_grid(void)
 {
     uint64_t nr, nc;
-    sh_grid(192, 192, 256, &nr, &nc);
+    ferry__shard_grid(192, 192, 256, &nr, &nc);
     CHECK(nc == 24 && nr == 6);
-    sh_grid(2048, 192, 256, &nr, &nc);
+    ferry__shard_grid(2048, 192, 256, &nr, &nc);
     CHECK(nc == 24 && nr == 32);
-    sh_grid(192, 1, 256, &nr, &nc);
+    ferry__shard_grid(192, 1, 256, &nr, &nc);
     CHECK(nc == 1 && nr == 1);
-    sh_grid(7, 5, 1, &nr, &nc);
+    ferry__shard_grid(7, 5, 1, &nr, &nc);
     CHECK(nc == 1 && nr == 1);
     sh_part p = {.name = strdup("w"), .rows = 192, .cols = 192, .r0 = 48, .r1 = 96};
-    CHECK_OK(sh_part_cut(&p, 256));
+    CHECK_OK(ferry__shard_part_cut(&p, 256));
     /* grid lines at multiples of 32 inside [48, 96): 64 */
     CHECK(p.nrc == 3 && p.rcut[0] == 48 && p.rcut[1] == 64 && p.rcut[2] == 96);
     CHECK(p.ncc == 25 && p.ntiles == 48 && p.tiles[25].r0 == 64 && p.tiles[25].c0 == 8 && p.tiles[25].c1 == 16);
-    sh_part_release(&p);
+    ferry__shard_part_release(&p);
 }
 
 static void t_publish_and_follow(void)
@@ -258,7 +258,7 @@ static void t_fp32_master(void)
         char rel[64];
         snprintf(rel, sizeof rel, "rl-a/master-%03d.safetensors", v - 1);
         CHECK_OK(ferry_model_open(data_path(path, sizeof path, rel), &m));
-        CHECK_OK(fs_model_copy(m, 1, &b)); /* the BF16 cast, what islands must receive */
+        CHECK_OK(ferry__sync_model_copy(m, 1, &b)); /* the BF16 cast, what islands must receive */
         if (v == 1) {
             CHECK_OK(island_open(&is, st, run, b, L_COLS, 1, 2));
             for (size_t i = 0; i < is.n; i++) is.rg[i].name = strdup(is.rg[i].name); /* outlive b */
@@ -278,7 +278,7 @@ static void t_fp32_master(void)
 static uint64_t head_of(ferry_store *st, const char *run)
 {
     fs_head h;
-    if (fs_head_read(st, run, NULL, NULL, &h, NULL)) {
+    if (ferry__sync_head_read(st, run, NULL, NULL, &h, NULL)) {
         ferry__clear_error();
         return 0;
     }
@@ -397,7 +397,7 @@ static void t_bad_parts(void)
 static void tamper_at(const char *root, const char *run, uint64_t v, const char *id, uint32_t rank, int flip)
 {
     char key[FS_KEY_CAP], path[1024];
-    sh_key_object(key, run, v, id, rank, SH_DELTA);
+    ferry__shard_key_object(key, run, v, id, rank, SH_DELTA);
     snprintf(path, sizeof path, "%s/%s", root, key);
     void *d;
     size_t n;
@@ -570,7 +570,7 @@ static void t_signed(void)
     island_close(&bad);
     /* a forged manifest of version 2: one byte of its body changed */
     char key[FS_KEY_CAP], path[1024];
-    fs_key_version(key, run, 2, info.id, FS_OBJ_MANIFEST);
+    ferry__sync_key_version(key, run, 2, info.id, FS_OBJ_MANIFEST);
     snprintf(path, sizeof path, "%s/%s", g_root, key);
     void *d = NULL;
     size_t n = 0;
@@ -663,7 +663,7 @@ static void t_store_list(void)
     tamper_at(ra, run, 5, info.id, 0, 1);
     for (uint32_t r = 0; r < 2; r++) { /* B cannot serve 4: it must come from A */
         char key[FS_KEY_CAP];
-        sh_key_object(key, run, 4, id4, r, SH_DELTA);
+        ferry__shard_key_object(key, run, 4, id4, r, SH_DELTA);
         CHECK_OK(ferry_store_delete(b, key));
     }
     ferry_shard_pull_info pi;

@@ -29,7 +29,7 @@ int main(void)
 #include "ferry_dock.h"
 #include "ferry_sign.h"
 #include "ferry_sync.h"
-#include "sync/sig.h"
+#include "sign/sig.h"
 #include "sync_fixture.h"
 
 static ferry_store *new_store(void)
@@ -635,32 +635,32 @@ static void test_hostile_trailers(void)
     ferry_keys *tk = signer_ring("trainer"), *rk = trust_ring("trainer");
     const char body[] = "{\"format\": \"ferry-head-1\", \"run\": \"r\"}";
     char *sealed = NULL;
-    CHECK_OK(fs_sig_seal(tk, FS_DOM_RECORD, body, strlen(body), &sealed));
+    CHECK_OK(ferry__sign_seal(tk, FS_DOM_RECORD, body, strlen(body), &sealed));
     size_t n = sealed ? strlen(sealed) : 0, bl;
     bool sig;
     CHECK(n == strlen(body) + FS_SIG_TRAILER);
-    CHECK_OK(fs_sig_open(rk, FS_DOM_RECORD, "HEAD", sealed, n, &bl, &sig));
+    CHECK_OK(ferry__sign_open(rk, FS_DOM_RECORD, "HEAD", sealed, n, &bl, &sig));
     CHECK(bl == strlen(body) && sig);
-    CHECK_RC(fs_sig_open(rk, FS_DOM_BATCH, "HEAD", sealed, n, &bl, &sig), FERRY_ERR_SIG_INVALID); /* another domain */
+    CHECK_RC(ferry__sign_open(rk, FS_DOM_BATCH, "HEAD", sealed, n, &bl, &sig), FERRY_ERR_SIG_INVALID); /* another domain */
     char *buf = malloc(n + 64);
     int accepted = 0, unkeyed_misread = 0;
     for (size_t cut = 0; cut < n; cut++) { /* every prefix */
-        if (!fs_sig_open(rk, FS_DOM_RECORD, "HEAD", sealed, cut, &bl, &sig)) accepted++;
+        if (!ferry__sign_open(rk, FS_DOM_RECORD, "HEAD", sealed, cut, &bl, &sig)) accepted++;
         ferry__clear_error();
         /* without keys: never a cut trailer taken for a whole one (what is
            returned is the text as it is, for the parser to judge) */
-        if (!fs_sig_open(NULL, FS_DOM_RECORD, "HEAD", sealed, cut, &bl, &sig) && (sig || bl != cut)) unkeyed_misread++;
+        if (!ferry__sign_open(NULL, FS_DOM_RECORD, "HEAD", sealed, cut, &bl, &sig) && (sig || bl != cut)) unkeyed_misread++;
     }
     for (size_t i = 0; i < n; i++) /* every byte flipped */
         for (int bit = 0; bit < 8; bit += 3) {
             memcpy(buf, sealed, n);
             buf[i] ^= (char)(1 << bit);
-            if (!fs_sig_open(rk, FS_DOM_RECORD, "HEAD", buf, n, &bl, &sig)) accepted++;
+            if (!ferry__sign_open(rk, FS_DOM_RECORD, "HEAD", buf, n, &bl, &sig)) accepted++;
         }
     memcpy(buf, sealed, n); /* junk after the trailer */
     memcpy(buf + n, "\n#ferry-sig-1 x", 16);
-    if (!fs_sig_open(rk, FS_DOM_RECORD, "HEAD", buf, n + 16, &bl, &sig)) accepted++;
-    CHECK_RC(fs_sig_open(NULL, FS_DOM_RECORD, "HEAD", buf, n + 16, &bl, &sig), FERRY_ERR_SIG_MALFORMED);
+    if (!ferry__sign_open(rk, FS_DOM_RECORD, "HEAD", buf, n + 16, &bl, &sig)) accepted++;
+    CHECK_RC(ferry__sign_open(NULL, FS_DOM_RECORD, "HEAD", buf, n + 16, &bl, &sig), FERRY_ERR_SIG_MALFORMED);
     CHECK(accepted == 0);
     CHECK(unkeyed_misread == 0);
     free(buf);

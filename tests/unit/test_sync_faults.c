@@ -97,17 +97,17 @@ static void test_absurd_head_does_not_wedge(void)
     size_t nsaved = 0;
     CHECK_OK(ferry_store_get(st, "w/HEAD", &saved, &nsaved, NULL));
     fs_head h;
-    CHECK_OK(fs_head_parse("w", "w/HEAD", saved, nsaved, &h));
+    CHECK_OK(ferry__sync_head_parse("w", "w/HEAD", saved, nsaved, &h));
     char mk[FS_KEY_CAP];
     h.version = FS_VERSION_MAX;
-    fs_key_version(mk, "w", h.version, h.id, FS_OBJ_MANIFEST);
-    CHECK_OK(put_text(st, "w/HEAD", fs_head_json("w", &h, mk)));
+    ferry__sync_key_version(mk, "w", h.version, h.id, FS_OBJ_MANIFEST);
+    CHECK_OK(put_text(st, "w/HEAD", ferry__sync_head_json("w", &h, mk)));
     CHECK_RC(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL), FERRY_ERR_SYNC_MANIFEST);
     CHECK(has_version(s, 3));
 
     h.version = FS_VERSION_MAX + 1; /* 2^63 - 1 */
-    fs_key_version(mk, "w", h.version, h.id, FS_OBJ_MANIFEST);
-    CHECK_OK(put_text(st, "w/HEAD", fs_head_json("w", &h, mk)));
+    ferry__sync_key_version(mk, "w", h.version, h.id, FS_OBJ_MANIFEST);
+    CHECK_OK(put_text(st, "w/HEAD", ferry__sync_head_json("w", &h, mk)));
     CHECK_RC(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL), FERRY_ERR_SYNC_MANIFEST);
     CHECK(strstr(ferry_last_error(), "version out of range") != NULL);
 
@@ -130,11 +130,11 @@ static void test_publish_past_last_version(void)
     ferry_store *st = fixture_store(dir);
     CHECK_OK(publish_upto(st, "top", 4, 1));
     fs_head h;
-    CHECK_OK(fs_head_read(st, "top", NULL, NULL, &h, NULL));
+    CHECK_OK(ferry__sync_head_read(st, "top", NULL, NULL, &h, NULL));
     fs_manifest m;
-    CHECK_OK(fs_manifest_read(st, "top", NULL, 1, h.id, NULL, &m));
+    CHECK_OK(ferry__sync_manifest_read(st, "top", NULL, 1, h.id, NULL, &m));
     char k1[FS_KEY_CAP], kv[FS_KEY_CAP];
-    fs_key_version(k1, "top", 1, m.id, FS_OBJ_FULL);
+    ferry__sync_key_version(k1, "top", 1, m.id, FS_OBJ_FULL);
     void *full = NULL;
     size_t nfull = 0;
     CHECK_OK(ferry_store_get(st, k1, &full, &nfull, NULL));
@@ -147,13 +147,13 @@ static void test_publish_past_last_version(void)
     m.anchor.ref.version = V;
     memcpy(m.anchor.ref.id, m.id, FS_ID_CAP);
     m.delta_bytes = 1;
-    fs_key_version(kv, "top", V, m.id, FS_OBJ_FULL);
+    ferry__sync_key_version(kv, "top", V, m.id, FS_OBJ_FULL);
     CHECK_OK(ferry_store_put(st, kv, full, nfull, NULL));
-    fs_key_version(kv, "top", V, m.id, FS_OBJ_MANIFEST);
-    CHECK_OK(put_text(st, kv, fs_manifest_json("top", &m)));
+    ferry__sync_key_version(kv, "top", V, m.id, FS_OBJ_MANIFEST);
+    CHECK_OK(put_text(st, kv, ferry__sync_manifest_json("top", &m)));
     h.version = V;
     memcpy(h.id, m.id, FS_ID_CAP);
-    CHECK_OK(put_text(st, "top/HEAD", fs_head_json("top", &h, kv)));
+    CHECK_OK(put_text(st, "top/HEAD", ferry__sync_head_json("top", &h, kv)));
 
     ferry_publisher *pub = NULL;
     CHECK_OK(ferry_publisher_open(st, "top", NULL, &pub));
@@ -163,7 +163,7 @@ static void test_publish_past_last_version(void)
     CHECK_RC(ferry_publish(pub, next, &got), FERRY_ERR_LIMIT);
     CHECK(strstr(ferry_last_error(), "2^63 - 2") != NULL);
     fs_head after;
-    CHECK_OK(fs_head_read(st, "top", NULL, NULL, &after, NULL));
+    CHECK_OK(ferry__sync_head_read(st, "top", NULL, NULL, &after, NULL));
     CHECK(after.version == V);
     ferry_store_listing *l = NULL;
     CHECK_OK(ferry_store_list(st, "top/v/", &l));
@@ -183,8 +183,8 @@ static void obj_key(ferry_store *st, const char *run, uint64_t v, int obj, char 
 {
     fs_head h;
     key[0] = 0;
-    if (fs_head_read(st, run, NULL, NULL, &h, NULL) || fs_find_manifest(st, run, NULL, &h, v, NULL, m)) return;
-    fs_key_version(key, run, v, m->id, obj);
+    if (ferry__sync_head_read(st, run, NULL, NULL, &h, NULL) || ferry__sync_find_manifest(st, run, NULL, &h, v, NULL, m)) return;
+    ferry__sync_key_version(key, run, v, m->id, obj);
 }
 
 /* Replaces an object by `size` bytes (a sparse file: nothing is written). */
@@ -300,8 +300,8 @@ static void test_declared_size_cannot_be_allocated(void)
     obj_key(st, "m", 3, FS_OBJ_DELTA, k3, &m3);
     const uint64_t big = 768ull << 20;
     m3.delta_bytes = big;
-    fs_key_version(mk, "m", 3, m3.id, FS_OBJ_MANIFEST);
-    CHECK_OK(put_text(st, mk, fs_manifest_json("m", &m3)));
+    ferry__sync_key_version(mk, "m", 3, m3.id, FS_OBJ_MANIFEST);
+    CHECK_OK(put_text(st, mk, ferry__sync_manifest_json("m", &m3)));
     plant_big(dir, k3, big);
     fflush(NULL);
     pid_t pid = fork();

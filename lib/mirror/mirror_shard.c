@@ -68,12 +68,12 @@ static int verify_object(const char *key, const sh_doc *m, uint32_t r, int kind,
             break;
         }
         uint8_t dg[32];
-        if ((rc = fs_sha256(d + at, (size_t)l->size, dg))) break;
-        fs_sha_hex(hex, dg);
+        if ((rc = ferry__sign_sha256(d + at, (size_t)l->size, dg))) break;
+        ferry__sign_sha_hex(hex, dg);
         if (strcmp(hex, l->sha))
             rc = ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s%s: SHA-256 does not match the manifest", key, what);
         else
-            rc = mirror_check_patch(key, what, d + at, (size_t)l->size, kind == SH_DELTA ? t->base : NULL, t->target);
+            rc = ferry__mirror_check_patch(key, what, d + at, (size_t)l->size, kind == SH_DELTA ? t->base : NULL, t->target);
         at += l->size;
     }
     if (!rc && at != n)
@@ -101,15 +101,15 @@ static int copy_object(mirror *mr, const sh_doc *m, uint32_t r, int kind)
     uint64_t bytes = m->obj_bytes[2 * r + (uint32_t)kind];
     if (!bytes) return FERRY_OK;
     char key[FS_KEY_CAP];
-    sh_key_object(key, mr->run, m->version, m->id, r, kind);
-    if (mirror_in_dst(mr, key, bytes)) {
+    ferry__shard_key_object(key, mr->run, m->version, m->id, r, kind);
+    if (ferry__mirror_in_dst(mr, key, bytes)) {
         mr->info->objects_reused++;
         return FERRY_OK;
     }
     /* named by the version's id, rank and kind: a pass after a killed one
        resumes the download */
     char path[4096];
-    snprintf(path, sizeof path, "%s/ferry-mirror.%s-r%06u.%s", fs_tmp_dir(mr->o->tmp_dir), m->id, (unsigned)r,
+    snprintf(path, sizeof path, "%s/ferry-mirror.%s-r%06u.%s", ferry__sync_tmp_dir(mr->o->tmp_dir), m->id, (unsigned)r,
              kind == SH_DELTA ? "patch" : "anchor");
     ferry_store_transfer_options to = {.concurrency = mr->o->concurrency, .chunk_size = mr->o->chunk_size, .resume = 1};
     ferry_store_stat ss;
@@ -128,7 +128,7 @@ static int copy_object(mirror *mr, const sh_doc *m, uint32_t r, int kind)
     return rc;
 }
 
-int mirror_copy_shard(mirror *mr, const sh_doc *m, const void *text, size_t n)
+int ferry__mirror_copy_shard(mirror *mr, const sh_doc *m, const void *text, size_t n)
 {
     int rc = FERRY_OK;
     for (uint32_t r = 0; r < m->world && !rc; r++) {
@@ -137,6 +137,6 @@ int mirror_copy_shard(mirror *mr, const sh_doc *m, const void *text, size_t n)
     }
     if (rc) return rc;
     char key[FS_KEY_CAP];
-    fs_key_version(key, mr->run, m->version, m->id, FS_OBJ_MANIFEST);
+    ferry__sync_key_version(key, mr->run, m->version, m->id, FS_OBJ_MANIFEST);
     return ferry_store_put(mr->dst, key, text, n, NULL);
 }

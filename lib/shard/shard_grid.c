@@ -14,7 +14,7 @@
 
 static const uint64_t k_pref[] = {24, 32, 12, 16, 8, 6, 4, 3, 2, 1};
 
-bool sh_view(uint32_t ndim, const uint64_t *shape, uint64_t *rows, uint64_t *cols)
+bool ferry__shard_view(uint32_t ndim, const uint64_t *shape, uint64_t *rows, uint64_t *cols)
 {
     uint64_t c = 1;
     for (uint32_t i = 1; i < ndim; i++)
@@ -36,16 +36,16 @@ static uint64_t blocks(uint64_t n, uint64_t other, uint64_t words)
     return 1;
 }
 
-void sh_grid(uint64_t rows, uint64_t cols, uint64_t tile_words, uint64_t *nr, uint64_t *nc)
+void ferry__shard_grid(uint64_t rows, uint64_t cols, uint64_t tile_words, uint64_t *nr, uint64_t *nc)
 {
     *nc = cols > 1 ? blocks(cols, rows, tile_words) : 1;
     *nr = rows > 1 ? blocks(rows, cols / *nc, tile_words) : 1;
 }
 
-int sh_part_cut(sh_part *p, uint64_t tile_words)
+int ferry__shard_part_cut(sh_part *p, uint64_t tile_words)
 {
     uint64_t nr, nc;
-    sh_grid(p->rows, p->cols, tile_words, &nr, &nc);
+    ferry__shard_grid(p->rows, p->cols, tile_words, &nr, &nc);
     uint64_t rstep = p->rows / nr, cstep = p->cols / nc;
     /* row cuts: the part's edges and the grid's lines inside it */
     uint64_t first = p->r0 / rstep + 1, last = (p->r1 - 1) / rstep; /* grid lines strictly inside */
@@ -74,7 +74,7 @@ int sh_part_cut(sh_part *p, uint64_t tile_words)
     return FERRY_OK;
 }
 
-void sh_part_release(sh_part *p)
+void ferry__shard_part_release(sh_part *p)
 {
     free(p->name);
     free(p->rcut);
@@ -83,9 +83,9 @@ void sh_part_release(sh_part *p)
     memset(p, 0, sizeof *p);
 }
 
-void sh_doc_release(sh_doc *d)
+void ferry__shard_doc_release(sh_doc *d)
 {
-    for (size_t i = 0; i < d->nparts; i++) sh_part_release(&d->parts[i]);
+    for (size_t i = 0; i < d->nparts; i++) ferry__shard_part_release(&d->parts[i]);
     free(d->parts);
     free(d->obj_bytes);
     d->parts = NULL;
@@ -93,13 +93,13 @@ void sh_doc_release(sh_doc *d)
     d->nparts = 0;
 }
 
-size_t sh_esize(ferry_dtype dt)
+size_t ferry__shard_esize(ferry_dtype dt)
 {
     unsigned b = ferry_dtype_bits(dt);
     return b && b % 8 == 0 ? b / 8 : 0;
 }
 
-void sh_gather(void *dst, const void *src, uint64_t row0, uint64_t cols, size_t es, uint64_t r0, uint64_t r1, uint64_t c0,
+void ferry__shard_gather(void *dst, const void *src, uint64_t row0, uint64_t cols, size_t es, uint64_t r0, uint64_t r1, uint64_t c0,
                uint64_t c1)
 {
     size_t w = (size_t)(c1 - c0) * es;
@@ -107,7 +107,7 @@ void sh_gather(void *dst, const void *src, uint64_t row0, uint64_t cols, size_t 
     for (uint64_t r = r0; r < r1; r++, d += w) memcpy(d, (const uint8_t *)src + ((r - row0) * cols + c0) * es, w);
 }
 
-void sh_shard_hash(const sh_doc *m, uint8_t out[16])
+void ferry__shard_hash(const sh_doc *m, uint8_t out[16])
 {
     size_t n = 0;
     for (size_t i = 0; i < m->nparts; i++) n += m->parts[i].ntiles;
@@ -140,7 +140,7 @@ static int cmp_held(const sh_held *a, const char *name, uint64_t r0, uint64_t c0
     return 0;
 }
 
-sh_held *sh_tiles_find(const sh_tileset *s, const char *name, uint64_t r0, uint64_t c0)
+sh_held *ferry__shard_tiles_find(const sh_tileset *s, const char *name, uint64_t r0, uint64_t c0)
 {
     size_t lo = 0, hi = s->n;
     while (lo < hi) {
@@ -153,7 +153,7 @@ sh_held *sh_tiles_find(const sh_tileset *s, const char *name, uint64_t r0, uint6
     return NULL;
 }
 
-int sh_tiles_add(sh_tileset *s, const char *name, const sh_tile *t, ferry_model *m)
+int ferry__shard_tiles_add(sh_tileset *s, const char *name, const sh_tile *t, ferry_model *m)
 {
     if (s->n == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 64;
@@ -181,12 +181,12 @@ static int qcmp(const void *a, const void *b)
     return cmp_held(a, y->name, y->r0, y->c0);
 }
 
-void sh_tiles_sort(sh_tileset *s)
+void ferry__shard_tiles_sort(sh_tileset *s)
 {
     if (s->n) qsort(s->t, s->n, sizeof *s->t, qcmp);
 }
 
-void sh_tiles_release(sh_tileset *s)
+void ferry__shard_tiles_release(sh_tileset *s)
 {
     for (size_t i = 0; i < s->n; i++) {
         free(s->t[i].name);
@@ -197,13 +197,13 @@ void sh_tiles_release(sh_tileset *s)
     memset(s, 0, sizeof *s);
 }
 
-int sh_tile_model(const char *name, ferry_dtype dt, uint64_t rows, uint64_t cols, const void *data, unsigned flags,
+int ferry__shard_tile_model(const char *name, ferry_dtype dt, uint64_t rows, uint64_t cols, const void *data, unsigned flags,
                   ferry_model **out)
 {
     uint64_t shape[2] = {rows, cols};
     ferry_model *m = NULL;
     int rc = ferry_model_create(&m);
-    if (!rc) rc = ferry_model_add(m, name, dt, 2, shape, data, rows * cols * sh_esize(dt), flags);
+    if (!rc) rc = ferry_model_add(m, name, dt, 2, shape, data, rows * cols * ferry__shard_esize(dt), flags);
     if (rc) {
         ferry_model_free(m);
         return rc;

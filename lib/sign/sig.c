@@ -43,13 +43,13 @@ static const char *ossl_why(char *buf, size_t cap)
     return buf;
 }
 
-bool fs_keys_enforce(const ferry_keys *k) { return k && k->n > 0; }
+bool ferry__sign_keys_enforce(const ferry_keys *k) { return k && k->n > 0; }
 size_t ferry_keys_trusted(const ferry_keys *k) { return k ? k->n : 0; }
 int ferry_keys_can_sign(const ferry_keys *k) { return k && k->signer ? 1 : 0; }
 
 /* ---- digests ---- */
 
-int fs_sha256(const void *data, size_t n, uint8_t out[32])
+int ferry__sign_sha256(const void *data, size_t n, uint8_t out[32])
 {
     unsigned len = 0;
     if (!EVP_Digest(data, n, out, &len, EVP_sha256(), NULL) || len != 32) {
@@ -59,7 +59,7 @@ int fs_sha256(const void *data, size_t n, uint8_t out[32])
     return FERRY_OK;
 }
 
-int fs_sha256_file(const char *path, uint8_t out[32], uint64_t *size)
+int ferry__sign_sha256_file(const char *path, uint8_t out[32], uint64_t *size)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ferry__fail(FERRY_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -109,8 +109,8 @@ static bool unhexn(const char *s, uint8_t *out, size_t n)
     return true;
 }
 
-void fs_sha_hex(char out[65], const uint8_t d[32]) { hexn(out, d, 32); }
-bool fs_sha_unhex(const char *s, uint8_t out[32]) { return strlen(s) == 64 && unhexn(s, out, 32); }
+void ferry__sign_sha_hex(char out[65], const uint8_t d[32]) { hexn(out, d, 32); }
+bool ferry__sign_sha_unhex(const char *s, uint8_t out[32]) { return strlen(s) == 64 && unhexn(s, out, 32); }
 
 /* ---- keys ---- */
 
@@ -120,7 +120,7 @@ static int key_id(EVP_PKEY *pk, uint8_t id[FS_KEYID_LEN], const char *path)
     size_t len = sizeof raw;
     if (EVP_PKEY_get_raw_public_key(pk, raw, &len) != 1 || len != 32)
         return ferry__fail(FERRY_ERR_SIG_KEY, "%s: cannot read the raw Ed25519 public key", path);
-    int rc = fs_sha256(raw, 32, d);
+    int rc = ferry__sign_sha256(raw, 32, d);
     if (!rc) memcpy(id, d, FS_KEYID_LEN);
     return rc;
 }
@@ -316,7 +316,7 @@ static int message(const char *domain, const void *data, size_t n, uint8_t out[3
     return FERRY_OK;
 }
 
-int fs_sig_sign(const ferry_keys *k, const char *domain, const void *data, size_t n, uint8_t raw[FS_SIG_RAW])
+int ferry__sign_bytes(const ferry_keys *k, const char *domain, const void *data, size_t n, uint8_t raw[FS_SIG_RAW])
 {
     if (!k || !k->signer) return ferry__fail(FERRY_ERR_ARG, "signing without a signing key");
     uint8_t m[32];
@@ -335,7 +335,7 @@ int fs_sig_sign(const ferry_keys *k, const char *domain, const void *data, size_
     return FERRY_OK;
 }
 
-int fs_sig_verify(const ferry_keys *k, const char *domain, const char *name, const void *data, size_t n,
+int ferry__sign_verify(const ferry_keys *k, const char *domain, const char *name, const void *data, size_t n,
                   const uint8_t raw[FS_SIG_RAW], int64_t island)
 {
     char hid[2 * FS_KEYID_LEN + 1];
@@ -366,11 +366,11 @@ int fs_sig_verify(const ferry_keys *k, const char *domain, const char *name, con
 
 static const char k_lead[] = "\n#ferry-sig-1 "; /* 14 bytes */
 
-int fs_sig_seal(const ferry_keys *k, const char *domain, const char *body, size_t n, char **out)
+int ferry__sign_seal(const ferry_keys *k, const char *domain, const char *body, size_t n, char **out)
 {
     *out = NULL;
     uint8_t raw[FS_SIG_RAW];
-    int rc = fs_sig_sign(k, domain, body, n, raw);
+    int rc = ferry__sign_bytes(k, domain, body, n, raw);
     if (rc) return rc;
     char *t = ferry__malloc(n + FS_SIG_TRAILER + 1);
     if (!t) return FERRY_ERR_NOMEM;
@@ -386,7 +386,7 @@ int fs_sig_seal(const ferry_keys *k, const char *domain, const char *body, size_
     return FERRY_OK;
 }
 
-int fs_sig_open(const ferry_keys *k, const char *domain, const char *name, const void *text, size_t n, size_t *body_len,
+int ferry__sign_open(const ferry_keys *k, const char *domain, const char *name, const void *text, size_t n, size_t *body_len,
                 bool *is_signed)
 {
     const char *s = text;
@@ -397,7 +397,7 @@ int fs_sig_open(const ferry_keys *k, const char *domain, const char *name, const
     size_t from = n > FS_SIG_TRAILER + 64 ? n - FS_SIG_TRAILER - 64 : 0;
     for (const char *p = s + from; (p = memmem(p, n - (size_t)(p - s), "\n#ferry-sig-", 12)); p++) lead = p;
     if (!lead) {
-        if (fs_keys_enforce(k)) return ferry__fail(FERRY_ERR_SIG_MISSING, "%s: unsigned, and this reader trusts only signed records", name);
+        if (ferry__sign_keys_enforce(k)) return ferry__fail(FERRY_ERR_SIG_MISSING, "%s: unsigned, and this reader trusts only signed records", name);
         return FERRY_OK;
     }
     size_t at = (size_t)(lead - s);
@@ -408,6 +408,6 @@ int fs_sig_open(const ferry_keys *k, const char *domain, const char *name, const
                            n - at, FS_SIG_TRAILER);
     *body_len = at;
     *is_signed = true;
-    if (!fs_keys_enforce(k)) return FERRY_OK;
-    return fs_sig_verify(k, domain, name, s, at, raw, -1);
+    if (!ferry__sign_keys_enforce(k)) return FERRY_OK;
+    return ferry__sign_verify(k, domain, name, s, at, raw, -1);
 }

@@ -5,7 +5,7 @@
  * tiles kept inside their objects, parts checked to cover every tensor's
  * rows exactly once. */
 #include "shard_impl.h"
-#include "sig.h"
+#include "sign/sig.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -23,7 +23,7 @@ static char *dump(json_t *root)
     return s;
 }
 
-void sh_key_object(char out[FS_KEY_CAP], const char *run, uint64_t version, const char *id, uint32_t rank, int kind)
+void ferry__shard_key_object(char out[FS_KEY_CAP], const char *run, uint64_t version, const char *id, uint32_t rank, int kind)
 {
     snprintf(out, FS_KEY_CAP, "%s/v/%020llu-%s-r%06u.%s", run, (unsigned long long)version, id, rank,
              kind == SH_ANCHOR ? "anchor" : "patch");
@@ -81,7 +81,7 @@ static void g_id(pc *c, json_t *o, const char *name, char out[FS_ID_CAP])
 {
     const char *s = g_str(c, o, name);
     if (c->rc) return;
-    if (strlen(s) != FERRY_SYNC_ID_LEN || !fs_id_valid(s)) {
+    if (strlen(s) != FERRY_SYNC_ID_LEN || !ferry__sync_id_valid(s)) {
         bad(c, "field '%s' is not a %d-hex-digit id", name, FERRY_SYNC_ID_LEN);
         return;
     }
@@ -91,7 +91,7 @@ static void g_id(pc *c, json_t *o, const char *name, char out[FS_ID_CAP])
 static void g_hash(pc *c, json_t *o, const char *name, uint8_t out[16])
 {
     const char *s = g_str(c, o, name);
-    if (!c->rc && !fs_unhex(s, out)) bad(c, "field '%s' is not 32 lowercase hex digits", name);
+    if (!c->rc && !ferry__sync_unhex(s, out)) bad(c, "field '%s' is not 32 lowercase hex digits", name);
 }
 
 static void g_ref(pc *c, json_t *o, const char *name, fs_ref *r)
@@ -143,14 +143,14 @@ static json_t *load(pc *c, const void *text, size_t n, const char *format)
 
 /* ---- token ---- */
 
-char *sh_token_json(const sh_token *t)
+char *ferry__shard_token_json(const sh_token *t)
 {
     return dump(json_pack("{s:s,s:s,s:o,s:s,s:s,s:o,s:o,s:o}", "format", "ferry-shard-token-1", "run", t->run, "version",
                           jint(t->version), "id", t->id, "kind", t->kind == FERRY_SYNC_ANCHOR ? "anchor" : "delta", "base",
                           ref_json(&t->base), "world", jint(t->world), "tile_words", jint(t->tile_words)));
 }
 
-int sh_token_parse(const char *text, size_t n, sh_token *t)
+int ferry__shard_token_parse(const char *text, size_t n, sh_token *t)
 {
     pc c = {"shard token", FERRY_ERR_SHARD_FOREIGN, 0};
     memset(t, 0, sizeof *t);
@@ -186,10 +186,10 @@ static json_t *part_json(const sh_part *p, bool with_rank)
     for (size_t i = 0; i < p->ntiles; i++) {
         const sh_tile *t = &p->tiles[i];
         char h[33];
-        fs_hex(h, t->target);
+        ferry__sync_hex(h, t->target);
         json_t *o = json_pack("{s:s}", "target", h);
         if (t->loc[SH_DELTA].size) {
-            fs_hex(h, t->base);
+            ferry__sync_hex(h, t->base);
             json_object_set_new(o, "base", json_string(h));
             json_object_set_new(o, "delta", loc_json(&t->loc[SH_DELTA]));
         }
@@ -262,15 +262,15 @@ static void g_part(pc *c, json_t *o, sh_part *p, bool with_rank, bool need_delta
         return;
     }
     if (ferry_dtype_parse(g_str(c, o, "dtype"), &p->dtype) && !c->rc) bad(c, "tensor '%s': unknown dtype", name);
-    if (!c->rc && !sh_esize(p->dtype)) bad(c, "tensor '%s': sub-byte dtype %s is not tiled", name, ferry_dtype_name(p->dtype));
+    if (!c->rc && !ferry__shard_esize(p->dtype)) bad(c, "tensor '%s': sub-byte dtype %s is not tiled", name, ferry_dtype_name(p->dtype));
     json_t *shape = json_object_get(o, "shape");
     if (!c->rc && (!json_is_array(shape) || json_array_size(shape) > FERRY_MAX_DIMS)) bad(c, "tensor '%s': bad shape", name);
     if (c->rc) return;
     p->ndim = (uint32_t)json_array_size(shape);
     for (uint32_t i = 0; i < p->ndim && !c->rc; i++) p->shape[i] = g_u64v(c, json_array_get(shape, i), "a shape entry");
     uint64_t bytes;
-    if (!c->rc && (!sh_view(p->ndim, p->shape, &p->rows, &p->cols) || !ferry__mul_u64(p->rows, p->cols, &bytes) ||
-                   !ferry__mul_u64(bytes, sh_esize(p->dtype), &bytes) || !p->rows || !p->cols))
+    if (!c->rc && (!ferry__shard_view(p->ndim, p->shape, &p->rows, &p->cols) || !ferry__mul_u64(p->rows, p->cols, &bytes) ||
+                   !ferry__mul_u64(bytes, ferry__shard_esize(p->dtype), &bytes) || !p->rows || !p->cols))
         bad(c, "tensor '%s': empty shape or element count overflows", name);
     json_t *rows = json_object_get(o, "rows");
     if (!c->rc && (!json_is_array(rows) || json_array_size(rows) != 2)) bad(c, "tensor '%s': 'rows' is not [begin, end]", name);
@@ -368,7 +368,7 @@ static void g_parts(pc *c, json_t *root, sh_doc *d, bool with_rank)
 
 /* ---- record ---- */
 
-char *sh_record_json(const sh_doc *r)
+char *ferry__shard_record_json(const sh_doc *r)
 {
     return dump(json_pack("{s:s,s:s,s:o,s:s,s:s,s:o,s:o,s:[o,o],s:o}", "format", "ferry-shard-record-1", "run", r->run, "version",
                           jint(r->version), "id", r->id, "kind", r->kind == FERRY_SYNC_ANCHOR ? "anchor" : "delta", "rank",
@@ -391,7 +391,7 @@ static void g_head(pc *c, json_t *root, const char *run, sh_doc *d)
     if (!c->rc && d->version == 1 && d->kind != FERRY_SYNC_ANCHOR) bad(c, "version 1 is not an anchor");
 }
 
-int sh_record_parse(const char *run, const char *key, const void *text, size_t n, sh_doc *d)
+int ferry__shard_record_parse(const char *run, const char *key, const void *text, size_t n, sh_doc *d)
 {
     pc c = {key, FERRY_ERR_SHARD_FOREIGN, 0};
     memset(d, 0, sizeof *d);
@@ -408,25 +408,25 @@ int sh_record_parse(const char *run, const char *key, const void *text, size_t n
     if (!c.rc) g_parts(&c, root, d, false);
     for (size_t i = 0; i < d->nparts; i++) d->parts[i].rank = d->rank;
     json_decref(root);
-    if (c.rc) sh_doc_release(d);
+    if (c.rc) ferry__shard_doc_release(d);
     return c.rc;
 }
 
 /* ---- manifest ---- */
 
-char *sh_manifest_json(const sh_doc *m)
+char *ferry__shard_manifest_json(const sh_doc *m)
 {
     json_t *objs = json_array();
     for (uint32_t r = 0; r < m->world; r++)
         for (int k = 0; k < 2; k++) {
             if (!m->obj_bytes[2 * r + k]) continue;
             char key[FS_KEY_CAP];
-            sh_key_object(key, m->run, m->version, m->id, r, k);
+            ferry__shard_key_object(key, m->run, m->version, m->id, r, k);
             json_array_append_new(objs, json_pack("{s:o,s:s,s:s,s:o}", "rank", jint(r), "kind", k ? "anchor" : "delta", "key",
                                                   key, "bytes", jint(m->obj_bytes[2 * r + k])));
         }
     char h[33];
-    fs_hex(h, m->model_hash);
+    ferry__sync_hex(h, m->model_hash);
     return dump(json_pack("{s:s,s:s,s:o,s:s,s:s,s:o,s:o,s:o,s:o,s:s,s:o,s:o,s:o,s:s,s:o,s:o}", "format", "ferry-manifest-2",
                           "run", m->run, "version", jint(m->version), "id", m->id, "kind",
                           m->kind == FERRY_SYNC_ANCHOR ? "anchor" : "delta", "prev", ref_json(&m->prev), "anchor",
@@ -443,14 +443,14 @@ static int cmp_part(const void *a, const void *b)
     return x->r0 < y->r0 ? -1 : x->r0 > y->r0;
 }
 
-void sh_parts_sort(sh_part *p, size_t n)
+void ferry__shard_parts_sort(sh_part *p, size_t n)
 {
     if (n) qsort(p, n, sizeof *p, cmp_part);
 }
 
 /* Parts sorted by (name, r0) cover each tensor's rows exactly once and agree
  * on its dtype, shape and column cuts. */
-int sh_parts_cover(const sh_part *p, size_t n, int code, const char *what)
+int ferry__shard_parts_cover(const sh_part *p, size_t n, int code, const char *what)
 {
     for (size_t i = 0; i < n; i++) {
         const sh_part *a = &p[i];
@@ -483,7 +483,7 @@ int sh_parts_cover(const sh_part *p, size_t n, int code, const char *what)
     return FERRY_OK;
 }
 
-int sh_manifest_parse(const char *run, const char *key, const void *text, size_t n, sh_doc *m)
+int ferry__shard_manifest_parse(const char *run, const char *key, const void *text, size_t n, sh_doc *m)
 {
     pc c = {key, FERRY_ERR_SYNC_MANIFEST, 0};
     memset(m, 0, sizeof *m);
@@ -498,7 +498,7 @@ int sh_manifest_parse(const char *run, const char *key, const void *text, size_t
     m->created = g_u64(&c, root, "created_unix");
     m->anchor_every = (uint32_t)g_u64(&c, root, "anchor_every");
     const char *pub = g_str(&c, root, "publisher");
-    if (!c.rc && !fs_publisher_valid(pub)) bad(&c, "field 'publisher' is not a publisher id");
+    if (!c.rc && !ferry__sync_publisher_valid(pub)) bad(&c, "field 'publisher' is not a publisher id");
     if (!c.rc) snprintf(m->publisher, sizeof m->publisher, "%s", pub);
     if (!c.rc && (m->prev.version + 1 != m->version)) bad(&c, "'prev' is not the version before");
     if (!c.rc && (!m->anchor.version || m->anchor.version > m->version ||
@@ -518,7 +518,7 @@ int sh_manifest_parse(const char *run, const char *key, const void *text, size_t
             break;
         }
         char want[FS_KEY_CAP];
-        sh_key_object(want, run, m->version, m->id, (uint32_t)r, kind);
+        ferry__shard_key_object(want, run, m->version, m->id, (uint32_t)r, kind);
         if (strcmp(g_str(&c, o, "key"), want) && !c.rc) bad(&c, "an object key is not the one the protocol gives (%s)", want);
         if (m->obj_bytes[2 * r + (uint64_t)kind] && !c.rc) bad(&c, "object %s listed twice", want);
         m->obj_bytes[2 * r + (uint64_t)kind] = g_u64(&c, o, "bytes");
@@ -530,22 +530,22 @@ int sh_manifest_parse(const char *run, const char *key, const void *text, size_t
         for (size_t i = 1; i < m->nparts && !c.rc; i++)
             if (cmp_part(&m->parts[i - 1], &m->parts[i]) >= 0) bad(&c, "parts are not sorted by tensor name and first row");
         if (!c.rc && !m->nparts) bad(&c, "no parts");
-        if (!c.rc) c.rc = sh_parts_cover(m->parts, m->nparts, FERRY_ERR_SYNC_MANIFEST, key);
+        if (!c.rc) c.rc = ferry__shard_parts_cover(m->parts, m->nparts, FERRY_ERR_SYNC_MANIFEST, key);
         uint8_t h[16];
         if (!c.rc) {
-            sh_shard_hash(m, h);
+            ferry__shard_hash(m, h);
             if (memcmp(h, m->model_hash, 16)) bad(&c, "model_hash is not the shard hash of its tiles");
         }
     }
-    if (c.rc) sh_doc_release(m);
+    if (c.rc) ferry__shard_doc_release(m);
     return c.rc;
 }
 
-int sh_manifest_read(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id, fs_count *cnt,
+int ferry__shard_manifest_read(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id, fs_count *cnt,
                      sh_doc *out)
 {
     char key[FS_KEY_CAP];
-    fs_key_version(key, run, version, id, FS_OBJ_MANIFEST);
+    ferry__sync_key_version(key, run, version, id, FS_OBJ_MANIFEST);
     void *d;
     size_t n;
     memset(out, 0, sizeof *out);
@@ -564,7 +564,7 @@ int sh_manifest_read(ferry_store *st, const char *run, const ferry_keys *keys, u
      * unsigned or forged manifest is refused unparsed */
     bool is_signed;
     size_t body = n;
-    if ((rc = fs_sig_open(keys, FS_DOM_RECORD, key, d, n, &body, &is_signed))) {
+    if ((rc = ferry__sign_open(keys, FS_DOM_RECORD, key, d, n, &body, &is_signed))) {
         ferry_free(d);
         return rc;
     }
@@ -574,10 +574,10 @@ int sh_manifest_read(ferry_store *st, const char *run, const ferry_keys *keys, u
         ferry_free(d);
         return ferry__fail(FERRY_ERR_SHARD_KIND, "%s: a single-rank version (ferry-manifest-1): this run is not sharded", key);
     }
-    rc = sh_manifest_parse(run, key, d, n, out);
+    rc = ferry__shard_manifest_parse(run, key, d, n, out);
     ferry_free(d);
     if (!rc && (out->version != version || strcmp(out->id, id))) {
-        sh_doc_release(out);
+        ferry__shard_doc_release(out);
         rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: holds the manifest of another version", key);
     }
     return rc;
@@ -585,7 +585,7 @@ int sh_manifest_read(ferry_store *st, const char *run, const ferry_keys *keys, u
 
 /* ---- links of either manifest format (GC, run log) ---- */
 
-void sh_manifest_view(const sh_doc *m, fs_manifest *out)
+void ferry__shard_manifest_view(const sh_doc *m, fs_manifest *out)
 {
     memset(out, 0, sizeof *out);
     out->version = m->version;
@@ -604,20 +604,4 @@ void sh_manifest_view(const sh_doc *m, fs_manifest *out)
     out->created = (int64_t)m->created;
     snprintf(out->publisher, sizeof out->publisher, "%s", m->publisher);
     out->anchor_every = m->anchor_every;
-}
-
-int sh_manifest_links(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id,
-                      fs_manifest *out)
-{
-    memset(out, 0, sizeof *out);
-    sh_doc m;
-    int rc = sh_manifest_read(st, run, keys, version, id, NULL, &m);
-    if (rc == FERRY_ERR_SHARD_KIND) {
-        ferry__clear_error();
-        return fs_manifest_read(st, run, keys, version, id, NULL, out);
-    }
-    if (rc) return rc;
-    sh_manifest_view(&m, out);
-    sh_doc_release(&m);
-    return FERRY_OK;
 }

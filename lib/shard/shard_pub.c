@@ -43,7 +43,7 @@ int ferry_shard_publisher_open(ferry_store *store, const char *run, const ferry_
     if (!opts->world || opts->world > FERRY_SHARD_WORLD_MAX || opts->rank >= opts->world)
         return ferry__fail(FERRY_ERR_ARG, "run %s: rank %u of world %u: world must be 1..%d and rank below it", run, opts->rank,
                            opts->world, FERRY_SHARD_WORLD_MAX);
-    if (opts->publisher_id && !fs_publisher_valid(opts->publisher_id))
+    if (opts->publisher_id && !ferry__sync_publisher_valid(opts->publisher_id))
         return ferry__fail(FERRY_ERR_ARG, "publisher id '%.200s': empty, too long, or not printable ASCII without quotes",
                            opts->publisher_id);
     ferry_shard_publisher *p = ferry__calloc(1, sizeof *p);
@@ -55,7 +55,7 @@ int ferry_shard_publisher_open(ferry_store *store, const char *run, const ferry_
     if (!p->o.anchor_every) p->o.anchor_every = 10;
     if (!p->o.min_tile_words) p->o.min_tile_words = SH_DEFAULT_TILE_WORDS;
     if (opts->publisher_id) snprintf(p->pubid, sizeof p->pubid, "%s", opts->publisher_id);
-    else fs_default_publisher(p->pubid);
+    else ferry__sync_default_publisher(p->pubid);
     if ((rc = ferry_model_create(&p->empty))) {
         free(p);
         return rc;
@@ -66,7 +66,7 @@ int ferry_shard_publisher_open(ferry_store *store, const char *run, const ferry_
 
 static void drop_pending(ferry_shard_publisher *p)
 {
-    sh_doc_release(&p->rec);
+    ferry__shard_doc_release(&p->rec);
     ferry__buf_release(&p->obj[0]);
     ferry__buf_release(&p->obj[1]);
     p->pending = false;
@@ -76,8 +76,8 @@ void ferry_shard_publisher_free(ferry_shard_publisher *p)
 {
     if (!p) return;
     drop_pending(p);
-    sh_tiles_release(&p->prev);
-    sh_doc_release(&p->last);
+    ferry__shard_tiles_release(&p->prev);
+    ferry__shard_doc_release(&p->last);
     ferry_model_free(p->empty);
     free(p);
 }
@@ -92,10 +92,10 @@ int ferry_shard_begin(ferry_shard_publisher *p, unsigned flags, char **token, si
     *token = NULL;
     if (p->o.rank) return ferry__fail(FERRY_ERR_ARG, "run %s: ferry_shard_begin is rank 0's (this is rank %u)", p->run, p->o.rank);
     p->begun = false;
-    sh_doc_release(&p->last);
+    ferry__shard_doc_release(&p->last);
     memset(&p->last, 0, sizeof p->last);
     fs_head h;
-    int rc = fs_head_read(p->st, p->run, p->o.keys, NULL, &h, p->head_etag);
+    int rc = ferry__sync_head_read(p->st, p->run, p->o.keys, NULL, &h, p->head_etag);
     sh_token t;
     memset(&t, 0, sizeof t);
     snprintf(t.run, sizeof t.run, "%s", p->run);
@@ -109,7 +109,7 @@ int ferry_shard_begin(ferry_shard_publisher *p, unsigned flags, char **token, si
     } else if (rc) {
         return rc;
     } else {
-        if ((rc = sh_manifest_read(p->st, p->run, p->o.keys, h.version, h.id, NULL, &p->last))) return rc;
+        if ((rc = ferry__shard_manifest_read(p->st, p->run, p->o.keys, h.version, h.id, NULL, &p->last))) return rc;
         if (memcmp(h.model_hash, p->last.model_hash, 16))
             return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "run %s: HEAD and the manifest of version %llu disagree on its hash", p->run,
                                (unsigned long long)h.version);
@@ -124,8 +124,8 @@ int ferry_shard_begin(ferry_shard_publisher *p, unsigned flags, char **token, si
         bool anchor = (flags & FERRY_SHARD_ANCHOR) || t.version - p->last.anchor.version >= p->o.anchor_every;
         t.kind = anchor ? FERRY_SYNC_ANCHOR : FERRY_SYNC_DELTA;
     }
-    if ((rc = fs_new_id(t.id))) return rc;
-    char *s = sh_token_json(&t);
+    if ((rc = ferry__sync_new_id(t.id))) return rc;
+    char *s = ferry__shard_token_json(&t);
     if (!s) return FERRY_ERR_NOMEM;
     size_t n = strlen(s);
     char *c = ferry__malloc(n + 1);
@@ -154,7 +154,7 @@ static int make_parts(ferry_shard_publisher *p, const sh_token *t, const ferry_s
             !a->data || (unsigned)a->dtype >= FERRY_DTYPE_COUNT)
             return ferry__fail(FERRY_ERR_ARG, "run %s rank %u: part %zu: missing name, shape or data, or a bad dtype", p->run,
                                p->o.rank, i);
-        if (!sh_esize(a->dtype))
+        if (!ferry__shard_esize(a->dtype))
             return ferry__fail(FERRY_ERR_UNSUPPORTED, "tensor '%s': sub-byte dtype %s cannot be sharded", a->name,
                                ferry_dtype_name(a->dtype));
         if (!(q->name = ferry__strdup(a->name))) return FERRY_ERR_NOMEM;
@@ -162,7 +162,7 @@ static int make_parts(ferry_shard_publisher *p, const sh_token *t, const ferry_s
         q->ndim = a->ndim;
         if (a->ndim) memcpy(q->shape, a->shape, a->ndim * sizeof *a->shape);
         uint64_t b;
-        if (!sh_view(q->ndim, q->shape, &q->rows, &q->cols) || !q->rows || !q->cols || !ferry__mul_u64(q->rows, q->cols, &b) ||
+        if (!ferry__shard_view(q->ndim, q->shape, &q->rows, &q->cols) || !q->rows || !q->cols || !ferry__mul_u64(q->rows, q->cols, &b) ||
             !ferry__mul_u64(b, 8, &b))
             return ferry__fail(FERRY_ERR_SHARD_PARTS, "tensor '%s': empty shape or element count overflows", a->name);
         q->r0 = a->row_begin;
@@ -172,14 +172,14 @@ static int make_parts(ferry_shard_publisher *p, const sh_token *t, const ferry_s
             return ferry__fail(FERRY_ERR_SHARD_PARTS, "tensor '%s': part rows [%llu, %llu) of rank %u lie outside its %llu rows",
                                a->name, (unsigned long long)q->r0, (unsigned long long)q->r1, p->o.rank,
                                (unsigned long long)q->rows);
-        int rc = sh_part_cut(q, t->tile_words);
+        int rc = ferry__shard_part_cut(q, t->tile_words);
         if (rc) return rc;
     }
     /* a rank's own parts may not overlap (the others' are checked at commit) */
     sh_part *sorted = ferry__calloc(n + 1, sizeof *sorted);
     if (!sorted) return FERRY_ERR_NOMEM;
     memcpy(sorted, rec->parts, n * sizeof *sorted);
-    sh_parts_sort(sorted, n);
+    ferry__shard_parts_sort(sorted, n);
     int rc = FERRY_OK;
     for (size_t i = 1; i < n && !rc; i++)
         if (!strcmp(sorted[i].name, sorted[i - 1].name) && sorted[i].r0 < sorted[i - 1].r1)
@@ -194,7 +194,7 @@ static int make_parts(ferry_shard_publisher *p, const sh_token *t, const ferry_s
 /* Gets this rank's tiles of the token's base back through the island path. */
 static int resume(ferry_shard_publisher *p, const sh_token *t, const sh_doc *rec)
 {
-    sh_tiles_release(&p->prev);
+    ferry__shard_tiles_release(&p->prev);
     ferry_shard_region *rg = ferry__calloc(rec->nparts + 1, sizeof *rg);
     if (!rg) return FERRY_ERR_NOMEM;
     for (size_t i = 0; i < rec->nparts; i++)
@@ -204,7 +204,7 @@ static int resume(ferry_shard_publisher *p, const sh_token *t, const sh_doc *rec
     int rc = ferry_shard_subscriber_open(p->st, p->run, rg, rec->nparts, &so, &s);
     if (!rc && rec->nparts) rc = ferry_shard_pull(s, FERRY_SYNC_EXACT, t->base.version, NULL);
     if (!rc) {
-        sh_sub_take_tiles(s, &p->prev);
+        ferry__shard_sub_take_tiles(s, &p->prev);
         if (rec->nparts && strcmp(p->prev.id, t->base.id))
             rc = ferry__fail(FERRY_ERR_SHARD_FOREIGN, "run %s: version %llu on HEAD's lineage is not the token's base (id %s)", p->run,
                              (unsigned long long)t->base.version, t->base.id);
@@ -214,7 +214,7 @@ static int resume(ferry_shard_publisher *p, const sh_token *t, const sh_doc *rec
     ferry_shard_subscriber_free(s);
     free(rg);
     if (rc) {
-        sh_tiles_release(&p->prev);
+        ferry__shard_tiles_release(&p->prev);
         ferry__context(rc, "run %s rank %u: getting back its tiles of version %llu", p->run, p->o.rank,
                        (unsigned long long)t->base.version);
     }
@@ -237,18 +237,18 @@ static int append(ferry_buf *b, void *patch, size_t n, sh_loc *l)
 static int put_tile(ferry_shard_publisher *p, const sh_token *t, const sh_part *q, const ferry_shard_part *a, sh_tile *tile,
                     uint8_t *scratch, uint16_t *cast)
 {
-    size_t es = sh_esize(a->dtype);
+    size_t es = ferry__shard_esize(a->dtype);
     uint64_t tr = tile->r1 - tile->r0, tc = tile->c1 - tile->c0;
-    sh_gather(scratch, a->data, q->r0, q->cols, es, tile->r0, tile->r1, tile->c0, tile->c1);
+    ferry__shard_gather(scratch, a->data, q->r0, q->cols, es, tile->r0, tile->r1, tile->c0, tile->c1);
     ferry_model *b = NULL;
-    int rc = sh_tile_model(q->name, a->dtype, tr, tc, scratch, FERRY_ADD_BORROW, &b);
+    int rc = ferry__shard_tile_model(q->name, a->dtype, tr, tc, scratch, FERRY_ADD_BORROW, &b);
     if (rc) return rc;
     void *patch = NULL;
     size_t n = 0;
     uint8_t base[16], target[16];
     ferry_patch_info *pi = NULL;
     if (t->base.version) {
-        sh_held *h = sh_tiles_find(&p->prev, q->name, tile->r0, tile->c0);
+        sh_held *h = ferry__shard_tiles_find(&p->prev, q->name, tile->r0, tile->c0);
         const ferry_tensor *ht = h ? ferry_model_tensor(h->m, 0) : NULL;
         if (!h || h->r1 != tile->r1 || h->c1 != tile->c1 || ht->dtype != q->dtype) {
             rc = ferry__fail(FERRY_ERR_SHARD_PARTS, "tensor '%s' tile [%llu:%llu, %llu:%llu]: not a tile of rank %u in version %llu "
@@ -272,7 +272,7 @@ static int put_tile(ferry_shard_publisher *p, const sh_token *t, const sh_part *
             ferry_f32_to_bf16_n(cast, (const float *)(const void *)scratch, tr * tc);
             ferry_model_free(b);
             b = NULL;
-            if ((rc = sh_tile_model(q->name, q->dtype, tr, tc, cast, FERRY_ADD_BORROW, &b))) goto out;
+            if ((rc = ferry__shard_tile_model(q->name, q->dtype, tr, tc, cast, FERRY_ADD_BORROW, &b))) goto out;
         }
         ferry_diff_options d = {.level = p->o.level, .threads = p->o.threads};
         if ((rc = ferry_diff(p->empty, b, &d, &patch, &n)) || (rc = ferry_patch_inspect(patch, n, &pi))) goto out;
@@ -301,7 +301,7 @@ int ferry_shard_put(ferry_shard_publisher *p, const char *token, size_t token_si
     *record = NULL;
     drop_pending(p);
     sh_token t;
-    int rc = sh_token_parse(token, token_size, &t);
+    int rc = ferry__shard_token_parse(token, token_size, &t);
     if (rc) return rc;
     if (strcmp(t.run, p->run) || t.world != p->o.world)
         return ferry__fail(FERRY_ERR_SHARD_FOREIGN, "shard token: for run '%s' with %u ranks, this is rank %u of %u of run '%s'", t.run,
@@ -337,11 +337,11 @@ int ferry_shard_put(ferry_shard_publisher *p, const char *token, size_t token_si
         r->obj_bytes[k] = p->obj[k].size;
         if (!p->obj[k].size) continue;
         char key[FS_KEY_CAP];
-        sh_key_object(key, p->run, t.version, t.id, p->o.rank, k);
+        ferry__shard_key_object(key, p->run, t.version, t.id, p->o.rank, k);
         rc = ferry_store_put(p->st, key, p->obj[k].data, p->obj[k].size, NULL);
     }
     if (!rc) {
-        char *s = sh_record_json(r);
+        char *s = ferry__shard_record_json(r);
         size_t n = s ? strlen(s) : 0;
         if (s && (*record = ferry__malloc(n + 1))) {
             memcpy(*record, s, n + 1);
@@ -357,7 +357,7 @@ int ferry_shard_put(ferry_shard_publisher *p, const char *token, size_t token_si
         unsigned sr = 0;
         unsigned long long sv = 0;
         if (sscanf(getenv("FERRY_SHARD_TEST_STALL"), "%u:%llu", &sr, &sv) == 2 && sr == p->o.rank && sv == t.version)
-            fs_sleep_ms(60000);
+            ferry__sync_sleep_ms(60000);
     }
 out:
     free(scratch);
@@ -395,7 +395,7 @@ int ferry_shard_finish(ferry_shard_publisher *p, int committed)
             const uint8_t *patch = p->obj[kind].data + x->loc[kind].off;
             ferry_model *m = NULL;
             if (kind == SH_DELTA) {
-                sh_held *h = sh_tiles_find(&p->prev, q->name, x->r0, x->c0);
+                sh_held *h = ferry__shard_tiles_find(&p->prev, q->name, x->r0, x->c0);
                 ferry_apply_options ao = {.threads = p->o.threads, .base_hash = h->hash, .undo_limit = 1};
                 if (!(rc = ferry_apply_inplace_ex(h->m, patch, x->loc[kind].size, &ao))) {
                     m = h->m;
@@ -405,16 +405,16 @@ int ferry_shard_finish(ferry_shard_publisher *p, int committed)
                 ferry_apply_options ao = {.threads = p->o.threads};
                 rc = ferry_apply_ex(p->empty, patch, x->loc[kind].size, &ao, &m);
             }
-            if (!rc && (rc = sh_tiles_add(&next, q->name, x, m))) ferry_model_free(m);
+            if (!rc && (rc = ferry__shard_tiles_add(&next, q->name, x, m))) ferry_model_free(m);
         }
     }
-    sh_tiles_release(&p->prev);
+    ferry__shard_tiles_release(&p->prev);
     if (rc) {
-        sh_tiles_release(&next);
+        ferry__shard_tiles_release(&next);
         drop_pending(p);
         return ferry__context(rc, "run %s rank %u: taking version %llu as its base", p->run, p->o.rank, (unsigned long long)t->version);
     }
-    sh_tiles_sort(&next);
+    ferry__shard_tiles_sort(&next);
     next.version = t->version;
     memcpy(next.id, t->id, FS_ID_CAP);
     p->prev = next;
@@ -467,11 +467,11 @@ static int merge(const sh_token *t, sh_doc *recs, size_t n, sh_doc *m)
         m->obj_bytes[2 * recs[i].rank] = recs[i].obj_bytes[0];
         m->obj_bytes[2 * recs[i].rank + 1] = recs[i].obj_bytes[1];
     }
-    sh_parts_sort(m->parts, m->nparts);
+    ferry__shard_parts_sort(m->parts, m->nparts);
     if (!m->nparts) return ferry__fail(FERRY_ERR_SHARD_PARTS, "version %llu: no rank put any part", (unsigned long long)t->version);
     char what[64];
     snprintf(what, sizeof what, "version %llu", (unsigned long long)t->version);
-    return sh_parts_cover(m->parts, m->nparts, FERRY_ERR_SHARD_PARTS, what);
+    return ferry__shard_parts_cover(m->parts, m->nparts, FERRY_ERR_SHARD_PARTS, what);
 }
 
 /* HEAD from the previous version to m, by compare-and-swap; a refused
@@ -480,13 +480,13 @@ static int merge(const sh_token *t, sh_doc *recs, size_t n, sh_doc *m)
 static int move_head(ferry_shard_publisher *p, const sh_doc *m)
 {
     fs_head nh;
-    fs_head_init(&nh, m->version, m->id, m->kind, m->model_hash, p->pubid);
+    ferry__sync_head_init(&nh, m->version, m->id, m->kind, m->model_hash, p->pubid);
     char etag[FERRY_STORE_ETAG_MAX];
-    int rc = fs_head_swap(p->st, p->run, p->o.keys, &nh, m->prev.version ? p->head_etag : NULL, etag);
+    int rc = ferry__sync_head_swap(p->st, p->run, p->o.keys, &nh, m->prev.version ? p->head_etag : NULL, etag);
     if (!rc) memcpy(p->head_etag, etag, sizeof etag);
     if (rc != FERRY_ERR_STORE_CONFLICT) return rc;
     fs_head h;
-    int r2 = fs_head_read(p->st, p->run, p->o.keys, NULL, &h, p->head_etag);
+    int r2 = ferry__sync_head_read(p->st, p->run, p->o.keys, NULL, &h, p->head_etag);
     if (!r2 && h.version == m->version && !strcmp(h.id, m->id)) {
         ferry__clear_error();
         return FERRY_OK;
@@ -503,7 +503,7 @@ int ferry_shard_commit(ferry_shard_publisher *p, const char *token, size_t token
     if (!p || !token || (nrecords && (!records || !record_sizes))) return ferry__fail(FERRY_ERR_ARG, "ferry_shard_commit: NULL argument");
     if (p->o.rank) return ferry__fail(FERRY_ERR_ARG, "run %s: ferry_shard_commit is rank 0's (this is rank %u)", p->run, p->o.rank);
     sh_token t;
-    int rc = sh_token_parse(token, token_size, &t);
+    int rc = ferry__shard_token_parse(token, token_size, &t);
     if (rc) return rc;
     if (!p->begun || t.version != p->btok.version || strcmp(t.id, p->btok.id) || strcmp(t.run, p->run))
         return ferry__fail(FERRY_ERR_SHARD_FOREIGN, "shard token of run '%s' version %llu id %s: not the publish this handle began",
@@ -527,7 +527,7 @@ int ferry_shard_commit(ferry_shard_publisher *p, const char *token, size_t token
             rc = ferry__fail(FERRY_ERR_ARG, "%s is NULL", what);
             break;
         }
-        if ((rc = sh_record_parse(p->run, what, records[i], record_sizes[i], &recs[i]))) break;
+        if ((rc = ferry__shard_record_parse(p->run, what, records[i], record_sizes[i], &recs[i]))) break;
         const sh_doc *r = &recs[i];
         if (r->version != t.version || strcmp(r->id, t.id) || r->kind != t.kind || r->world != t.world)
             rc = ferry__fail(FERRY_ERR_SHARD_FOREIGN, "%s (rank %u): belongs to version %llu id %s, this publish is version %llu id %s",
@@ -559,18 +559,18 @@ int ferry_shard_commit(ferry_shard_publisher *p, const char *token, size_t token
         m.anchor = p->last.anchor;
     }
     for (size_t i = 0; i < m.nparts; i++)
-        m.model_bytes += (m.parts[i].r1 - m.parts[i].r0) * m.parts[i].cols * sh_esize(m.parts[i].dtype);
-    sh_shard_hash(&m, m.model_hash);
-    m.created = (uint64_t)fs_now();
+        m.model_bytes += (m.parts[i].r1 - m.parts[i].r0) * m.parts[i].cols * ferry__shard_esize(m.parts[i].dtype);
+    ferry__shard_hash(&m, m.model_hash);
+    m.created = (uint64_t)ferry__sync_now();
     m.anchor_every = p->o.anchor_every;
     snprintf(m.publisher, sizeof m.publisher, "%s", p->pubid);
-    if (!(text = sh_manifest_json(&m))) {
+    if (!(text = ferry__shard_manifest_json(&m))) {
         rc = FERRY_ERR_NOMEM;
         goto out;
     }
     char key[FS_KEY_CAP];
-    fs_key_version(key, p->run, m.version, m.id, FS_OBJ_MANIFEST);
-    if ((rc = fs_record_seal(p->o.keys, &text))) goto out; /* frees text on failure */
+    ferry__sync_key_version(key, p->run, m.version, m.id, FS_OBJ_MANIFEST);
+    if ((rc = ferry__sync_record_seal(p->o.keys, &text))) goto out; /* frees text on failure */
     size_t mbytes = strlen(text);
     if ((rc = ferry_store_put(p->st, key, text, mbytes, NULL))) goto out;
     if ((rc = move_head(p, &m))) goto out;
@@ -590,21 +590,21 @@ int ferry_shard_commit(ferry_shard_publisher *p, const char *token, size_t token
         memcpy(info->model_hash, m.model_hash, 16);
         memcpy(info->id, m.id, FS_ID_CAP);
     }
-    sh_doc_release(&p->last);
+    ferry__shard_doc_release(&p->last);
     p->last = m;
     memset(&m, 0, sizeof m);
     p->begun = false;
 out:
     free(text);
-    for (size_t i = 0; recs && i < nrecords; i++) sh_doc_release(&recs[i]);
+    for (size_t i = 0; recs && i < nrecords; i++) ferry__shard_doc_release(&recs[i]);
     free(recs);
     free(seen);
-    sh_doc_release(&m);
+    ferry__shard_doc_release(&m);
     if (rc && rc != FERRY_ERR_SYNC_CONFLICT) ferry__context(rc, "run %s: committing version %llu", p->run, (unsigned long long)t.version);
     return rc;
 }
 
-void sh_pub_rank_world(const ferry_shard_publisher *p, uint32_t *rank, uint32_t *world)
+void ferry__shard_pub_rank_world(const ferry_shard_publisher *p, uint32_t *rank, uint32_t *world)
 {
     *rank = p->o.rank;
     *world = p->o.world;

@@ -6,9 +6,9 @@
 #define FERRY_SHARD_IMPL_H
 
 #include "ferry_shard.h"
-#include "sync_impl.h"
+#include "sync/sync_impl.h"
 
-#define SH_MANIFEST_MAX ((size_t)256 << 20) /* bound on a manifest-2, token, record */
+#define SH_MANIFEST_MAX FS_MANIFEST2_MAX /* bound on a manifest-2, token, record */
 #define SH_TILES_MAX ((uint64_t)1 << 24)    /* tiles of one version */
 #define SH_CUTS_MAX 4096                    /* cuts of one dimension of one part */
 #define SH_DEFAULT_TILE_WORDS 65536
@@ -78,52 +78,48 @@ typedef struct sh_doc {
 /* ---- grid (shard_grid.c) ---- */
 
 /* 2-D view of a shape: rows, cols; false on overflow. */
-bool sh_view(uint32_t ndim, const uint64_t *shape, uint64_t *rows, uint64_t *cols);
+bool ferry__shard_view(uint32_t ndim, const uint64_t *shape, uint64_t *rows, uint64_t *cols);
 /* Block counts of the grid of a rows x cols tensor. */
-void sh_grid(uint64_t rows, uint64_t cols, uint64_t tile_words, uint64_t *nr, uint64_t *nc);
+void ferry__shard_grid(uint64_t rows, uint64_t cols, uint64_t tile_words, uint64_t *nr, uint64_t *nc);
 /* Cuts part [r0, r1) of the tensor into tiles: fills p->rcut/ccut/tiles
  * (coordinates only). */
-int sh_part_cut(sh_part *p, uint64_t tile_words);
-void sh_part_release(sh_part *p);
-void sh_doc_release(sh_doc *d);
+int ferry__shard_part_cut(sh_part *p, uint64_t tile_words);
+void ferry__shard_part_release(sh_part *p);
+void ferry__shard_doc_release(sh_doc *d);
 /* Bytes per element (0 for sub-byte dtypes, which are not tiled). */
-size_t sh_esize(ferry_dtype dt);
+size_t ferry__shard_esize(ferry_dtype dt);
 /* Copies the rectangle [r0,r1) x [c0,c1) of a row-major matrix of `cols`
  * columns whose first row is `row0` into dst (row-major, packed). */
-void sh_gather(void *dst, const void *src, uint64_t row0, uint64_t cols, size_t es, uint64_t r0, uint64_t r1, uint64_t c0,
+void ferry__shard_gather(void *dst, const void *src, uint64_t row0, uint64_t cols, size_t es, uint64_t r0, uint64_t r1, uint64_t c0,
                uint64_t c1);
 /* The shard hash of a manifest: SHA-256 over every tile's target hash in
  * manifest order, first 16 bytes. */
-void sh_shard_hash(const sh_doc *m, uint8_t out[16]);
+void ferry__shard_hash(const sh_doc *m, uint8_t out[16]);
 
 /* ---- documents (shard_doc.c) ---- */
 
-char *sh_token_json(const sh_token *t);
-int sh_token_parse(const char *text, size_t n, sh_token *out);
-char *sh_record_json(const sh_doc *r);
-char *sh_manifest_json(const sh_doc *m);
+char *ferry__shard_token_json(const sh_token *t);
+int ferry__shard_token_parse(const char *text, size_t n, sh_token *out);
+char *ferry__shard_record_json(const sh_doc *r);
+char *ferry__shard_manifest_json(const sh_doc *m);
 /* Parsers check every field (hostile input); key names the object in
  * errors. kind_doc: 0 record, 1 manifest. */
-int sh_record_parse(const char *run, const char *key, const void *text, size_t n, sh_doc *out);
-int sh_manifest_parse(const char *run, const char *key, const void *text, size_t n, sh_doc *out);
+int ferry__shard_record_parse(const char *run, const char *key, const void *text, size_t n, sh_doc *out);
+int ferry__shard_manifest_parse(const char *run, const char *key, const void *text, size_t n, sh_doc *out);
 /* Sorts parts by (name, r0). */
-void sh_parts_sort(sh_part *p, size_t n);
+void ferry__shard_parts_sort(sh_part *p, size_t n);
 /* Sorted parts cover each tensor's rows exactly once and agree on its
  * dtype, shape and column cuts; else `code`, naming the parts. */
-int sh_parts_cover(const sh_part *p, size_t n, int code, const char *what);
+int ferry__shard_parts_cover(const sh_part *p, size_t n, int code, const char *what);
 /* Reads and parses the manifest of (version, id); FERRY_ERR_SHARD_KIND if
  * it is a single-rank one. */
-int sh_manifest_read(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id, fs_count *cnt,
+int ferry__shard_manifest_read(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id, fs_count *cnt,
                      sh_doc *out);
-/* The manifest of (version, id) in either format, as the fields of a
- * single-rank one that GC and the run log use (links, sizes, hash). */
-int sh_manifest_links(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id,
-                      fs_manifest *out);
-/* Those fields of a parsed manifest-2 (delta_bytes and full_bytes: its
- * ranks' objects summed). */
-void sh_manifest_view(const sh_doc *m, fs_manifest *out);
+/* The fields of a single-rank manifest that a parsed manifest-2 has (links,
+ * sizes, hash; delta_bytes and full_bytes: its ranks' objects summed). */
+void ferry__shard_manifest_view(const sh_doc *m, fs_manifest *out);
 /* Key of rank's object of a version. */
-void sh_key_object(char out[FS_KEY_CAP], const char *run, uint64_t version, const char *id, uint32_t rank, int kind);
+void ferry__shard_key_object(char out[FS_KEY_CAP], const char *run, uint64_t version, const char *id, uint32_t rank, int kind);
 
 /* ---- held tiles (shard_tiles.c) ---- */
 
@@ -143,20 +139,20 @@ typedef struct sh_tileset {
     char id[FS_ID_CAP];
 } sh_tileset;
 
-sh_held *sh_tiles_find(const sh_tileset *s, const char *name, uint64_t r0, uint64_t c0);
-int sh_tiles_add(sh_tileset *s, const char *name, const sh_tile *t, ferry_model *m);
-void sh_tiles_sort(sh_tileset *s);
-void sh_tiles_release(sh_tileset *s);
+sh_held *ferry__shard_tiles_find(const sh_tileset *s, const char *name, uint64_t r0, uint64_t c0);
+int ferry__shard_tiles_add(sh_tileset *s, const char *name, const sh_tile *t, ferry_model *m);
+void ferry__shard_tiles_sort(sh_tileset *s);
+void ferry__shard_tiles_release(sh_tileset *s);
 /* A one-tensor tile model over data (borrowed). */
-int sh_tile_model(const char *name, ferry_dtype dt, uint64_t rows, uint64_t cols, const void *data, unsigned flags,
+int ferry__shard_tile_model(const char *name, ferry_dtype dt, uint64_t rows, uint64_t cols, const void *data, unsigned flags,
                   ferry_model **out);
 
 /* The handle's rank and world (shard_mpi.c checks them against the communicator). */
-void sh_pub_rank_world(const ferry_shard_publisher *p, uint32_t *rank, uint32_t *world);
+void ferry__shard_pub_rank_world(const ferry_shard_publisher *p, uint32_t *rank, uint32_t *world);
 
 /* ---- island internals used by the publisher's resume (shard_sub.c) ---- */
 
 /* Moves the subscriber's held tiles into *out (the subscriber then holds none). */
-void sh_sub_take_tiles(ferry_shard_subscriber *s, sh_tileset *out);
+void ferry__shard_sub_take_tiles(ferry_shard_subscriber *s, sh_tileset *out);
 
 #endif

@@ -92,7 +92,7 @@ void ferry_shard_subscriber_free(ferry_shard_subscriber *s)
     clear_changes(s);
     for (size_t i = 0; i < s->nrg; i++) free((char *)s->rg[i].r.name);
     free(s->rg);
-    sh_tiles_release(&s->held);
+    ferry__shard_tiles_release(&s->held);
     ferry_model_free(s->empty);
     free(s);
 }
@@ -108,7 +108,7 @@ void ferry_shard_subscriber_get_stats(const ferry_shard_subscriber *s, ferry_sha
     for (size_t i = 0; i < s->held.n; i++) out->held_bytes += ferry_model_nbytes(s->held.t[i].m);
 }
 
-void sh_sub_take_tiles(ferry_shard_subscriber *s, sh_tileset *out)
+void ferry__shard_sub_take_tiles(ferry_shard_subscriber *s, sh_tileset *out)
 {
     clear_changes(s);
     *out = s->held;
@@ -189,7 +189,7 @@ static int cov_add(covset *cs, const char *name, const sh_part *p, const sh_tile
 static int resolve(ferry_shard_subscriber *s, const sh_doc *m, covset *cs)
 {
     char key[FS_KEY_CAP];
-    fs_key_version(key, s->run, m->version, m->id, FS_OBJ_MANIFEST);
+    ferry__sync_key_version(key, s->run, m->version, m->id, FS_OBJ_MANIFEST);
     for (size_t i = 0; i < s->nrg; i++) {
         region *g = &s->rg[i];
         size_t f = first_part(m, g->r.name);
@@ -291,7 +291,7 @@ static int take_tile(ferry_shard_subscriber *s, const sh_doc *m, int kind, const
                      step *x)
 {
     char key[FS_KEY_CAP], hex[65];
-    sh_key_object(key, s->run, m->version, m->id, w->part->rank, kind);
+    ferry__shard_key_object(key, s->run, m->version, m->id, w->part->rank, kind);
     const sh_tile *t = w->tile;
 #define TILE_FMT "%s: tile [%llu:%llu, %llu:%llu] of '%s'"
 #define TILE_ARGS key, (unsigned long long)t->r0, (unsigned long long)t->r1, (unsigned long long)t->c0, (unsigned long long)t->c1, c->name
@@ -303,7 +303,7 @@ static int take_tile(ferry_shard_subscriber *s, const sh_doc *m, int kind, const
     uint8_t pb[16], pt[16];
     ferry_patch_info_hashes(pi, pb, pt);
     ferry_patch_info_free(pi);
-    sh_held *h = sh_tiles_find(&s->held, c->name, c->r0, c->c0);
+    sh_held *h = ferry__shard_tiles_find(&s->held, c->name, c->r0, c->c0);
     if (memcmp(pt, t->target, 16) || (kind == SH_DELTA && memcmp(pb, t->base, 16)))
         return ferry__fail(FERRY_ERR_SYNC_CORRUPT, TILE_FMT ": the patch's hashes are not the manifest's", TILE_ARGS);
     if (kind == SH_DELTA && (!h || memcmp(h->hash, t->base, 16)))
@@ -323,7 +323,7 @@ static int take_tile(ferry_shard_subscriber *s, const sh_doc *m, int kind, const
     pending pd = {NULL, w->ci, 0, 0};
     if (h) {
         const ferry_tensor *ht = ferry_model_tensor(h->m, 0);
-        rc = record_diff(x, ht->data, ot->data, ot->nelem, sh_esize(c->dtype), &pd);
+        rc = record_diff(x, ht->data, ot->data, ot->nelem, ferry__shard_esize(c->dtype), &pd);
         ferry_model_free(out);
     } else {
         pd.fresh = out;
@@ -360,7 +360,7 @@ static int step_commit(ferry_shard_subscriber *s, const sh_doc *m, const covset 
         pending *pd = &x->pd[i];
         const cov *c = &cs->c[pd->ci];
         if (pd->fresh) continue;
-        sh_held *h = sh_tiles_find(&s->held, c->name, c->r0, c->c0);
+        sh_held *h = ferry__shard_tiles_find(&s->held, c->name, c->r0, c->c0);
         for (uint64_t k = 0; k < pd->count; k++) {
             int rc = set_bit(h, x->elem[pd->first + k]);
             if (rc) return rc;
@@ -375,20 +375,20 @@ static int step_commit(ferry_shard_subscriber *s, const sh_doc *m, const covset 
         const sh_part *p;
         const sh_tile *t = find_tile(m, c->name, c->r0, c->r1, c->c0, c->c1, &p);
         if (pd->fresh) {
-            int rc = sh_tiles_add(&s->held, c->name, t, pd->fresh);
+            int rc = ferry__shard_tiles_add(&s->held, c->name, t, pd->fresh);
             if (rc) return rc;
             pd->fresh = NULL;
             added = true;
             continue;
         }
-        sh_held *h = sh_tiles_find(&s->held, c->name, c->r0, c->c0);
+        sh_held *h = ferry__shard_tiles_find(&s->held, c->name, c->r0, c->c0);
         const ferry_tensor *ht = ferry_model_tensor(h->m, 0);
-        size_t es = sh_esize(ht->dtype);
+        size_t es = ferry__shard_esize(ht->dtype);
         uint8_t *d = ferry_model_data_mut(h->m, 0);
         for (uint64_t k = 0; k < pd->count; k++) memcpy(d + x->elem[pd->first + k] * es, x->vals.data + (pd->first + k) * es, es);
         memcpy(h->hash, t->target, 16);
     }
-    if (added) sh_tiles_sort(&s->held);
+    if (added) ferry__shard_tiles_sort(&s->held);
     s->held.version = m->version;
     memcpy(s->held.id, m->id, FS_ID_CAP);
     return FERRY_OK;
@@ -426,7 +426,7 @@ static int apply_version(ferry_shard_subscriber *s, const sh_doc *m, int kind, c
             j++;
         }
         char key[FS_KEY_CAP];
-        sh_key_object(key, s->run, m->version, m->id, w[i].part->rank, kind);
+        ferry__shard_key_object(key, s->run, m->version, m->id, w[i].part->rank, kind);
         size_t len = (size_t)(end - w[i].off), got = 0;
         uint8_t *buf = ferry__malloc(len + 1);
         if (!buf) {
@@ -457,7 +457,7 @@ static int apply_version(ferry_shard_subscriber *s, const sh_doc *m, int kind, c
 static int region_changes(ferry_shard_subscriber *s, region *g)
 {
     uint64_t rows = g->r.row_end - g->r.row_begin, cols = g->r.col_end - g->r.col_begin;
-    size_t es = sh_esize(g->dtype);
+    size_t es = ferry__shard_esize(g->dtype);
     size_t n = 0, cap = 0, nin = 0;
     /* the held tiles that intersect the region, in (r0, c0) order */
     size_t *in = ferry__calloc(s->held.n + 1, sizeof *in);
@@ -515,7 +515,7 @@ typedef struct chain {
 
 static void chain_release(chain *c)
 {
-    for (size_t i = 0; i < c->n; i++) sh_doc_release(&c->m[i]);
+    for (size_t i = 0; i < c->n; i++) ferry__shard_doc_release(&c->m[i]);
     free(c->m);
     memset(c, 0, sizeof *c);
 }
@@ -530,7 +530,7 @@ static int walk(ferry_shard_subscriber *s, fs_ref top, uint64_t lo, chain *out, 
     fs_ref r = top;
     for (size_t i = n; i-- > 0;) {
         fs_count cnt = {0};
-        int rc = sh_manifest_read(s->st, s->run, s->o.keys, r.version, r.id, &cnt, &out->m[i]);
+        int rc = ferry__shard_manifest_read(s->st, s->run, s->o.keys, r.version, r.id, &cnt, &out->m[i]);
         info->bytes_fetched += cnt.bytes;
         info->manifest_bytes += cnt.bytes;
         if (rc == FERRY_ERR_STORE_NOT_FOUND)
@@ -547,7 +547,7 @@ static int pull_from(ferry_shard_subscriber *s, int mode, uint64_t version, ferr
 {
     fs_head h;
     fs_count cnt = {0};
-    int rc = fs_head_read(s->st, s->run, s->o.keys, &cnt, &h, NULL);
+    int rc = ferry__sync_head_read(s->st, s->run, s->o.keys, &cnt, &h, NULL);
     in->bytes_fetched += cnt.bytes;
     in->manifest_bytes += cnt.bytes;
     chain ch = {0};
@@ -592,13 +592,13 @@ static int pull_from(ferry_shard_subscriber *s, int mode, uint64_t version, ferr
             rc = lo < target ? walk(s, tm.prev, lo, &ch, in) : FERRY_OK;
         }
         if (rc) {
-            sh_doc_release(&tm);
+            ferry__shard_doc_release(&tm);
             goto out;
         }
     }
     sh_doc *all = ferry__realloc(ch.m, (ch.n + 1) * sizeof *all);
     if (!all) {
-        sh_doc_release(&tm);
+        ferry__shard_doc_release(&tm);
         rc = FERRY_ERR_NOMEM;
         goto out;
     }
@@ -610,7 +610,7 @@ static int pull_from(ferry_shard_subscriber *s, int mode, uint64_t version, ferr
         if ((rc = walk(s, top, tm.anchor.version, &ch, in))) goto out;
         /* keep only anchor..target */
         size_t keep = (size_t)(target - ch.m[0].version + 1);
-        for (size_t i = keep; i < ch.n; i++) sh_doc_release(&ch.m[i]);
+        for (size_t i = keep; i < ch.n; i++) ferry__shard_doc_release(&ch.m[i]);
         ch.n = keep;
     }
     if ((rc = resolve(s, &ch.m[ch.n - 1], &cs))) goto out;
@@ -632,10 +632,10 @@ static int pull_from(ferry_shard_subscriber *s, int mode, uint64_t version, ferr
         rc = apply_version(s, &ch.m[i], use_chain || i ? SH_DELTA : SH_ANCHOR, &cs, in);
         if (use_chain || i) continue;
         if (rc) {
-            sh_tiles_release(&s->held);
+            ferry__shard_tiles_release(&s->held);
             s->held = old;
         } else {
-            sh_tiles_release(&old);
+            ferry__shard_tiles_release(&old);
             for (size_t k = 0; k < s->held.n; k++) s->held.t[k].fresh = true;
         }
     }
@@ -672,10 +672,10 @@ int ferry_shard_pull(ferry_shard_subscriber *s, int mode, uint64_t version, ferr
             break;
         }
         if (!i) snprintf(first, sizeof first, "%s", ferry_last_error());
-        if (!fs_store_worth_next(rc) || i + 1 == s->nst) break;
+        if (!ferry__sync_store_worth_next(rc) || i + 1 == s->nst) break;
     }
     s->st = s->alt[0];
-    if (rc && s->nst > 1 && fs_store_worth_next(rc))
+    if (rc && s->nst > 1 && ferry__sync_store_worth_next(rc))
         ferry__context(rc, "every store failed (the first: %.400s); the last", first);
     s->stats.bytes_fetched += in->bytes_fetched;
     s->stats.object_bytes += in->object_bytes;
@@ -699,14 +699,14 @@ unsigned ferry_shard_subscriber_store_used(const ferry_shard_subscriber *s) { re
 int ferry_shard_wait(ferry_shard_subscriber *s, uint64_t after_version, uint64_t timeout_ms, uint64_t *head)
 {
     if (!s) return ferry__fail(FERRY_ERR_ARG, "ferry_shard_wait: NULL argument");
-    uint64_t t0 = fs_mono_ms();
+    uint64_t t0 = ferry__sync_mono_ms();
     for (;;) {
         fs_head h;
         fs_count cnt = {0};
         int rc = FERRY_OK;
         for (size_t i = 0; i < s->nst; i++) /* the first store that answers */
-            if (!(rc = fs_head_read(s->alt[i], s->run, s->o.keys, &cnt, &h, NULL)) || rc == FERRY_ERR_STORE_NOT_FOUND ||
-                !fs_store_worth_next(rc))
+            if (!(rc = ferry__sync_head_read(s->alt[i], s->run, s->o.keys, &cnt, &h, NULL)) || rc == FERRY_ERR_STORE_NOT_FOUND ||
+                !ferry__sync_store_worth_next(rc))
                 break;
         s->stats.bytes_fetched += cnt.bytes;
         s->stats.manifest_bytes += cnt.bytes;
@@ -718,12 +718,12 @@ int ferry_shard_wait(ferry_shard_subscriber *s, uint64_t after_version, uint64_t
         }
         if (head) *head = h.version;
         if (h.version > after_version) return FERRY_OK;
-        uint64_t now = fs_mono_ms();
+        uint64_t now = ferry__sync_mono_ms();
         if (now - t0 >= timeout_ms)
             return ferry__fail(FERRY_ERR_SYNC_TIMEOUT, "run %s: no version above %llu within %llu ms", s->run,
                                (unsigned long long)after_version, (unsigned long long)timeout_ms);
         uint64_t left = timeout_ms - (now - t0);
-        fs_sleep_ms(left < s->o.poll_interval_ms ? left : s->o.poll_interval_ms);
+        ferry__sync_sleep_ms(left < s->o.poll_interval_ms ? left : s->o.poll_interval_ms);
     }
 }
 
@@ -747,7 +747,7 @@ int ferry_shard_region_shape(const ferry_shard_subscriber *s, size_t i, ferry_dt
     if (dtype) *dtype = g->dtype;
     if (rows) *rows = r;
     if (cols) *cols = c;
-    if (nbytes) *nbytes = r * c * sh_esize(g->dtype);
+    if (nbytes) *nbytes = r * c * ferry__shard_esize(g->dtype);
     return FERRY_OK;
 }
 
@@ -757,7 +757,7 @@ int ferry_shard_region_copy(const ferry_shard_subscriber *s, size_t i, void *dst
     const region *g = get_region(s, i, &rc);
     if (!g) return rc;
     uint64_t cols = g->r.col_end - g->r.col_begin;
-    size_t es = sh_esize(g->dtype);
+    size_t es = ferry__shard_esize(g->dtype);
     if (!dst || cap < (g->r.row_end - g->r.row_begin) * cols * es)
         return ferry__fail(FERRY_ERR_ARG, "region %zu: buffer of %zu bytes is smaller than the region", i, cap);
     for (size_t k = 0; k < s->held.n; k++) {

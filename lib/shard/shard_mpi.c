@@ -35,7 +35,7 @@ int ferry_shard_publish_mpi(ferry_shard_publisher *p, MPI_Comm comm, const ferry
     if ((e = MPI_Comm_rank(comm, &rank)) != MPI_SUCCESS || (e = MPI_Comm_size(comm, &size)) != MPI_SUCCESS)
         return mpi_fail(e, "MPI_Comm_rank/size");
     uint32_t hr, hw;
-    sh_pub_rank_world(p, &hr, &hw);
+    ferry__shard_pub_rank_world(p, &hr, &hw);
     int st = (uint32_t)rank == hr && (uint32_t)size == hw
                  ? FERRY_OK
                  : ferry__fail(FERRY_ERR_SHARD_WORLD, "ferry_shard_publish_mpi: the handle is rank %u of %u, the communicator says %d of %d",

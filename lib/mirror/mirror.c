@@ -22,7 +22,7 @@ typedef struct mver {
     size_t n;
 } mver;
 
-int mirror_get_record(mirror *mr, const char *key, size_t max, void **text, size_t *n, size_t *body)
+int ferry__mirror_get_record(mirror *mr, const char *key, size_t max, void **text, size_t *n, size_t *body)
 {
     /* bounded in the GET: a larger record is refused unread (docs/PROTOCOL.md "Bounds") */
     int rc = ferry_store_get_max(mr->src, key, max, text, n, NULL);
@@ -32,7 +32,7 @@ int mirror_get_record(mirror *mr, const char *key, size_t max, void **text, size
     mr->cnt.bytes += *n;
     mr->cnt.manifests++;
     bool is_signed;
-    rc = fs_sig_open(mr->o->keys, FS_DOM_RECORD, key, *text, *n, body, &is_signed);
+    rc = ferry__sign_open(mr->o->keys, FS_DOM_RECORD, key, *text, *n, body, &is_signed);
     if (rc) {
         ferry_free(*text);
         *text = NULL;
@@ -45,18 +45,18 @@ int mirror_get_record(mirror *mr, const char *key, size_t max, void **text, size
 static int src_head(mirror *mr, fs_head *h, void **text, size_t *n)
 {
     char key[FS_KEY_CAP];
-    fs_key_head(key, mr->run);
+    ferry__sync_key_head(key, mr->run);
     int rc = FERRY_OK;
     for (int attempt = 0; attempt < 3; attempt++) {
-        if (attempt) fs_sleep_ms(50);
+        if (attempt) ferry__sync_sleep_ms(50);
         size_t body;
-        if ((rc = mirror_get_record(mr, key, FS_JSON_MAX, text, n, &body))) {
+        if ((rc = ferry__mirror_get_record(mr, key, FS_JSON_MAX, text, n, &body))) {
             if (rc == FERRY_ERR_STORE_NOT_FOUND)
                 return ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: the upstream %s has no version yet (no HEAD)", mr->run,
                                    ferry_store_url(mr->src));
             return rc;
         }
-        if (!(rc = fs_head_parse(mr->run, key, *text, body, h))) return FERRY_OK;
+        if (!(rc = ferry__sync_head_parse(mr->run, key, *text, body, h))) return FERRY_OK;
         ferry_free(*text);
         *text = NULL;
         if (rc != FERRY_ERR_SYNC_MANIFEST) return rc;
@@ -70,32 +70,32 @@ static int parse_manifest(mirror *mr, const char *key, size_t body, mver *out)
 {
     size_t head = body < 4096 ? body : 4096;
     if (memmem(out->text, head, "\"ferry-manifest-2\"", 18)) {
-        int rc = sh_manifest_parse(mr->run, key, out->text, body, &out->sd);
+        int rc = ferry__shard_manifest_parse(mr->run, key, out->text, body, &out->sd);
         if (rc) return rc;
         out->sharded = true;
-        sh_manifest_view(&out->sd, &out->m);
+        ferry__shard_manifest_view(&out->sd, &out->m);
         return FERRY_OK;
     }
     if (body > FS_JSON_MAX)
         return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: larger than %zu bytes, too large for a protocol record", key, FS_JSON_MAX);
-    return fs_manifest_parse(mr->run, key, out->text, body, &out->m);
+    return ferry__sync_manifest_parse(mr->run, key, out->text, body, &out->m);
 }
 
 static void release_one(mver *v)
 {
     ferry_free(v->text);
     v->text = NULL;
-    if (v->sharded) sh_doc_release(&v->sd);
+    if (v->sharded) ferry__shard_doc_release(&v->sd);
     v->sharded = false;
 }
 
 static int src_manifest(mirror *mr, const fs_ref *r, mver *out)
 {
     char key[FS_KEY_CAP];
-    fs_key_version(key, mr->run, r->version, r->id, FS_OBJ_MANIFEST);
+    ferry__sync_key_version(key, mr->run, r->version, r->id, FS_OBJ_MANIFEST);
     size_t body;
     /* a manifest-2 lists every tile: bounded as sharded readers bound it */
-    int rc = mirror_get_record(mr, key, SH_MANIFEST_MAX, &out->text, &out->n, &body);
+    int rc = ferry__mirror_get_record(mr, key, SH_MANIFEST_MAX, &out->text, &out->n, &body);
     if (rc) return rc;
     rc = parse_manifest(mr, key, body, out);
     if (!rc && (out->m.version != r->version || strcmp(out->m.id, r->id)))
@@ -105,7 +105,7 @@ static int src_manifest(mirror *mr, const fs_ref *r, mver *out)
     return rc;
 }
 
-bool mirror_in_dst(mirror *mr, const char *key, uint64_t bytes)
+bool ferry__mirror_in_dst(mirror *mr, const char *key, uint64_t bytes)
 {
     ferry_store_stat ss;
     int rc = ferry_store_head(mr->dst, key, &ss);
@@ -113,7 +113,7 @@ bool mirror_in_dst(mirror *mr, const char *key, uint64_t bytes)
     return !rc && ss.size == bytes;
 }
 
-int mirror_check_patch(const char *key, const char *what, const void *d, size_t n, const uint8_t *base, const uint8_t target[16])
+int ferry__mirror_check_patch(const char *key, const char *what, const void *d, size_t n, const uint8_t *base, const uint8_t target[16])
 {
     ferry_patch_info *pi;
     int rc = ferry_patch_inspect(d, n, &pi);
@@ -127,19 +127,19 @@ int mirror_check_patch(const char *key, const char *what, const void *d, size_t 
     return FERRY_OK;
 }
 
-int mirror_copy_patch(mirror *mr, const char *key, uint64_t bytes, bool has_sha, const uint8_t *sha, const uint8_t *base,
+int ferry__mirror_copy_patch(mirror *mr, const char *key, uint64_t bytes, bool has_sha, const uint8_t *sha, const uint8_t *base,
                       const uint8_t target[16], uint32_t *copied)
 {
-    if (mirror_in_dst(mr, key, bytes)) {
+    if (ferry__mirror_in_dst(mr, key, bytes)) {
         mr->info->objects_reused++;
         return FERRY_OK;
     }
     void *d = NULL;
     size_t n;
     const uint8_t *want;
-    int rc = fs_want_sha(mr->o->keys, key, has_sha, sha, &want);
-    if (!rc) rc = fs_object_get(mr->src, key, bytes, want, &mr->cnt, &d, &n);
-    if (!rc) rc = mirror_check_patch(key, "", d, n, base, target);
+    int rc = ferry__sync_want_sha(mr->o->keys, key, has_sha, sha, &want);
+    if (!rc) rc = ferry__sync_object_get(mr->src, key, bytes, want, &mr->cnt, &d, &n);
+    if (!rc) rc = ferry__mirror_check_patch(key, "", d, n, base, target);
     if (!rc) rc = ferry_store_put(mr->dst, key, d, n, NULL);
     ferry_free(d);
     if (!rc) (*copied)++;
@@ -149,8 +149,8 @@ int mirror_copy_patch(mirror *mr, const char *key, uint64_t bytes, bool has_sha,
 static int copy_delta(mirror *mr, const fs_manifest *m)
 {
     char key[FS_KEY_CAP];
-    fs_key_version(key, mr->run, m->version, m->id, FS_OBJ_DELTA);
-    return mirror_copy_patch(mr, key, m->delta_bytes, m->has_delta_sha, m->delta_sha, m->base_hash, m->model_hash,
+    ferry__sync_key_version(key, mr->run, m->version, m->id, FS_OBJ_DELTA);
+    return ferry__mirror_copy_patch(mr, key, m->delta_bytes, m->has_delta_sha, m->delta_sha, m->base_hash, m->model_hash,
                              &mr->info->objects_copied);
 }
 
@@ -160,19 +160,19 @@ static int copy_delta(mirror *mr, const fs_manifest *m)
 static int copy_full(mirror *mr, const fs_manifest *m)
 {
     char key[FS_KEY_CAP];
-    fs_key_version(key, mr->run, m->version, m->id, FS_OBJ_FULL);
-    if (mirror_in_dst(mr, key, m->full_bytes)) {
+    ferry__sync_key_version(key, mr->run, m->version, m->id, FS_OBJ_FULL);
+    if (ferry__mirror_in_dst(mr, key, m->full_bytes)) {
         mr->info->objects_reused++;
         return FERRY_OK;
     }
     /* named by the version's id, so that a pass after a killed one resumes
        the download (PATH.part, PATH.part.state) instead of starting over */
     char path[4096];
-    snprintf(path, sizeof path, "%s/ferry-mirror.%s.safetensors", fs_tmp_dir(mr->o->tmp_dir), m->id);
+    snprintf(path, sizeof path, "%s/ferry-mirror.%s.safetensors", ferry__sync_tmp_dir(mr->o->tmp_dir), m->id);
     ferry_store_stat ss;
     ferry_store_transfer_options to = {.concurrency = mr->o->concurrency, .chunk_size = mr->o->chunk_size, .resume = 1};
     const uint8_t *want;
-    int rc = fs_want_sha(mr->o->keys, key, m->has_full_sha, m->full_sha, &want);
+    int rc = ferry__sync_want_sha(mr->o->keys, key, m->has_full_sha, m->full_sha, &want);
     if (!rc) rc = ferry_store_get_file_parallel(mr->src, key, path, &to, &ss);
     if (rc) return rc;
     mr->cnt.bytes += ss.size;
@@ -182,7 +182,7 @@ static int copy_full(mirror *mr, const fs_manifest *m)
     if (ss.size != m->full_bytes)
         rc = ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: %llu bytes, its manifest says %llu (truncated or replaced)", key,
                          (unsigned long long)ss.size, (unsigned long long)m->full_bytes);
-    else if (want && !(rc = fs_sha256_file(path, d, NULL)) && memcmp(d, want, 32))
+    else if (want && !(rc = ferry__sign_sha256_file(path, d, NULL)) && memcmp(d, want, 32))
         rc = ferry__fail(FERRY_ERR_SIG_DIGEST, "%s: SHA-256 is not the one its signed manifest gives (replaced)", key);
     else if (rc)
         ; /* the digest could not be computed */
@@ -199,12 +199,12 @@ static int copy_full(mirror *mr, const fs_manifest *m)
 
 static int copy_version(mirror *mr, const mver *v)
 {
-    if (v->sharded) return mirror_copy_shard(mr, &v->sd, v->text, v->n);
+    if (v->sharded) return ferry__mirror_copy_shard(mr, &v->sd, v->text, v->n);
     int rc = FERRY_OK;
     if (v->m.version > 1 && (rc = copy_delta(mr, &v->m))) return rc;
     if (v->m.kind == FERRY_SYNC_ANCHOR && (rc = copy_full(mr, &v->m))) return rc;
     char key[FS_KEY_CAP];
-    fs_key_version(key, mr->run, v->m.version, v->m.id, FS_OBJ_MANIFEST);
+    ferry__sync_key_version(key, mr->run, v->m.version, v->m.id, FS_OBJ_MANIFEST);
     return ferry_store_put(mr->dst, key, v->text, v->n, NULL);
 }
 
@@ -306,13 +306,13 @@ static int collect(mirror *mr, const fs_head *sh, const fs_head *dh, mver **out,
 static int swap_head(mirror *mr, const fs_head *sh, const void *text, size_t n, const char *etag)
 {
     char key[FS_KEY_CAP];
-    fs_key_head(key, mr->run);
+    ferry__sync_key_head(key, mr->run);
     int rc = ferry_store_cas(mr->dst, key, etag[0] ? etag : NULL, text, n, NULL);
     if (rc != FERRY_ERR_STORE_CONFLICT) return rc;
     /* another mirror process may have written the same HEAD */
     fs_head now;
     ferry__clear_error();
-    if (!fs_head_read(mr->dst, mr->run, mr->o->keys, NULL, &now, NULL) && now.version == sh->version && !strcmp(now.id, sh->id))
+    if (!ferry__sync_head_read(mr->dst, mr->run, mr->o->keys, NULL, &now, NULL) && now.version == sh->version && !strcmp(now.id, sh->id))
         return FERRY_OK;
     return ferry__fail(FERRY_ERR_SYNC_CONFLICT, "run %s: HEAD of %s moved during the copy (another writer): not replaced", mr->run,
                        ferry_store_url(mr->dst));
@@ -328,7 +328,7 @@ static int mirror_run(mirror *mr)
     if (rc) return rc;
     mr->info->src_version = sh.version;
     memset(&dh, 0, sizeof dh);
-    rc = fs_head_read(mr->dst, mr->run, mr->o->keys, NULL, &dh, etag);
+    rc = ferry__sync_head_read(mr->dst, mr->run, mr->o->keys, NULL, &dh, etag);
     if (rc == FERRY_ERR_STORE_NOT_FOUND) {
         ferry__clear_error();
         etag[0] = 0;
@@ -377,20 +377,20 @@ int ferry_mirror_once(ferry_store *src, ferry_store *dst, const char *run, const
     ferry_mirror_info local;
     if (!info) info = &local;
     memset(info, 0, sizeof *info);
-    uint64_t t0 = fs_mono_ms();
+    uint64_t t0 = ferry__sync_mono_ms();
     mirror mr = {src, dst, run, opts ? opts : &defaults, info, {0, 0, 0}};
     rc = mirror_run(&mr);
     if (!rc && mr.o->keep && info->versions_copied) {
         /* DST's index is SRC's bytes (signed, perhaps): GC leaves it */
         ferry_gc_options go = {.keep = mr.o->keep, .grace_s = mr.o->grace_s};
         ferry_gc_report rep;
-        rc = fs_gc(dst, run, &go, true, &rep);
+        rc = ferry__sync_gc(dst, run, &go, true, &rep);
         if (!rc) info->gc_deleted = rep.objects_deleted;
     }
     /* after GC, so that no compacted delta is copied only to be deleted;
        also when HEAD did not move (a compaction adds no version) */
-    if (!rc) rc = mirror_compactions(&mr);
+    if (!rc) rc = ferry__mirror_compactions(&mr);
     info->bytes_copied = mr.cnt.bytes;
-    info->seconds = (double)(fs_mono_ms() - t0) / 1000.0;
+    info->seconds = (double)(ferry__sync_mono_ms() - t0) / 1000.0;
     return rc;
 }

@@ -5,7 +5,7 @@
 #ifndef FERRY_MIRROR_IMPL_H
 #define FERRY_MIRROR_IMPL_H
 
-#include "shard_impl.h"
+#include "shard/shard_impl.h"
 
 typedef struct mirror {
     ferry_store *src, *dst;
@@ -19,32 +19,32 @@ typedef struct mirror {
  * of them (bounded in the GET); *body = the bytes before its signature
  * trailer, which is verified when the keys trust any key (else only split
  * off).  The whole text is what DST receives. */
-int mirror_get_record(mirror *mr, const char *key, size_t max, void **text, size_t *n, size_t *body);
+int ferry__mirror_get_record(mirror *mr, const char *key, size_t max, void **text, size_t *n, size_t *body);
 
 /* The object is already in DST with the size its manifest gives: a copy
  * interrupted after that put.  DST only ever receives verified objects
  * under keys that carry a random id, so the size check is enough. */
-bool mirror_in_dst(mirror *mr, const char *key, uint64_t bytes);
+bool ferry__mirror_in_dst(mirror *mr, const char *key, uint64_t bytes);
 
 /* A patch as a record says it is: header, table and trailer checksum
  * parse, its target hash is `target` and, unless base is NULL, its base
  * hash is `base`.  FERRY_ERR_SYNC_CORRUPT naming key and what. */
-int mirror_check_patch(const char *key, const char *what, const void *d, size_t n, const uint8_t *base, const uint8_t target[16]);
+int ferry__mirror_check_patch(const char *key, const char *what, const void *d, size_t n, const uint8_t *base, const uint8_t target[16]);
 
 /* Copies the patch object under key (bytes, optional signed SHA-256) from
  * SRC to DST unless it is already there (counted in objects_reused):
- * fetched bounded and digest-checked, checked by mirror_check_patch
+ * fetched bounded and digest-checked, checked by ferry__mirror_check_patch
  * against base and target, then put.  *copied counts a copy. */
-int mirror_copy_patch(mirror *mr, const char *key, uint64_t bytes, bool has_sha, const uint8_t *sha, const uint8_t *base,
+int ferry__mirror_copy_patch(mirror *mr, const char *key, uint64_t bytes, bool has_sha, const uint8_t *sha, const uint8_t *base,
                       const uint8_t target[16], uint32_t *copied);
 
 /* Copies the compacted deltas whose target version DST holds (each
  * verified), then SRC's compaction index, verbatim, unless DST's is
  * already the same bytes. */
-int mirror_compactions(mirror *mr);
+int ferry__mirror_compactions(mirror *mr);
 
 /* Copies the per-rank objects of a sharded version (each tile verified
  * against the manifest), then the manifest's bytes. */
-int mirror_copy_shard(mirror *mr, const sh_doc *m, const void *text, size_t n);
+int ferry__mirror_copy_shard(mirror *mr, const sh_doc *m, const void *text, size_t n);
 
 #endif

@@ -27,31 +27,31 @@
 #define FS_DOM_BATCH "ferry-batch"           /* trajectory batches */
 
 /* Readers enforce signatures (the ring trusts at least one key). */
-bool fs_keys_enforce(const ferry_keys *k);
+bool ferry__sign_keys_enforce(const ferry_keys *k);
 
 /* SHA-256 of a buffer, of a file (streamed; *size = its bytes). */
-int fs_sha256(const void *data, size_t n, uint8_t out[32]);
-int fs_sha256_file(const char *path, uint8_t out[32], uint64_t *size);
+int ferry__sign_sha256(const void *data, size_t n, uint8_t out[32]);
+int ferry__sign_sha256_file(const char *path, uint8_t out[32], uint64_t *size);
 /* Hex of a digest (65 bytes with the NUL) and back. */
-void fs_sha_hex(char out[65], const uint8_t d[32]);
-bool fs_sha_unhex(const char *s, uint8_t out[32]);
+void ferry__sign_sha_hex(char out[65], const uint8_t d[32]);
+bool ferry__sign_sha_unhex(const char *s, uint8_t out[32]);
 
 /* Signs (domain, data) with the ring's signing key: raw = key id + signature. */
-int fs_sig_sign(const ferry_keys *k, const char *domain, const void *data, size_t n, uint8_t raw[FS_SIG_RAW]);
+int ferry__sign_bytes(const ferry_keys *k, const char *domain, const void *data, size_t n, uint8_t raw[FS_SIG_RAW]);
 /* Verifies raw over (domain, data) against the trusted keys; island >= 0
  * asks for a key enrolled for that island (or for any).  name names the
  * object in errors.  FERRY_ERR_SIG_UNTRUSTED, _INVALID. */
-int fs_sig_verify(const ferry_keys *k, const char *domain, const char *name, const void *data, size_t n,
+int ferry__sign_verify(const ferry_keys *k, const char *domain, const char *name, const void *data, size_t n,
                   const uint8_t raw[FS_SIG_RAW], int64_t island);
 
 /* body (n bytes) + trailer: a new NUL-terminated text (free()). */
-int fs_sig_seal(const ferry_keys *k, const char *domain, const char *body, size_t n, char **out);
+int ferry__sign_seal(const ferry_keys *k, const char *domain, const char *body, size_t n, char **out);
 /* Splits a record into body and trailer.  With an enforcing ring the
  * trailer must be present and verify (FERRY_ERR_SIG_*); without one the
  * trailer, if any, is only stripped (a garbled one is still
  * FERRY_ERR_SIG_MALFORMED, so a cut record is never parsed as a whole
  * one).  *body_len = bytes of the body; *is_signed = a trailer was there. */
-int fs_sig_open(const ferry_keys *k, const char *domain, const char *name, const void *text, size_t n,
+int ferry__sign_open(const ferry_keys *k, const char *domain, const char *name, const void *text, size_t n,
                 size_t *body_len, bool *is_signed);
 
 /* Signature failures are failures of the object they name. */

@@ -14,18 +14,18 @@
 static int copy_entry(mirror *mr, const fs_compaction *c)
 {
     fs_manifest to;
-    int rc = fs_manifest_read(mr->dst, mr->run, mr->o->keys, c->to, c->to_id, NULL, &to);
+    int rc = ferry__sync_manifest_read(mr->dst, mr->run, mr->o->keys, c->to, c->to_id, NULL, &to);
     if (rc == FERRY_ERR_STORE_NOT_FOUND) { /* not mirrored (or gone): no object either */
         ferry__clear_error();
         return FERRY_OK;
     }
     if (rc) return rc;
     char key[FS_KEY_CAP];
-    fs_key_compact(key, mr->run, c->from, c->to, c->id);
+    ferry__sync_key_compact(key, mr->run, c->from, c->to, c->id);
     if (memcmp(to.model_hash, c->target_hash, 16))
         return ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: the index gives a target hash that is not version %llu's", key,
                            (unsigned long long)c->to);
-    return mirror_copy_patch(mr, key, c->bytes, c->has_sha, c->sha, c->base_hash, c->target_hash,
+    return ferry__mirror_copy_patch(mr, key, c->bytes, c->has_sha, c->sha, c->base_hash, c->target_hash,
                              &mr->info->compactions_copied);
 }
 
@@ -48,13 +48,13 @@ static int swap_index(mirror *mr, const char *key, const void *text, size_t n, c
                        ferry_store_url(mr->dst));
 }
 
-int mirror_compactions(mirror *mr)
+int ferry__mirror_compactions(mirror *mr)
 {
     char key[FS_KEY_CAP];
-    fs_key_index(key, mr->run);
+    ferry__sync_key_index(key, mr->run);
     void *text = NULL, *have = NULL;
     size_t n = 0, body = 0, nh = 0;
-    int rc = mirror_get_record(mr, key, FS_JSON_MAX, &text, &n, &body);
+    int rc = ferry__mirror_get_record(mr, key, FS_JSON_MAX, &text, &n, &body);
     if (rc == FERRY_ERR_STORE_NOT_FOUND) { /* never compacted */
         ferry__clear_error();
         return FERRY_OK;
@@ -71,9 +71,9 @@ int mirror_compactions(mirror *mr)
     ferry_free(have);
     fs_index ix = {0};
     if (rc || same) goto out;
-    if ((rc = fs_index_parse(mr->run, key, text, body, &ix))) goto out;
+    if ((rc = ferry__sync_index_parse(mr->run, key, text, body, &ix))) goto out;
     for (size_t i = 0; i < ix.n && !rc; i++) {
-        if (fs_keys_enforce(mr->o->keys) && !ix.c[i].has_sha)
+        if (ferry__sign_keys_enforce(mr->o->keys) && !ix.c[i].has_sha)
             rc = ferry__fail(FERRY_ERR_SIG_DIGEST, "%s: entry %zu gives no SHA-256", key, i);
         else
             rc = copy_entry(mr, &ix.c[i]);
@@ -81,7 +81,7 @@ int mirror_compactions(mirror *mr)
     if (!rc) rc = swap_index(mr, key, text, n, ds.etag);
     if (!rc) mr->info->index_copied = 1;
 out:
-    fs_index_release(&ix);
+    ferry__sync_index_release(&ix);
     ferry_free(text);
     return rc;
 }
