@@ -17,7 +17,7 @@
  *   128      payload
  *   then, when signed, 72 bytes: the signing key's id (8) and its Ed25519
  *   signature (64) over bytes 0..127 and the payload, in the domain
- *   "ferry-batch" (lib/sync/sig.h)
+ *   "ferry-batch" (lib/sign/sig.h)
  */
 #include "dock_impl.h"
 
