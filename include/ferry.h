@@ -43,43 +43,12 @@ extern "C" {
 #define FERRY_VERSION_STRING "0.1.0"
 
 /* ======================================================================
- * Errors.  Codes are stable: new ones are appended, none is renumbered.
+ * Errors.  Every status code of every layer (FERRY_OK, FERRY_ERR_*), with
+ * its number, message and meaning, is listed in ferry_errors.h, which also
+ * maps the number ranges to the layers.  Codes are stable: new ones are
+ * appended, none is renumbered.
  * ====================================================================== */
-enum {
-    FERRY_OK = 0,
-    FERRY_ERR_NOMEM = 1,         /* an allocation failed */
-    FERRY_ERR_ARG = 2,           /* invalid argument from the caller */
-    FERRY_ERR_IO = 3,            /* open/read/write/fsync/rename/mmap failed */
-    FERRY_ERR_UNSUPPORTED = 4,   /* valid input this build cannot handle */
-    FERRY_ERR_NOT_FOUND = 5,     /* named tensor / file / object absent */
-    FERRY_ERR_LIMIT = 6,         /* a declared size exceeds a hard bound */
-
-    /* safetensors (lib/io) */
-    FERRY_ERR_ST_TRUNCATED = 10,   /* file shorter than its header says */
-    FERRY_ERR_ST_HEADER_SIZE = 11, /* header length 0, or over the bound */
-    FERRY_ERR_ST_JSON = 12,        /* header is not a well-formed JSON object */
-    FERRY_ERR_ST_DTYPE = 13,       /* unknown or missing dtype */
-    FERRY_ERR_ST_SHAPE = 14,       /* shape malformed or element count overflows */
-    FERRY_ERR_ST_OFFSETS = 15,     /* data_offsets malformed, unsorted, gapped,
-                                      overlapping or out of bounds */
-    FERRY_ERR_ST_SIZE = 16,        /* byte length != elements x dtype size */
-    FERRY_ERR_ST_TRAILING = 17,    /* bytes after the last tensor */
-    FERRY_ERR_ST_METADATA = 18,    /* __metadata__ is not a string map */
-    FERRY_ERR_ST_DUPLICATE = 19,   /* a tensor name appears twice */
-    FERRY_ERR_ST_INDEX = 20,       /* sharded index malformed or inconsistent */
-
-    /* patch codec (lib/codec) */
-    FERRY_ERR_PATCH_MAGIC = 40,     /* not a ferry patch */
-    FERRY_ERR_PATCH_VERSION = 41,   /* format version this build cannot read */
-    FERRY_ERR_PATCH_TRUNCATED = 42, /* patch ends before a declared field */
-    FERRY_ERR_PATCH_CORRUPT = 43,   /* a field is out of range or inconsistent */
-    FERRY_ERR_PATCH_CHECKSUM = 44,  /* the patch's own checksum does not match */
-    FERRY_ERR_BASE_MISMATCH = 45,   /* base model is not the one the patch needs */
-    FERRY_ERR_TARGET_MISMATCH = 46, /* result does not hash to the declared target */
-    FERRY_ERR_SHAPE_MISMATCH = 47,  /* in-place target differs in structure */
-
-    /* 60..79 store, 80..99 sync, 100..119 dock, 120..139 loco: see their headers */
-};
+#include "ferry_errors.h"
 
 /* Short, static description of a status code ("unknown error" if none). */
 FERRY_API const char *ferry_strerror(int code);

@@ -86,31 +86,9 @@ extern "C" {
 #endif
 
 /* ======================================================================
- * Errors 100..119.  Stable: new codes are appended.  The first ten are
- * the reasons a stored object is rejected (each is counted apart in
- * ferry_dock_stats.rejected_by_code); FERRY_ERR_DOCK_CURSOR and after are
- * failures of a call.
+ * Errors 100..119 (FERRY_ERR_DOCK_*): listed, with their
+ * messages and meanings, in ferry_errors.h (included through ferry.h).
  * ====================================================================== */
-enum {
-    FERRY_ERR_DOCK_MAGIC = 100,     /* object does not start with "FDCK" */
-    FERRY_ERR_DOCK_FORMAT = 101,    /* unknown format version or header length */
-    FERRY_ERR_DOCK_TRUNCATED = 102, /* shorter than the header, or than header + payload */
-    FERRY_ERR_DOCK_LENGTH = 103,    /* payload length over the bound, or bytes after the payload */
-    FERRY_ERR_DOCK_HEADER = 104,    /* a header field out of range (run id length or
-                                       characters, reserved bits, padding) */
-    FERRY_ERR_DOCK_CHECKSUM = 105,  /* XXH3-128 of header and payload does not match */
-    FERRY_ERR_DOCK_RUN = 106,       /* an intact batch of another run */
-    FERRY_ERR_DOCK_KEY = 107,       /* an object under RUN/traj/ whose name is not a batch key */
-    FERRY_ERR_DOCK_MISPLACED = 108, /* header's version / island / seq differ from its key's */
-    FERRY_ERR_DOCK_FUTURE = 109,    /* ASYNC: batch version > trainer version */
-    FERRY_ERR_DOCK_CURSOR = 110,    /* the cursor object is malformed, or of another run */
-    FERRY_ERR_DOCK_REGRESSED = 111, /* trainer_version below one this run's consumer already used */
-    FERRY_ERR_DOCK_CONTENDED = 112, /* the cursor kept changing under us (another consumer) */
-    FERRY_ERR_DOCK_SIGNATURE = 113, /* (keys enrolled) batch unsigned, signed by a key not
-                                       enrolled for its island, or forged: quarantined */
-    FERRY_ERR_DOCK_REPLAY = 114,    /* (keys enrolled) a signed batch whose (island, seq)
-                                       was already taken or dropped: quarantined */
-};
 
 #define FERRY_DOCK_RUN_MAX 64          /* bytes of a run id */
 #define FERRY_DOCK_HEADER_SIZE 128     /* bytes before the payload */

@@ -140,26 +140,9 @@ extern "C" {
 #endif
 
 /* ======================================================================
- * Errors 120..139.  Stable: new codes are appended.
+ * Errors 120..139 (FERRY_ERR_LOCO_*): listed, with their
+ * messages and meanings, in ferry_errors.h (included through ferry.h).
  * ====================================================================== */
-enum {
-    FERRY_ERR_LOCO_MAGIC = 120,     /* not a loco payload */
-    FERRY_ERR_LOCO_VERSION = 121,   /* format version or kind this build cannot read */
-    FERRY_ERR_LOCO_TRUNCATED = 122, /* payload ends before its header or body */
-    FERRY_ERR_LOCO_CORRUPT = 123,   /* inconsistent lengths, bad zstd frame, bad or
-                                       non-minimal varint, reserved field not 0 */
-    FERRY_ERR_LOCO_CHECKSUM = 124,  /* the payload's XXH3-64 does not match */
-    FERRY_ERR_LOCO_INDEX = 125,     /* an index at or past n */
-    FERRY_ERR_LOCO_COUNT = 126,     /* more entries than weights */
-    FERRY_ERR_LOCO_VALUE = 127,     /* a non-finite value (sent or received) */
-    FERRY_ERR_LOCO_SIZE = 128,      /* payload for a model of another size */
-    FERRY_ERR_LOCO_ROUND = 129,     /* payload of another round or rank */
-    FERRY_ERR_LOCO_TRAILING = 130,  /* bytes after the body */
-    FERRY_ERR_LOCO_MPI = 131,       /* an MPI call failed */
-    FERRY_ERR_LOCO_DIVERGED = 132,  /* ranks hold different weights */
-    FERRY_ERR_LOCO_PEER = 133,      /* another rank failed this round */
-    FERRY_ERR_LOCO_MODE = 134,      /* call not valid in this mode */
-};
 
 #define FERRY_LOCO_HEADER_SIZE 64
 #define FERRY_LOCO_MAX_N ((uint64_t)1 << 40) /* weights per model */

@@ -57,25 +57,9 @@ extern "C" {
 #endif
 
 /* ======================================================================
- * Errors 160..179.  Stable: new codes are appended.
+ * Errors 160..179 (FERRY_ERR_SHARD_*): listed, with their
+ * messages and meanings, in ferry_errors.h (included through ferry.h).
  * ====================================================================== */
-enum {
-    FERRY_ERR_SHARD_PARTS = 160,  /* parts overlap, leave a gap, are given
-                                     twice, or disagree on a tensor's dtype or
-                                     shape, or the part layout changed from
-                                     the previous version (names the tensor,
-                                     rows and ranks) */
-    FERRY_ERR_SHARD_FOREIGN = 161,/* a token or part record of another run,
-                                     version or publish, or a record whose
-                                     base is not the previous version */
-    FERRY_ERR_SHARD_WORLD = 162,  /* rank out of range, a rank's record
-                                     missing or given twice, or the rank count
-                                     differs from the run's previous version */
-    FERRY_ERR_SHARD_REGION = 163, /* a region names no tensor of the version,
-                                     or lies outside its tensor */
-    FERRY_ERR_SHARD_KIND = 164,   /* a sharded call on a run whose HEAD is a
-                                     single-rank version, or the reverse */
-};
 
 #define FERRY_SHARD_WORLD_MAX 65536    /* ranks of one publish */
 

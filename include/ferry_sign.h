@@ -28,19 +28,9 @@ extern "C" {
 #endif
 
 /* ======================================================================
- * Errors 140..159.  Stable: new codes are appended.
+ * Errors 140..159 (FERRY_ERR_SIG_*): listed, with their
+ * messages and meanings, in ferry_errors.h (included through ferry.h).
  * ====================================================================== */
-enum {
-    FERRY_ERR_SIG_MISSING = 140,   /* trusted keys are set, the record is unsigned */
-    FERRY_ERR_SIG_MALFORMED = 141, /* a signature trailer that is cut short or garbled */
-    FERRY_ERR_SIG_UNTRUSTED = 142, /* signed by a key that is not trusted (for that island) */
-    FERRY_ERR_SIG_INVALID = 143,   /* a trusted key's signature that does not verify (forged
-                                      or altered bytes) */
-    FERRY_ERR_SIG_DIGEST = 144,    /* an object whose SHA-256 is not its signed manifest's,
-                                      or a signed manifest that gives no digest */
-    FERRY_ERR_SIG_KEY = 145,       /* a key file unreadable, malformed, not Ed25519, or a
-                                      private key readable by group or others */
-};
 
 #define FERRY_KEY_ID_LEN 16 /* hex digits of a key id */
 

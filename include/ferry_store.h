@@ -52,22 +52,9 @@ extern "C" {
 #endif
 
 /* ======================================================================
- * Errors 60..79.  Stable: new codes are appended.
+ * Errors 60..79 (FERRY_ERR_STORE_*): listed, with their
+ * messages and meanings, in ferry_errors.h (included through ferry.h).
  * ====================================================================== */
-enum {
-    FERRY_ERR_STORE_URL = 60,       /* malformed or unsupported URL, endpoint or option */
-    FERRY_ERR_STORE_KEY = 61,       /* invalid key or prefix (see "Keys" above) */
-    FERRY_ERR_STORE_NOT_FOUND = 62, /* no such object (or no such root directory) */
-    FERRY_ERR_STORE_CONFLICT = 63,  /* compare-and-swap precondition failed */
-    FERRY_ERR_STORE_AUTH = 64,      /* credentials missing, incomplete or rejected (401/403) */
-    FERRY_ERR_STORE_TIMEOUT = 65,   /* the call's deadline passed (retries included) */
-    FERRY_ERR_STORE_HTTP = 66,      /* unexpected HTTP status (4xx, or 5xx after the retries) */
-    FERRY_ERR_STORE_NET = 67,       /* connection failures outlasted options.max_attempts */
-    FERRY_ERR_STORE_READONLY = 68,  /* write to a read-only store (http://, https://) */
-    FERRY_ERR_STORE_CORRUPT = 69,   /* malformed response, short read, bad listing */
-    FERRY_ERR_STORE_RANGE = 70,     /* range starts past the end of the object */
-    FERRY_ERR_STORE_CANCELED = 71,  /* the progress callback asked to stop */
-};
 
 #define FERRY_STORE_KEY_MAX 1024   /* bytes, as S3's limit */
 #define FERRY_STORE_ETAG_MAX 128   /* bytes of an etag, including the NUL */

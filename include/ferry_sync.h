@@ -44,31 +44,9 @@ extern "C" {
 #endif
 
 /* ======================================================================
- * Errors 80..99.  Stable: new codes are appended.
+ * Errors 80..99 (FERRY_ERR_SYNC_*): listed, with their
+ * messages and meanings, in ferry_errors.h (included through ferry.h).
  * ====================================================================== */
-enum {
-    FERRY_ERR_SYNC_CONFLICT = 80,  /* HEAD was moved by another publisher (the
-                                      message names it and its version); the
-                                      publisher handle stays fenced */
-    FERRY_ERR_SYNC_MANIFEST = 81,  /* HEAD, a manifest, the compaction index or a
-                                      local state file is malformed or
-                                      inconsistent (names the key) */
-    FERRY_ERR_SYNC_CORRUPT = 82,   /* an object does not match its manifest:
-                                      size, base or target hash, checksum
-                                      (names the key) */
-    FERRY_ERR_SYNC_NOT_YET = 83,   /* the version asked for is newer than HEAD,
-                                      or the run has no version yet */
-    FERRY_ERR_SYNC_GONE = 84,      /* the version asked for is older than what
-                                      the store still retains (GC) */
-    FERRY_ERR_SYNC_NO_PATH = 85,   /* every path to the target failed
-                                      verification (names the last object) */
-    FERRY_ERR_SYNC_SHAPE = 86,     /* memory mode: the target's tensors differ in
-                                      name, dtype or shape from the caller's */
-    FERRY_ERR_SYNC_BACKWARDS = 87, /* HEAD is below a version already seen (a
-                                      store restored or a run recreated): refused */
-    FERRY_ERR_SYNC_TIMEOUT = 88,   /* ferry_subscriber_wait: no newer version in time */
-    FERRY_ERR_SYNC_RUN = 89,       /* invalid run name */
-};
 
 /* Version kinds. */
 enum { FERRY_SYNC_DELTA = 0, FERRY_SYNC_ANCHOR = 1 };

@@ -15,15 +15,18 @@ README.md ("Python") and the docstrings of each function.
     sub = ferry.Subscriber("s3://bucket/p", "run-7") # rollout worker
     sub.sync_into(engine_weights)
 
-Modules: _lib (loading, prototypes), errors (FerryError), model (Model,
-load/save, dtype mapping), patch (diff/apply), sync (Store, Publisher,
-Subscriber; present when libferry has the sync layer), layout (engine
+Modules: _lib (loading, prototypes), errors (FerryError, its subclass per
+error area, the ERR_* codes), model (Model, load/save, dtype mapping),
+patch (diff/apply), sync (Store, Publisher, Subscriber; present when
+libferry has the sync layer), layout (engine
 layout of a tensor-parallel model), shard (sharded publish from
 torch.distributed trainer ranks, sliced pull applied to an engine's TP
 parameters; present when libferry has ferry_shard.h).
 """
 from . import _lib
-from .errors import FerryError, strerror, last_error
+from .errors import (FerryError, FormatError, PatchError, StoreError, SyncError, DockError,
+                     LocoError, SignatureError, ShardError, strerror, last_error)
+from . import errors
 from .model import (Model, Raw, DTYPE_NAMES, load, save, model_hash, f32_to_bf16)
 from .patch import diff, apply, apply_file, apply_inplace, inspect
 from . import layout
@@ -31,7 +34,9 @@ from . import layout
 __version__ = _lib.lib.ferry_version().decode()
 library_path = _lib.path
 
-__all__ = ["FerryError", "strerror", "last_error", "Model", "Raw", "DTYPE_NAMES",
+__all__ = ["FerryError", "FormatError", "PatchError", "StoreError", "SyncError", "DockError",
+           "LocoError", "SignatureError", "ShardError", "errors", "strerror", "last_error",
+           "Model", "Raw", "DTYPE_NAMES",
            "load", "save", "model_hash", "f32_to_bf16", "diff", "apply",
            "apply_file", "apply_inplace", "inspect", "library_path"]
 

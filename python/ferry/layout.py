@@ -96,8 +96,9 @@ class Layout:
     shapes: checkpoint tensor name -> full shape (a state_dict's shapes, a
     safetensors header's, a config's); tp_size, rank: the engine's tensor
     parallel world and this rank.  add() describes one parameter and
-    checks it against shapes at once (FerryError 2 naming the parameter
-    when a split does not divide, 47 when fused parts disagree)."""
+    checks it against shapes at once (FerryError ERR_ARG naming the
+    parameter when a split does not divide, PatchError ERR_SHAPE_MISMATCH
+    when fused parts disagree)."""
 
     def __init__(self, shapes, tp_size, rank):
         if int(tp_size) < 1 or not 0 <= int(rank) < int(tp_size):
@@ -208,7 +209,8 @@ class Layout:
     def check_engine(self, params):
         """Checks the engine's tensors (mapping name -> tensor) against
         this layout before anything is fetched or written: every parameter
-        present, of its shape, contiguous (FerryError 47 / 2 naming it)."""
+        present, of its shape, contiguous (PatchError ERR_SHAPE_MISMATCH /
+        FerryError ERR_ARG naming it)."""
         for name, p in self.params.items():
             t = params.get(name)
             if t is None:

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 from . import _lib
-from .errors import FerryError, check, cpath, cstr
+from .errors import ERR_IO, FerryError, check, cpath, cstr
 
 L = _lib.lib
 
@@ -414,7 +414,7 @@ def _load_file(path, framework):
                 # Cross-check the offset against the library's view.
                 n = min(64, t.nbytes)
                 if u8[:n].tobytes() != ctypes.string_at(t.data, n):
-                    raise FerryError(3, "%s: tensor %r: mapping disagrees with the "
+                    raise FerryError(ERR_IO, "%s: tensor %r: mapping disagrees with the "
                                      "validated file (changed on disk?)"
                                      % (path, t.name.decode()))
             else:

@@ -65,9 +65,10 @@ def diff(old, new, cast_bf16=False, threads=1, level=0, base_hash=None):
 
 def apply(base, patch, threads=1, framework="auto"):
     """Applies patch to base and returns the result as name -> array (views
-    of the library's new model, no further copy).  Raises FerryError with
-    code 45 (FERRY_ERR_BASE_MISMATCH) if base is not the patch's base, 46
-    if the result does not verify.  framework: as for ferry.load."""
+    of the library's new model, no further copy).  Raises PatchError with
+    code ERR_BASE_MISMATCH if base is not the patch's base,
+    ERR_TARGET_MISMATCH if the result does not verify.  framework: as for
+    ferry.load."""
     p, n, _keep = _patch_arg(patch)
     o, _hk = _apply_options(threads, None)
     out = ctypes.c_void_p()
@@ -97,7 +98,7 @@ def apply_inplace(tensors, patch, threads=1, base_hash=None, verify_first=False)
     again.  Tied names (one storage under several names, as a tied
     embedding's state_dict has) are patched in private copies of the
     tensors the patch changes, must come out identical, and are written
-    once; views that overlap otherwise are refused (FerryError 2)."""
+    once; views that overlap otherwise are refused (FerryError ERR_ARG)."""
     p, n, _keep = _patch_arg(patch)
     o, _hk = _apply_options(threads, base_hash)
     if verify_first:

@@ -24,7 +24,7 @@ import ctypes
 import numpy as np
 
 from . import _alias, _lib
-from .errors import ERR_ARG, FerryError, check, cstr
+from .errors import ERR_ARG, ERR_SHAPE_MISMATCH, FerryError, check, cstr
 from .model import _torch, _torch_tables, _view_bytes, _describe
 from .sync import _info_dict, _store, wait_head
 
@@ -435,12 +435,12 @@ class ShardSubscriber(_lib.Handle):
                                              ctypes.byref(cols), ctypes.byref(nbytes)))
             p = params[r.param]
             if (rows.value, cols.value) != (r.rows, r.cols):
-                raise FerryError(47, "region %d (%r rows %d..%d, cols %d..%d of parameter %r) "
+                raise FerryError(ERR_SHAPE_MISMATCH, "region %d (%r rows %d..%d, cols %d..%d of parameter %r) "
                                  "is %dx%d in the checkpoint, the layout says %dx%d"
                                  % (i, r.source, r.row_begin, r.row_end, r.col_begin, r.col_end,
                                     r.param, rows.value, cols.value, r.rows, r.cols))
             if from_code.get(dt.value) != p.dtype:
-                raise FerryError(47, "parameter %r is %s, the checkpoint's %r is published as "
+                raise FerryError(ERR_SHAPE_MISMATCH, "parameter %r is %s, the checkpoint's %r is published as "
                                  "%s" % (r.param, p.dtype, r.source, from_code.get(dt.value)))
             esz = p.element_size()
             allflag, pos, vals, count = _I(), ctypes.POINTER(ctypes.c_int64)(), ctypes.c_void_p(), \

@@ -6,7 +6,7 @@ docs/SECURITY.md).
     sub = ferry.Subscriber(url, "rl", keys=ferry.Keys(trust=["trainer.pub"]))
 
 A Subscriber given trusted keys refuses anything unsigned or wrongly signed
-(FerryError 140..144) and checks every object against its signed SHA-256;
+(SignatureError) and checks every object against its signed SHA-256;
 one given no keys reads signed and unsigned runs without checking."""
 import ctypes
 import os

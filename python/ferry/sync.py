@@ -17,7 +17,7 @@ import os
 
 from . import _lib
 from . import _alias
-from .errors import FerryError, check, cpath, cstr
+from .errors import ERR_NOT_FOUND, FerryError, check, cpath, cstr
 from .model import Model, Raw, _Using, _torch
 
 L = _lib.lib
@@ -200,7 +200,7 @@ class Publisher(_lib.Handle):
     tensor.to(torch.bfloat16) for every non-NaN value), so a trainer
     publishes its FP32 masters directly.  Other options as
     ferry_publisher_options.  A second publisher on the same run makes
-    publish() raise FerryError 80 (FERRY_ERR_SYNC_CONFLICT).  keys: a
+    publish() raise SyncError ERR_SYNC_CONFLICT.  keys: a
     ferry.Keys whose signing key signs every version (docs/SECURITY.md)."""
 
     _FREE = "ferry_publisher_free"
@@ -261,9 +261,9 @@ class Subscriber(_lib.Handle):
     then copied to the device (host memory of their size; one
     host-to-device copy per new version).  So are tied names (one storage
     under several names): a mirror each, which must come out identical
-    (else FerryError 2, tensors as they were), then the storage is written
+    (else FerryError ERR_ARG, tensors as they were), then the storage is written
     once; the first sync from no version mirrors every tensor.  Views that
-    overlap without being the same view are refused (FerryError 2).
+    overlap without being the same view are refused (FerryError ERR_ARG).
 
     File mode (path=...): sync() keeps a local .safetensors file at the
     version, replaced atomically; load() reads it.
@@ -272,7 +272,7 @@ class Subscriber(_lib.Handle):
     tensors() copies it out.
 
     keys: a ferry.Keys of trusted public keys: every version must then be
-    signed by one of them (else FerryError 140..144) and every object match
+    signed by one of them (else SignatureError) and every object match
     its signed SHA-256 (docs/SECURITY.md).
 
     stores: further stores holding the same run (mirrors of one another:
@@ -354,8 +354,8 @@ class Subscriber(_lib.Handle):
     def sync(self, min_version=None, exact_version=None):
         """File or private mode: brings the held model to the latest version
         (or at least min_version, or exactly exact_version) and returns the
-        version now held.  Raises FerryError: 83 NOT_YET (asked for a
-        version above HEAD), 84 GONE (collected), 85 NO_PATH ..."""
+        version now held.  Raises SyncError: ERR_SYNC_NOT_YET (asked for a
+        version above HEAD), ERR_SYNC_GONE (collected), ERR_SYNC_NO_PATH ..."""
         if self._model is not None:
             raise ValueError("this Subscriber follows caller tensors: use sync_into()")
         if not self._h:
@@ -491,7 +491,7 @@ class Subscriber(_lib.Handle):
             return self._model.tensors(framework)
         p = L.ferry_subscriber_model(self._h) if self._h else None
         if not p:
-            raise FerryError(5, "subscriber holds no version yet")
+            raise FerryError(ERR_NOT_FOUND, "subscriber holds no version yet")
         m = Model(p)
         try:
             return {k: _copy(v) for k, v in m.tensors(framework).items()}
@@ -522,9 +522,9 @@ def mirror_once(src, dst, run, keep=0, keys=None, concurrency=0, chunk_size=0,
     as a dict (from_version, to_version, src_version, first_copied,
     versions_copied, objects_copied, objects_reused, bytes_copied,
     gc_deleted, seconds, compactions_copied, index_copied).  Raises
-    FerryError: 81/82 (SRC served what does not verify; DST unchanged),
-    80 CONFLICT, 87 BACKWARDS (DST ahead), 140.. (signatures), store
-    errors."""
+    SyncError ERR_SYNC_MANIFEST / _CORRUPT (SRC served what does not
+    verify; DST unchanged), _CONFLICT, _BACKWARDS (DST ahead),
+    SignatureError, StoreError."""
     s, d = _store(src, create=False), _store(dst, create=True)
     tmp = _enc(tmp_dir)
     o = _MirrorOptions(keep=int(keep), grace_s=int(grace_s), tmp_dir=tmp,
