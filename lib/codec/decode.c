@@ -67,10 +67,8 @@ static size_t undo_windows(uint64_t n) { return (size_t)((n + ((uint64_t)1 << UN
 static int mismatch(int code, const char *what, const uint8_t got[16], const uint8_t want[16])
 {
     char g[33], w[33];
-    for (int i = 0; i < 16; i++) {
-        snprintf(g + 2 * i, 3, "%02x", got[i]);
-        snprintf(w + 2 * i, 3, "%02x", want[i]);
-    }
+    ferry__hex(g, got, 16);
+    ferry__hex(w, want, 16);
     return ferry__fail(code, "%s hash %s, patch expects %s", what, g, w);
 }
 

@@ -85,4 +85,7 @@ int ferry__tmp_commit(int fd, const char *tmp, const char *path, int rc);
 /* Reads a whole file into a new buffer (bounded by max bytes). */
 int ferry__read_file(const char *path, size_t max, uint8_t **data, size_t *size);
 
+/* Clock, sleep, hex, random bytes, array growth, SHA-256, FERRY_ASSERT. */
+#include "util.h"
+
 #endif

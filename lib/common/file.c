@@ -6,9 +6,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/random.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 static int write_all(int fd, const void *p, size_t n)
@@ -46,14 +44,9 @@ int ferry__fsync_dir_of(const char *path)
 /* Random bits for temporary names (not secret: O_EXCL is what guards). */
 static uint64_t tmp_suffix(void)
 {
-    static _Atomic uint64_t counter;
-    uint64_t r = 0;
-    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        r = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec;
-    }
-    return r ^ counter++;
+    uint64_t r;
+    ferry__random_bytes(&r, sizeof r);
+    return r;
 }
 
 int ferry__tmp_create(const char *path, int rw, char *tmp, size_t cap)

@@ -96,13 +96,7 @@ int ferry__model_add(ferry_model *m, const char *name, ferry_dtype dt, uint32_t 
         e->t.data = e->owned;
         e->writable = true;
     }
-    if (m->n == m->cap) {
-        size_t cap = m->cap ? m->cap * 2 : 16;
-        ferry__entry **ne = ferry__realloc(m->e, cap * sizeof *ne);
-        if (!ne) { free(e->owned); free(e); return FERRY_ERR_NOMEM; }
-        m->e = ne;
-        m->cap = cap;
-    }
+    if (ferry__grow((void **)&m->e, &m->cap, m->n + 1, sizeof *m->e)) { free(e->owned); free(e); return FERRY_ERR_NOMEM; }
     memmove(m->e + pos + 1, m->e + pos, (m->n - pos) * sizeof *m->e);
     m->e[pos] = e;
     m->n++;
@@ -170,13 +164,7 @@ int ferry_model_set_metadata(ferry_model *m, const char *key, const char *value)
     }
     char *k = ferry__strdup(key);
     if (!k) { free(v); return FERRY_ERR_NOMEM; }
-    if (m->nmeta == m->capmeta) {
-        size_t cap = m->capmeta ? m->capmeta * 2 : 8;
-        ferry__meta *nm = ferry__realloc(m->meta, cap * sizeof *nm);
-        if (!nm) { free(k); free(v); return FERRY_ERR_NOMEM; }
-        m->meta = nm;
-        m->capmeta = cap;
-    }
+    if (ferry__grow((void **)&m->meta, &m->capmeta, m->nmeta + 1, sizeof *m->meta)) { free(k); free(v); return FERRY_ERR_NOMEM; }
     memmove(m->meta + i + 1, m->meta + i, (m->nmeta - i) * sizeof *m->meta);
     m->meta[i] = (ferry__meta){k, v};
     m->nmeta++;

@@ -5,36 +5,14 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
-
-uint64_t ferry__dock_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 uint64_t ferry__dock_wall_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return ts.tv_sec < 0 ? 0 : (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-/* The nonce only has to differ between handles (it makes each cursor's
- * bytes unique, see ferry_store_cas); the time and pid stand in when the
- * kernel has no entropy to give. */
-static uint64_t make_nonce(void)
-{
-    uint64_t v = 0;
-    if (getrandom(&v, sizeof v, GRND_NONBLOCK) != (ssize_t)sizeof v) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        v = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec << 20 ^ (uint64_t)getpid();
-    }
-    return v;
 }
 
 int ferry__dock_load_cursor(ferry_dock *d)
@@ -92,7 +70,9 @@ int ferry_dock_open(ferry_store *store, const char *run, const ferry_dock_option
     if (o.corrupt_grace_ms < 0) d->grace_ms = 0;
     else if (o.corrupt_grace_ms > 0) d->grace_ms = o.corrupt_grace_ms;
     else d->grace_ms = ferry_store_kind(store) == FERRY_STORE_S3 ? DK_DEFAULT_S3_GRACE_MS : 0;
-    d->nonce = make_nonce();
+    /* only has to differ between handles (it makes each cursor's bytes
+     * unique, see ferry_store_cas): ferry__random_bytes' fallback will do */
+    ferry__random_bytes(&d->nonce, sizeof d->nonce);
     d->sweep_due = 1;
     if (o.role == FERRY_DOCK_CONSUMER) {
         rc = ferry__dock_load_cursor(d);

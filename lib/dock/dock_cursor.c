@@ -115,13 +115,7 @@ int ferry__dock_state_mark(dk_state *s, uint32_t island, uint64_t seq, int *fres
         if (s->n_islands >= FERRY_DOCK_MAX_ISLANDS)
             return ferry__fail(FERRY_ERR_LIMIT, "dock: more than %d distinct islands in one run (island %" PRIu32 ")",
                                FERRY_DOCK_MAX_ISLANDS, island);
-        if (s->n_islands == s->cap) {
-            size_t cap = s->cap ? s->cap * 2 : 8;
-            dk_island *p = ferry__realloc(s->islands, cap * sizeof *p);
-            if (!p) return FERRY_ERR_NOMEM;
-            s->islands = p;
-            s->cap = cap;
-        }
+        if (ferry__grow((void **)&s->islands, &s->cap, s->n_islands + 1, sizeof *s->islands)) return FERRY_ERR_NOMEM;
         memmove(&s->islands[i + 1], &s->islands[i], (s->n_islands - i) * sizeof *s->islands);
         s->n_islands++;
         s->islands[i].id = island;

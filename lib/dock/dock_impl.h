@@ -141,7 +141,6 @@ struct ferry_dock {
 
 /* Reads RUN/dock/cursor into d->st (absent: an empty state). */
 int ferry__dock_load_cursor(ferry_dock *d);
-uint64_t ferry__dock_now_ms(void);       /* monotonic */
 uint64_t ferry__dock_wall_ms(void);      /* since the epoch */
 
 #endif

@@ -11,7 +11,6 @@
  * returning before the commit could hand a batch out twice. */
 #include "dock_impl.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,13 +60,7 @@ static void items_release(dk_items *it)
 
 static dk_item *items_add(dk_items *it, const char *key, int want)
 {
-    if (it->n == it->cap) {
-        size_t cap = it->cap ? it->cap * 2 : 16;
-        dk_item *p = ferry__realloc(it->v, cap * sizeof *p);
-        if (!p) return NULL;
-        it->v = p;
-        it->cap = cap;
-    }
+    if (ferry__grow((void **)&it->v, &it->cap, it->n + 1, sizeof *it->v)) return NULL;
     char *k = ferry__strdup(key);
     if (!k) return NULL;
     dk_item *x = &it->v[it->n++];
@@ -135,12 +128,6 @@ static void emit(ferry_dock *d, int kind, int code, const char *key, uint64_t ve
     d->o.on_event(d->o.event_user, &ev);
 }
 
-static void msleep(uint64_t ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) && errno == EINTR) {}
-}
-
 /* Grace period for stores whose puts are not atomic: an object that fails
  * to decode may be one an island is still writing.  It is rejected only
  * once it has been seen failing, unchanged (same etag and size), for
@@ -148,7 +135,7 @@ static void msleep(uint64_t ms)
 static bool grace_defer(ferry_dock *d, const char *key, const ferry_store_stat *st)
 {
     if (!d->grace_ms) return false;
-    uint64_t now = ferry__dock_now_ms();
+    uint64_t now = ferry__mono_ms();
     for (size_t i = 0; i < d->n_suspects; i++) {
         dk_suspect *s = &d->suspects[i];
         if (strcmp(s->key, key)) continue;
@@ -381,13 +368,7 @@ static int classify(dk_pass *ps, const ferry_store_entry *e)
 /* ---- commit ----------------------------------------------------------- */
 static int gaps_add(dk_gaps *g, uint32_t island, uint64_t lo, uint64_t n)
 {
-    if (g->n == g->cap) {
-        size_t cap = g->cap ? g->cap * 2 : 8;
-        dk_gap *p = ferry__realloc(g->v, cap * sizeof *p);
-        if (!p) return FERRY_ERR_NOMEM;
-        g->v = p;
-        g->cap = cap;
-    }
+    if (ferry__grow((void **)&g->v, &g->cap, g->n + 1, sizeof *g->v)) return FERRY_ERR_NOMEM;
     g->v[g->n++] = (dk_gap){island, lo, n};
     return FERRY_OK;
 }
@@ -481,13 +462,7 @@ static int list_into(ferry_dock *d, const char *prefix, ferry_store_listing **ls
 
 static int append_batch(ferry_dock_batch **acc, size_t *n, size_t *cap, dk_item *x, uint64_t tv)
 {
-    if (*n == *cap) {
-        size_t c = *cap ? *cap * 2 : 8;
-        ferry_dock_batch *p = ferry__realloc(*acc, c * sizeof *p);
-        if (!p) return FERRY_ERR_NOMEM;
-        *acc = p;
-        *cap = c;
-    }
+    if (ferry__grow((void **)acc, cap, *n + 1, sizeof **acc)) return FERRY_ERR_NOMEM;
     ferry_dock_batch *b = &(*acc)[(*n)++];
     memset(b, 0, sizeof *b);
     memcpy(b->run, x->h.run, sizeof b->run);
@@ -642,7 +617,7 @@ int ferry_dock_take(ferry_dock *d, const ferry_dock_policy *p, uint64_t trainer_
     if (rc) return rc;
     d->work.takes++;
     if (++d->takes_since_sweep >= d->o.sweep_every) d->sweep_due = 1;
-    uint64_t deadline = ferry__dock_now_ms() + timeout_ms;
+    uint64_t deadline = ferry__mono_ms() + timeout_ms;
     uint64_t wait = d->o.poll_ms;
     ferry_dock_batch *acc = NULL;
     size_t got = 0, cap = 0;
@@ -654,9 +629,9 @@ int ferry_dock_take(ferry_dock *d, const ferry_dock_policy *p, uint64_t trainer_
         }
         if (rc && !transient(rc)) break;
         if (!rc && got >= max_batches) break;
-        uint64_t now = ferry__dock_now_ms();
+        uint64_t now = ferry__mono_ms();
         if (now >= deadline) break; /* with the last pass's status */
-        msleep(wait < deadline - now ? wait : deadline - now);
+        ferry__sleep_ms(wait < deadline - now ? wait : deadline - now);
         wait = wait * 2 < DK_MAX_POLL_MS ? wait * 2 : DK_MAX_POLL_MS;
     }
     if (rc || !got) {

@@ -69,11 +69,6 @@ static uint64_t peer_value(const ferry_loco *s, int r, int k)
     return s->status[(size_t)r * STATUS_WORDS + 1 + (size_t)k];
 }
 
-static void hex16(const uint8_t h[16], char out[33])
-{
-    for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", h[i]);
-}
-
 /* The check behind ferry_loco_check, for any label ("round 7", "initial
  * weights"). */
 static int check_hash(ferry_loco *s, const float *w, const char *label, uint8_t hash[16])
@@ -95,10 +90,10 @@ static int check_hash(ferry_loco *s, const float *w, const char *label, uint8_t 
     char msg[768], h0[33], hr[33];
     size_t len = 0;
     int bad = 0;
-    hex16(all, h0);
+    ferry__hex(h0, all, 16);
     for (int r = 1; r < s->size; r++) {
         if (!memcmp(all + (size_t)r * 16, all, 16)) continue;
-        hex16(all + (size_t)r * 16, hr);
+        ferry__hex(hr, all + (size_t)r * 16, 16);
         if (!bad++)
             len += (size_t)snprintf(msg, sizeof msg, "rank 0 holds %s", h0);
         if (len < sizeof msg)

@@ -48,7 +48,7 @@ static int src_head(mirror *mr, fs_head *h, void **text, size_t *n)
     ferry__sync_key_head(key, mr->run);
     int rc = FERRY_OK;
     for (int attempt = 0; attempt < 3; attempt++) {
-        if (attempt) ferry__sync_sleep_ms(50);
+        if (attempt) ferry__sleep_ms(50);
         size_t body;
         if ((rc = ferry__mirror_get_record(mr, key, FS_JSON_MAX, text, n, &body))) {
             if (rc == FERRY_ERR_STORE_NOT_FOUND)
@@ -243,13 +243,7 @@ static int collect(mirror *mr, const fs_head *sh, const fs_head *dh, mver **out,
     uint64_t anchor = 0, budget = 0, extra = 0;
     int rc = FERRY_OK;
     for (;;) {
-        if (n == cap) {
-            size_t nc = cap ? 2 * cap : 16;
-            mver *t = ferry__realloc(vs, nc * sizeof *vs);
-            if (!t) { rc = FERRY_ERR_NOMEM; break; }
-            vs = t;
-            cap = nc;
-        }
+        if ((rc = ferry__grow((void **)&vs, &cap, n + 1, sizeof *vs))) break;
         memset(&vs[n], 0, sizeof vs[n]);
         if ((rc = src_manifest(mr, &r, &vs[n]))) {
             if (rc == FERRY_ERR_STORE_NOT_FOUND && at_anchor) { /* gone below A (GC): start at A */
@@ -377,7 +371,7 @@ int ferry_mirror_once(ferry_store *src, ferry_store *dst, const char *run, const
     ferry_mirror_info local;
     if (!info) info = &local;
     memset(info, 0, sizeof *info);
-    uint64_t t0 = ferry__sync_mono_ms();
+    uint64_t t0 = ferry__mono_ms();
     mirror mr = {src, dst, run, opts ? opts : &defaults, info, {0, 0, 0}};
     rc = mirror_run(&mr);
     if (!rc && mr.o->keep && info->versions_copied) {
@@ -391,6 +385,6 @@ int ferry_mirror_once(ferry_store *src, ferry_store *dst, const char *run, const
        also when HEAD did not move (a compaction adds no version) */
     if (!rc) rc = ferry__mirror_compactions(&mr);
     info->bytes_copied = mr.cnt.bytes;
-    info->seconds = (double)(ferry__sync_mono_ms() - t0) / 1000.0;
+    info->seconds = (double)(ferry__mono_ms() - t0) / 1000.0;
     return rc;
 }

@@ -68,8 +68,8 @@ static int verify_object(const char *key, const sh_doc *m, uint32_t r, int kind,
             break;
         }
         uint8_t dg[32];
-        if ((rc = ferry__sign_sha256(d + at, (size_t)l->size, dg))) break;
-        ferry__sign_sha_hex(hex, dg);
+        if ((rc = ferry__sha256(d + at, (size_t)l->size, dg))) break;
+        ferry__hex(hex, dg, 32);
         if (strcmp(hex, l->sha))
             rc = ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s%s: SHA-256 does not match the manifest", key, what);
         else

@@ -186,10 +186,10 @@ static json_t *part_json(const sh_part *p, bool with_rank)
     for (size_t i = 0; i < p->ntiles; i++) {
         const sh_tile *t = &p->tiles[i];
         char h[33];
-        ferry__sync_hex(h, t->target);
+        ferry__hex(h, t->target, 16);
         json_t *o = json_pack("{s:s}", "target", h);
         if (t->loc[SH_DELTA].size) {
-            ferry__sync_hex(h, t->base);
+            ferry__hex(h, t->base, 16);
             json_object_set_new(o, "base", json_string(h));
             json_object_set_new(o, "delta", loc_json(&t->loc[SH_DELTA]));
         }
@@ -426,7 +426,7 @@ char *ferry__shard_manifest_json(const sh_doc *m)
                                                   key, "bytes", jint(m->obj_bytes[2 * r + k])));
         }
     char h[33];
-    ferry__sync_hex(h, m->model_hash);
+    ferry__hex(h, m->model_hash, 16);
     return dump(json_pack("{s:s,s:s,s:o,s:s,s:s,s:o,s:o,s:o,s:o,s:s,s:o,s:o,s:o,s:s,s:o,s:o}", "format", "ferry-manifest-2",
                           "run", m->run, "version", jint(m->version), "id", m->id, "kind",
                           m->kind == FERRY_SYNC_ANCHOR ? "anchor" : "delta", "prev", ref_json(&m->prev), "anchor",
@@ -532,10 +532,8 @@ int ferry__shard_manifest_parse(const char *run, const char *key, const void *te
         if (!c.rc && !m->nparts) bad(&c, "no parts");
         if (!c.rc) c.rc = ferry__shard_parts_cover(m->parts, m->nparts, FERRY_ERR_SYNC_MANIFEST, key);
         uint8_t h[16];
-        if (!c.rc) {
-            ferry__shard_hash(m, h);
-            if (memcmp(h, m->model_hash, 16)) bad(&c, "model_hash is not the shard hash of its tiles");
-        }
+        if (!c.rc) c.rc = ferry__shard_hash(m, h);
+        if (!c.rc && memcmp(h, m->model_hash, 16)) bad(&c, "model_hash is not the shard hash of its tiles");
     }
     if (c.rc) ferry__shard_doc_release(m);
     return c.rc;

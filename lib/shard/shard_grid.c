@@ -8,7 +8,6 @@
  * exactly its share.  min_tile_words keeps tiles large enough that the
  * per-tile patch header stays small against the data. */
 #include "shard_impl.h"
-#include "store/store_impl.h"
 
 #include <stdlib.h>
 
@@ -107,26 +106,20 @@ void ferry__shard_gather(void *dst, const void *src, uint64_t row0, uint64_t col
     for (uint64_t r = r0; r < r1; r++, d += w) memcpy(d, (const uint8_t *)src + ((r - row0) * cols + c0) * es, w);
 }
 
-void ferry__shard_hash(const sh_doc *m, uint8_t out[16])
+int ferry__shard_hash(const sh_doc *m, uint8_t out[16])
 {
     size_t n = 0;
     for (size_t i = 0; i < m->nparts; i++) n += m->parts[i].ntiles;
-    uint8_t *buf = malloc(n * 16 + 1);
-    char hex[65];
-    if (!buf) {
-        memset(out, 0, 16);
-        return;
-    }
+    uint8_t *buf = ferry__malloc(n * 16 + 1);
+    if (!buf) return FERRY_ERR_NOMEM;
     size_t k = 0;
     for (size_t i = 0; i < m->nparts; i++)
         for (size_t j = 0; j < m->parts[i].ntiles; j++) memcpy(buf + 16 * k++, m->parts[i].tiles[j].target, 16);
-    ferry__sha256_hex(buf, n * 16, hex);
+    uint8_t d[32];
+    int rc = ferry__sha256(buf, n * 16, d);
     free(buf);
-    for (int i = 0; i < 16; i++) {
-        unsigned v;
-        sscanf(hex + 2 * i, "%2x", &v);
-        out[i] = (uint8_t)v;
-    }
+    if (!rc) memcpy(out, d, 16);
+    return rc;
 }
 
 /* ---- held tiles ---- */
@@ -155,13 +148,7 @@ sh_held *ferry__shard_tiles_find(const sh_tileset *s, const char *name, uint64_t
 
 int ferry__shard_tiles_add(sh_tileset *s, const char *name, const sh_tile *t, ferry_model *m)
 {
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 64;
-        sh_held *x = ferry__realloc(s->t, cap * sizeof *x);
-        if (!x) return FERRY_ERR_NOMEM;
-        s->t = x;
-        s->cap = cap;
-    }
+    if (ferry__grow((void **)&s->t, &s->cap, s->n + 1, sizeof *s->t)) return FERRY_ERR_NOMEM;
     sh_held *h = &s->t[s->n];
     memset(h, 0, sizeof *h);
     if (!(h->name = ferry__strdup(name))) return FERRY_ERR_NOMEM;

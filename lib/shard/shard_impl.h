@@ -94,7 +94,7 @@ void ferry__shard_gather(void *dst, const void *src, uint64_t row0, uint64_t col
                uint64_t c1);
 /* The shard hash of a manifest: SHA-256 over every tile's target hash in
  * manifest order, first 16 bytes. */
-void ferry__shard_hash(const sh_doc *m, uint8_t out[16]);
+int ferry__shard_hash(const sh_doc *m, uint8_t out[16]);
 
 /* ---- documents (shard_doc.c) ---- */
 

@@ -9,7 +9,6 @@
  * them in place (each verified) to its previous tiles: memory stays at one
  * copy of the shard plus this version's patches. */
 #include "shard_impl.h"
-#include "store/store_impl.h"
 
 #include <stdlib.h>
 
@@ -124,7 +123,7 @@ int ferry_shard_begin(ferry_shard_publisher *p, unsigned flags, char **token, si
         bool anchor = (flags & FERRY_SHARD_ANCHOR) || t.version - p->last.anchor.version >= p->o.anchor_every;
         t.kind = anchor ? FERRY_SYNC_ANCHOR : FERRY_SYNC_DELTA;
     }
-    if ((rc = ferry__sync_new_id(t.id))) return rc;
+    ferry__sync_new_id(t.id);
     char *s = ferry__shard_token_json(&t);
     if (!s) return FERRY_ERR_NOMEM;
     size_t n = strlen(s);
@@ -226,8 +225,8 @@ static int append(ferry_buf *b, void *patch, size_t n, sh_loc *l)
 {
     l->off = b->size;
     l->size = n;
-    ferry__sha256_hex(patch, n, l->sha);
-    int rc = ferry__buf_append(b, patch, n);
+    int rc = ferry__sha256_hex(patch, n, l->sha);
+    if (!rc) rc = ferry__buf_append(b, patch, n);
     ferry_free(patch);
     return rc;
 }
@@ -357,7 +356,7 @@ int ferry_shard_put(ferry_shard_publisher *p, const char *token, size_t token_si
         unsigned sr = 0;
         unsigned long long sv = 0;
         if (sscanf(getenv("FERRY_SHARD_TEST_STALL"), "%u:%llu", &sr, &sv) == 2 && sr == p->o.rank && sv == t.version)
-            ferry__sync_sleep_ms(60000);
+            ferry__sleep_ms(60000);
     }
 out:
     free(scratch);
@@ -560,7 +559,7 @@ int ferry_shard_commit(ferry_shard_publisher *p, const char *token, size_t token
     }
     for (size_t i = 0; i < m.nparts; i++)
         m.model_bytes += (m.parts[i].r1 - m.parts[i].r0) * m.parts[i].cols * ferry__shard_esize(m.parts[i].dtype);
-    ferry__shard_hash(&m, m.model_hash);
+    if ((rc = ferry__shard_hash(&m, m.model_hash))) goto out;
     m.created = (uint64_t)ferry__sync_now();
     m.anchor_every = p->o.anchor_every;
     snprintf(m.publisher, sizeof m.publisher, "%s", p->pubid);

@@ -11,7 +11,6 @@
  * version verified are the held tiles written.  Memory: the cover, one
  * scratch tile, one fetched range, the change lists. */
 #include "shard_impl.h"
-#include "store/store_impl.h"
 
 #include <stdlib.h>
 
@@ -174,13 +173,7 @@ static int cov_add(covset *cs, const char *name, const sh_part *p, const sh_tile
     for (size_t i = cs->n; i-- > 0;) /* regions of one tensor add neighbouring tiles: look back a little */
         if (cs->n - i > 4096) break;
         else if (cs->c[i].r0 == t->r0 && cs->c[i].c0 == t->c0 && !strcmp(cs->c[i].name, name)) return FERRY_OK;
-    if (cs->n == cs->cap) {
-        size_t cap = cs->cap ? cs->cap * 2 : 64;
-        cov *x = ferry__realloc(cs->c, cap * sizeof *x);
-        if (!x) return FERRY_ERR_NOMEM;
-        cs->c = x;
-        cs->cap = cap;
-    }
+    if (ferry__grow((void **)&cs->c, &cs->cap, cs->n + 1, sizeof *cs->c)) return FERRY_ERR_NOMEM;
     cs->c[cs->n++] = (cov){name, t->r0, t->r1, t->c0, t->c1, p->dtype};
     return FERRY_OK;
 }
@@ -271,13 +264,7 @@ static int record_diff(step *x, const uint8_t *old, const uint8_t *nw, uint64_t 
     pd->first = x->nelem;
     for (uint64_t e = 0; e < n; e++) {
         if (!memcmp(old + e * es, nw + e * es, es)) continue;
-        if (x->nelem == x->capelem) {
-            size_t cap = x->capelem ? x->capelem * 2 : 1024;
-            uint64_t *y = ferry__realloc(x->elem, cap * sizeof *y);
-            if (!y) return FERRY_ERR_NOMEM;
-            x->elem = y;
-            x->capelem = cap;
-        }
+        if (ferry__grow((void **)&x->elem, &x->capelem, x->nelem + 1, sizeof *x->elem)) return FERRY_ERR_NOMEM;
         x->elem[x->nelem++] = e;
         int rc = ferry__buf_append(&x->vals, nw + e * es, es);
         if (rc) return rc;
@@ -295,11 +282,11 @@ static int take_tile(ferry_shard_subscriber *s, const sh_doc *m, int kind, const
     const sh_tile *t = w->tile;
 #define TILE_FMT "%s: tile [%llu:%llu, %llu:%llu] of '%s'"
 #define TILE_ARGS key, (unsigned long long)t->r0, (unsigned long long)t->r1, (unsigned long long)t->c0, (unsigned long long)t->c1, c->name
-    ferry__sha256_hex(patch, w->size, hex);
+    int rc = ferry__sha256_hex(patch, w->size, hex);
+    if (rc) return rc;
     if (strcmp(hex, t->loc[kind].sha)) return ferry__fail(FERRY_ERR_SYNC_CORRUPT, TILE_FMT ": SHA-256 does not match the manifest", TILE_ARGS);
     ferry_patch_info *pi = NULL;
-    int rc = ferry_patch_inspect(patch, w->size, &pi);
-    if (rc) return ferry__context(rc, TILE_FMT, TILE_ARGS);
+    if ((rc = ferry_patch_inspect(patch, w->size, &pi))) return ferry__context(rc, TILE_FMT, TILE_ARGS);
     uint8_t pb[16], pt[16];
     ferry_patch_info_hashes(pi, pb, pt);
     ferry_patch_info_free(pi);
@@ -458,7 +445,7 @@ static int region_changes(ferry_shard_subscriber *s, region *g)
 {
     uint64_t rows = g->r.row_end - g->r.row_begin, cols = g->r.col_end - g->r.col_begin;
     size_t es = ferry__shard_esize(g->dtype);
-    size_t n = 0, cap = 0, nin = 0;
+    size_t n = 0, cap_pos = 0, cap_vals = 0, nin = 0;
     /* the held tiles that intersect the region, in (r0, c0) order */
     size_t *in = ferry__calloc(s->held.n + 1, sizeof *in);
     if (!in) return FERRY_ERR_NOMEM;
@@ -483,16 +470,10 @@ static int region_changes(ferry_shard_subscriber *s, region *g)
             for (uint64_t c = a; c < b; c++) {
                 uint64_t e = (r - h->r0) * tc + (c - h->c0);
                 if (!(h->changed[e / 8] >> (e % 8) & 1)) continue;
-                if (n == cap) {
-                    cap = cap ? cap * 2 : 256;
-                    int64_t *p = ferry__realloc(g->pos, cap * sizeof *p);
-                    if (p) g->pos = p;
-                    uint8_t *v = p ? ferry__realloc(g->vals, cap * es) : NULL;
-                    if (v) g->vals = v;
-                    if (!p || !v) {
-                        free(in);
-                        return FERRY_ERR_NOMEM;
-                    }
+                if (ferry__grow((void **)&g->pos, &cap_pos, n + 1, sizeof *g->pos) ||
+                    ferry__grow((void **)&g->vals, &cap_vals, n + 1, es)) {
+                    free(in);
+                    return FERRY_ERR_NOMEM;
                 }
                 g->pos[n] = (int64_t)((r - g->r.row_begin) * cols + (c - g->r.col_begin));
                 memcpy(g->vals + n * es, d + e * es, es);
@@ -699,7 +680,7 @@ unsigned ferry_shard_subscriber_store_used(const ferry_shard_subscriber *s) { re
 int ferry_shard_wait(ferry_shard_subscriber *s, uint64_t after_version, uint64_t timeout_ms, uint64_t *head)
 {
     if (!s) return ferry__fail(FERRY_ERR_ARG, "ferry_shard_wait: NULL argument");
-    uint64_t t0 = ferry__sync_mono_ms();
+    uint64_t t0 = ferry__mono_ms();
     for (;;) {
         fs_head h;
         fs_count cnt = {0};
@@ -718,12 +699,12 @@ int ferry_shard_wait(ferry_shard_subscriber *s, uint64_t after_version, uint64_t
         }
         if (head) *head = h.version;
         if (h.version > after_version) return FERRY_OK;
-        uint64_t now = ferry__sync_mono_ms();
+        uint64_t now = ferry__mono_ms();
         if (now - t0 >= timeout_ms)
             return ferry__fail(FERRY_ERR_SYNC_TIMEOUT, "run %s: no version above %llu within %llu ms", s->run,
                                (unsigned long long)after_version, (unsigned long long)timeout_ms);
         uint64_t left = timeout_ms - (now - t0);
-        ferry__sync_sleep_ms(left < s->o.poll_interval_ms ? left : s->o.poll_interval_ms);
+        ferry__sleep_ms(left < s->o.poll_interval_ms ? left : s->o.poll_interval_ms);
     }
 }
 

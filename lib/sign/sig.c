@@ -49,16 +49,6 @@ int ferry_keys_can_sign(const ferry_keys *k) { return k && k->signer ? 1 : 0; }
 
 /* ---- digests ---- */
 
-int ferry__sign_sha256(const void *data, size_t n, uint8_t out[32])
-{
-    unsigned len = 0;
-    if (!EVP_Digest(data, n, out, &len, EVP_sha256(), NULL) || len != 32) {
-        char w[160];
-        return ferry__fail(FERRY_ERR_NOMEM, "SHA-256: %s", ossl_why(w, sizeof w));
-    }
-    return FERRY_OK;
-}
-
 int ferry__sign_sha256_file(const char *path, uint8_t out[32], uint64_t *size)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -87,31 +77,6 @@ int ferry__sign_sha256_file(const char *path, uint8_t out[32], uint64_t *size)
     return rc;
 }
 
-static void hexn(char *out, const uint8_t *d, size_t n)
-{
-    static const char x[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = x[d[i] >> 4];
-        out[2 * i + 1] = x[d[i] & 15];
-    }
-    out[2 * n] = 0;
-}
-
-static bool unhexn(const char *s, uint8_t *out, size_t n)
-{
-    for (size_t i = 0; i < 2 * n; i++) {
-        char c = s[i];
-        int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-        if (v < 0) return false;
-        if (i & 1) out[i / 2] = (uint8_t)(out[i / 2] << 4 | v);
-        else out[i / 2] = (uint8_t)v;
-    }
-    return true;
-}
-
-void ferry__sign_sha_hex(char out[65], const uint8_t d[32]) { hexn(out, d, 32); }
-bool ferry__sign_sha_unhex(const char *s, uint8_t out[32]) { return strlen(s) == 64 && unhexn(s, out, 32); }
-
 /* ---- keys ---- */
 
 static int key_id(EVP_PKEY *pk, uint8_t id[FS_KEYID_LEN], const char *path)
@@ -120,14 +85,14 @@ static int key_id(EVP_PKEY *pk, uint8_t id[FS_KEYID_LEN], const char *path)
     size_t len = sizeof raw;
     if (EVP_PKEY_get_raw_public_key(pk, raw, &len) != 1 || len != 32)
         return ferry__fail(FERRY_ERR_SIG_KEY, "%s: cannot read the raw Ed25519 public key", path);
-    int rc = ferry__sign_sha256(raw, 32, d);
+    int rc = ferry__sha256(raw, 32, d);
     if (!rc) memcpy(id, d, FS_KEYID_LEN);
     return rc;
 }
 
 static void id_out(char *out, const uint8_t id[FS_KEYID_LEN])
 {
-    if (out) hexn(out, id, FS_KEYID_LEN);
+    if (out) ferry__hex(out, id, FS_KEYID_LEN);
 }
 
 /* Never prompts for a passphrase: an encrypted key is an error. */
@@ -194,13 +159,7 @@ void ferry_keys_free(ferry_keys *k)
 static int add_trusted(ferry_keys *k, EVP_PKEY *pk, const uint8_t id[FS_KEYID_LEN], int64_t island)
 {
     if (k->n == MAX_TRUSTED) return ferry__fail(FERRY_ERR_LIMIT, "key ring: more than %d trusted keys", MAX_TRUSTED);
-    if (k->n == k->cap) {
-        size_t cap = k->cap ? 2 * k->cap : 8;
-        fs_key *p = ferry__realloc(k->trusted, cap * sizeof *p);
-        if (!p) return FERRY_ERR_NOMEM;
-        k->trusted = p;
-        k->cap = cap;
-    }
+    if (ferry__grow((void **)&k->trusted, &k->cap, k->n + 1, sizeof *k->trusted)) return FERRY_ERR_NOMEM;
     if (!EVP_PKEY_up_ref(pk)) return ferry__fail(FERRY_ERR_NOMEM, "key ring: EVP_PKEY_up_ref");
     fs_key *t = &k->trusted[k->n++];
     t->pk = pk;
@@ -339,7 +298,7 @@ int ferry__sign_verify(const ferry_keys *k, const char *domain, const char *name
                   const uint8_t raw[FS_SIG_RAW], int64_t island)
 {
     char hid[2 * FS_KEYID_LEN + 1];
-    hexn(hid, raw, FS_KEYID_LEN);
+    ferry__hex(hid, raw, FS_KEYID_LEN);
     const fs_key *t = NULL;
     for (size_t i = 0; k && i < k->n && !t; i++)
         if (!memcmp(k->trusted[i].id, raw, FS_KEYID_LEN) && (island < 0 || k->trusted[i].island < 0 || k->trusted[i].island == island))
@@ -377,9 +336,9 @@ int ferry__sign_seal(const ferry_keys *k, const char *domain, const char *body, 
     memcpy(t, body, n);
     char *p = t + n;
     memcpy(p, k_lead, 14);
-    hexn(p + 14, raw, FS_KEYID_LEN);
+    ferry__hex(p + 14, raw, FS_KEYID_LEN);
     p[30] = ' ';
-    hexn(p + 31, raw + FS_KEYID_LEN, FS_SIG_LEN);
+    ferry__hex(p + 31, raw + FS_KEYID_LEN, FS_SIG_LEN);
     p[159] = '\n';
     p[160] = 0;
     *out = t;
@@ -402,8 +361,8 @@ int ferry__sign_open(const ferry_keys *k, const char *domain, const char *name, 
     }
     size_t at = (size_t)(lead - s);
     uint8_t raw[FS_SIG_RAW];
-    if (n - at != FS_SIG_TRAILER || memcmp(lead, k_lead, 14) || !unhexn(lead + 14, raw, FS_KEYID_LEN) || lead[30] != ' ' ||
-        !unhexn(lead + 31, raw + FS_KEYID_LEN, FS_SIG_LEN) || lead[159] != '\n')
+    if (n - at != FS_SIG_TRAILER || memcmp(lead, k_lead, 14) || !ferry__unhex(raw, lead + 14, FS_KEYID_LEN) || lead[30] != ' ' ||
+        !ferry__unhex(raw + FS_KEYID_LEN, lead + 31, FS_SIG_LEN) || lead[159] != '\n')
         return ferry__fail(FERRY_ERR_SIG_MALFORMED, "%s: the signature trailer is cut short or garbled (%zu bytes, want %d)", name,
                            n - at, FS_SIG_TRAILER);
     *body_len = at;

@@ -29,12 +29,9 @@
 /* Readers enforce signatures (the ring trusts at least one key). */
 bool ferry__sign_keys_enforce(const ferry_keys *k);
 
-/* SHA-256 of a buffer, of a file (streamed; *size = its bytes). */
-int ferry__sign_sha256(const void *data, size_t n, uint8_t out[32]);
+/* SHA-256 of a file, streamed (*size = its bytes); of a buffer:
+ * ferry__sha256 (lib/common/util.h). */
 int ferry__sign_sha256_file(const char *path, uint8_t out[32], uint64_t *size);
-/* Hex of a digest (65 bytes with the NUL) and back. */
-void ferry__sign_sha_hex(char out[65], const uint8_t d[32]);
-bool ferry__sign_sha_unhex(const char *s, uint8_t out[32]);
 
 /* Signs (domain, data) with the ring's signing key: raw = key id + signature. */
 int ferry__sign_bytes(const ferry_keys *k, const char *domain, const void *data, size_t n, uint8_t raw[FS_SIG_RAW]);

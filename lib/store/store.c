@@ -92,13 +92,7 @@ int ferry__listing_add(ferry_store_listing *l, size_t *cap, uint64_t max, const 
     if (l->count >= max)
         return ferry__fail(FERRY_ERR_LIMIT, "listing exceeds %llu entries (max_list_entries)",
                            (unsigned long long)max);
-    if (l->count == *cap) {
-        size_t nc = *cap ? *cap * 2 : 64;
-        ferry_store_entry *e = ferry__realloc(l->entries, nc * sizeof *e);
-        if (!e) return FERRY_ERR_NOMEM;
-        l->entries = e;
-        *cap = nc;
-    }
+    if (ferry__grow((void **)&l->entries, cap, l->count + 1, sizeof *l->entries)) return FERRY_ERR_NOMEM;
     char *k = ferry__strdup(key);
     if (!k) return FERRY_ERR_NOMEM;
     l->entries[l->count].key = k;

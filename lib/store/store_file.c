@@ -55,12 +55,7 @@ static void hash_hex(const XXH128_hash_t *h, char out[FERRY_STORE_ETAG_MAX])
 {
     XXH128_canonical_t c;
     XXH128_canonicalFromHash(&c, *h);
-    static const char hex[] = "0123456789abcdef";
-    for (int i = 0; i < 16; i++) {
-        out[2 * i] = hex[c.digest[i] >> 4];
-        out[2 * i + 1] = hex[c.digest[i] & 15];
-    }
-    out[32] = 0;
+    ferry__hex(out, c.digest, sizeof c.digest);
 }
 
 static void stat_etag(const struct stat *st, char out[FERRY_STORE_ETAG_MAX])
@@ -477,7 +472,7 @@ static int lock_store(ferry_store *s, const char *key, int *fd_out)
             close(fd);
             return ferry__fail(FERRY_ERR_IO, "%s: flock of %s: %s", s->url, path, strerror(e));
         }
-        uint64_t now = ferry__now_ms();
+        uint64_t now = ferry__mono_ms();
         if (now >= deadline) {
             close(fd);
             return ferry__fail(FERRY_ERR_STORE_TIMEOUT,

@@ -127,9 +127,6 @@ int ferry__listing_finish(ferry_store *s, ferry_store_listing *l);
 void ferry__listing_clear(ferry_store_listing *l);
 
 /* ---- store_util.c ---- */
-/* Milliseconds of CLOCK_MONOTONIC. */
-uint64_t ferry__now_ms(void);
-void ferry__sleep_ms(uint64_t ms);
 /* Uniform random number in [0, n) (n > 0), for jitter and names; not for
  * secrets. */
 uint64_t ferry__rand_below(uint64_t n);
@@ -144,9 +141,6 @@ int ferry__etag_clean(const char *in, size_t n, char out[FERRY_STORE_ETAG_MAX]);
 int64_t ferry__parse_iso8601(const char *s, size_t n);
 /* Decimal u64 of exactly n digits (n 1..20, no sign, no overflow): 0 or -1. */
 int ferry__parse_u64(const char *s, size_t n, uint64_t *out);
-/* Lowercase hex of SHA-256 (65 bytes with the NUL) and MD5 (33 bytes). */
-void ferry__sha256_hex(const void *data, size_t n, char out[65]);
-void ferry__md5_hex(const void *data, size_t n, char out[33]);
 /* Whether s[0..n) is valid UTF-8 (no overlongs, no surrogates). */
 int ferry__utf8_valid(const char *s, size_t n);
 
@@ -213,7 +207,7 @@ typedef struct ferry__req {
     ferry__group *group;           /* parallel parts: progress summed (base unused) */
     int no_progress;               /* a small control request (multipart XML): not
                                       a transfer the progress callback hears of */
-    uint64_t deadline;             /* ferry__now_ms() value; 0 = the store's default */
+    uint64_t deadline;             /* ferry__mono_ms() value; 0 = the store's default */
 } ferry__req;
 
 typedef struct ferry__resp {
@@ -232,7 +226,7 @@ typedef struct ferry__resp {
                                       once (a retry, or libcurl rewound the upload) */
 } ferry__resp;
 
-/* Deadline (absolute ferry__now_ms) of a call starting now. */
+/* Deadline (absolute ferry__mono_ms) of a call starting now. */
 uint64_t ferry__deadline(const ferry_store *s);
 /* Performs req with retries on connection errors, timeouts of one
  * attempt, 429, 5xx and S3's RequestTimeout, with exponential backoff and
@@ -255,7 +249,7 @@ int ferry__hdr_add(struct curl_slist **list, const char *fmt, ...) FERRY_PRINTF(
 /* ---- shared by s3 and http ---- */
 /* Requests of both backends: s3 = 1 signs (when the store has keys) and
  * does not follow redirects; s3 = 0 follows up to 5 (CDNs).  deadline is
- * absolute (ferry__now_ms), 0 = the store's default from now. */
+ * absolute (ferry__mono_ms), 0 = the store's default from now. */
 typedef struct ferry__target {
     const char *url;              /* full URL of the object */
     const char *what;             /* name for messages */

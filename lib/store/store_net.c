@@ -84,7 +84,7 @@ int ferry__hdr_add(struct curl_slist **list, const char *fmt, ...)
     return FERRY_OK;
 }
 
-uint64_t ferry__deadline(const ferry_store *s) { return ferry__now_ms() + s->deadline_ms; }
+uint64_t ferry__deadline(const ferry_store *s) { return ferry__mono_ms() + s->deadline_ms; }
 
 void ferry__resp_release(ferry__resp *resp) { ferry__buf_release(&resp->body); }
 
@@ -566,7 +566,7 @@ int ferry__net_call(ferry_store *s, const ferry__req *q, ferry__resp *r)
     int rc = FERRY_OK;
     unsigned attempt_no = 0;
     for (;;) {
-        uint64_t now = ferry__now_ms();
+        uint64_t now = ferry__mono_ms();
         if (now >= deadline) {
             rc = ferry__fail(FERRY_ERR_STORE_TIMEOUT, "%s: %s: deadline of %.1f s passed after %u attempt%s; last error: %s",
                              q->what, q->op, (double)s->deadline_ms / 1000.0, attempt_no, attempt_no == 1 ? "" : "s",
@@ -640,7 +640,7 @@ int ferry__net_call(ferry_store *s, const ferry__req *q, ferry__resp *r)
             snprintf(last, sizeof last, "%s%s%s", curl_easy_strerror(cc), errbuf[0] ? ": " : "", errbuf);
             size_t ll = strlen(last);
             while (ll && last[ll - 1] == '\n') last[--ll] = 0;
-            if (cc == CURLE_OPERATION_TIMEDOUT && ferry__now_ms() >= deadline) continue; /* reported above */
+            if (cc == CURLE_OPERATION_TIMEDOUT && ferry__mono_ms() >= deadline) continue; /* reported above */
             if (final_curl_error(cc)) {
                 rc = ferry__fail(cc == CURLE_URL_MALFORMAT || cc == CURLE_UNSUPPORTED_PROTOCOL ? FERRY_ERR_STORE_URL
                                                                                                : FERRY_ERR_STORE_NET,
@@ -663,7 +663,7 @@ int ferry__net_call(ferry_store *s, const ferry__req *q, ferry__resp *r)
         for (unsigned i = 1; i < attempt_no && d < FERRY__RETRY_CAP_MS; i++) d *= 2;
         if (d > FERRY__RETRY_CAP_MS) d = FERRY__RETRY_CAP_MS;
         d = d / 2 + ferry__rand_below(d / 2 + 1);
-        now = ferry__now_ms();
+        now = ferry__mono_ms();
         if (now < deadline) ferry__sleep_ms(d < deadline - now ? d : deadline - now);
     }
     pool_put(s, c);

@@ -61,9 +61,9 @@ static int s3req_init(ferry_store *s, s3req *r, const char *key, const char *que
     if (!rc && s->userpwd) {
         char sha[65];
         if (body && s->unsigned_payload) snprintf(sha, sizeof sha, "UNSIGNED-PAYLOAD");
-        else if (body && body_len) ferry__sha256_hex(body, body_len, sha);
+        else if (body && body_len) rc = ferry__sha256_hex(body, body_len, sha);
         else snprintf(sha, sizeof sha, "%s", EMPTY_SHA256);
-        rc = ferry__hdr_add(&r->hdrs, "x-amz-content-sha256: %s", sha);
+        if (!rc) rc = ferry__hdr_add(&r->hdrs, "x-amz-content-sha256: %s", sha);
         if (!rc && s->token_header) rc = ferry__hdr_add(&r->hdrs, "%s", s->token_header);
     }
     if (rc) s3req_release(r);
@@ -153,7 +153,7 @@ static void abort_upload(ferry_store *s, const char *key, const char *query)
     s3req rq;
     ferry__resp r = {0};
     if (s3req_init(s, &rq, key, query, NULL, 0)) return;
-    uint64_t dl = ferry__now_ms() + (s->deadline_ms < ABORT_DEADLINE_MS ? s->deadline_ms : ABORT_DEADLINE_MS);
+    uint64_t dl = ferry__mono_ms() + (s->deadline_ms < ABORT_DEADLINE_MS ? s->deadline_ms : ABORT_DEADLINE_MS);
     ferry__req q = {.op = "AbortMultipartUpload", .method = "DELETE", .url = (const char *)rq.url.data,
                     .what = rq.what, .headers = rq.hdrs, .sign = 1, .deadline = dl};
     ferry__net_call(s, &q, &r); /* best effort: S3 lifecycle rules clean up what this misses */
@@ -305,7 +305,7 @@ static int put_multipart(ferry_store *s, const char *key, const uint8_t *data, s
             char code[64] = "";
             ferry__xml_child_text((const char *)r.body.data, r.body.size, "Error", "Code", code, sizeof code);
             int again = (!strcmp(code, "InternalError") || !strcmp(code, "SlowDown")) && tries < 5 &&
-                        ferry__now_ms() + 1000 < deadline;
+                        ferry__mono_ms() + 1000 < deadline;
             if (again) {
                 ferry__resp_release(&r);
                 s3req_release(&rq);

@@ -1,29 +1,13 @@
-/* Small helpers of the store layer: clocks, jitter, URI encoding, etags,
- * number and date parsing, digests, UTF-8 validation. */
+/* Small helpers of the store layer: jitter, URI encoding, etags, number
+ * and date parsing, UTF-8 validation. */
 
 #include "store_impl.h"
 
 #include <errno.h>
-#include <openssl/evp.h>
 #include <stdio.h>
-#include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
-uint64_t ferry__now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-void ferry__sleep_ms(uint64_t ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000u), (long)(ms % 1000u) * 1000000L};
-    while (nanosleep(&ts, &ts) && errno == EINTR) {}
-}
-
-/* xorshift64*, one state per thread, seeded from getrandom (or the clock):
+/* xorshift64*, one state per thread, seeded from ferry__random_bytes:
  * jitter must differ between processes that failed at the same instant. */
 static _Thread_local uint64_t g_rng;
 
@@ -31,12 +15,7 @@ uint64_t ferry__rand_below(uint64_t n)
 {
     if (!g_rng) {
         uint64_t seed = 0;
-        if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ ((uint64_t)getpid() << 40) ^
-                   (uint64_t)(uintptr_t)&seed;
-        }
+        ferry__random_bytes(&seed, sizeof seed);
         g_rng = seed | 1u;
     }
     g_rng ^= g_rng >> 12;
@@ -139,26 +118,6 @@ int64_t ferry__parse_iso8601(const char *s, size_t n)
     return days * 86400 + h * 3600 + m * 60 + sec;
 }
 
-static void hex_of(const unsigned char *d, unsigned n, char *out)
-{
-    static const char hex[] = "0123456789abcdef";
-    for (unsigned i = 0; i < n; i++) {
-        out[2 * i] = hex[d[i] >> 4];
-        out[2 * i + 1] = hex[d[i] & 15];
-    }
-    out[2 * n] = 0;
-}
-
-static void digest_hex(const EVP_MD *md, const void *data, size_t n, char *out)
-{
-    unsigned char d[EVP_MAX_MD_SIZE];
-    unsigned len = 0;
-    if (!EVP_Digest(data, n, d, &len, md, NULL)) len = 0; /* cannot fail for these digests */
-    hex_of(d, len, out);
-}
-
-void ferry__sha256_hex(const void *data, size_t n, char out[65]) { digest_hex(EVP_sha256(), data, n, out); }
-void ferry__md5_hex(const void *data, size_t n, char out[33]) { digest_hex(EVP_md5(), data, n, out); }
 
 int ferry__utf8_valid(const char *str, size_t n)
 {

@@ -58,7 +58,7 @@ static int index_add(ferry_store *st, const char *run, const ferry_keys *keys, c
         free(text);
         if (rc != FERRY_ERR_STORE_CONFLICT) return rc;
         ferry__clear_error();
-        ferry__sync_sleep_ms(20u << (attempt < 5 ? attempt : 5));
+        ferry__sleep_ms(20u << (attempt < 5 ? attempt : 5));
     }
     return ferry__fail(FERRY_ERR_STORE_CONFLICT, "%s: still changing under this compaction after 10 attempts", key);
 }
@@ -120,10 +120,10 @@ int ferry_compact(ferry_store *store, const char *run, const ferry_compact_optio
     c.from_full_bytes = mfrom.kind == FERRY_SYNC_ANCHOR ? mfrom.full_bytes : 0;
     c.created = ferry__sync_now();
     if (ferry_keys_can_sign(o.keys)) {
-        if ((rc = ferry__sign_sha256(patch, psize, c.sha))) goto out;
+        if ((rc = ferry__sha256(patch, psize, c.sha))) goto out;
         c.has_sha = true;
     }
-    if ((rc = ferry__sync_new_id(c.id))) goto out;
+    ferry__sync_new_id(c.id);
     char key[FS_KEY_CAP];
     ferry__sync_key_compact(key, run, from, to, c.id);
     /* the object is durable before the index names it */

@@ -50,15 +50,7 @@ static int retained(gc *g, const fs_head *h, uint64_t keep)
             break;
         }
         if (rc) break; /* never delete on a view we could not read */
-        if (n == cap) {
-            cap = cap ? cap * 2 : 64;
-            char (*x)[FS_ID_CAP] = ferry__realloc(ids, cap * sizeof *ids);
-            if (!x) {
-                rc = FERRY_ERR_NOMEM;
-                break;
-            }
-            ids = x;
-        }
+        if ((rc = ferry__grow((void **)&ids, &cap, n + 1, sizeof *ids))) break;
         memcpy(ids[n++], m.id, FS_ID_CAP);
         if (m.version == lowest) stop = m.anchor.ref.version;
         r = m.prev;

@@ -1,12 +1,10 @@
-/* Object keys of a run, random ids, hex, clocks.  Every key of the
+/* Object keys of a run, random ids, the wall clock.  Every key of the
  * protocol is built here and parsed back here (for GC), so the layout of
  * docs/PROTOCOL.md "Objects" lives in one place. */
 #include "sync_impl.h"
 
-#include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -106,64 +104,16 @@ void ferry__sync_key_parse(const char *run, const char *key, fs_key_info *out)
     }
 }
 
-int ferry__sync_new_id(char out[FS_ID_CAP])
+void ferry__sync_new_id(char out[FS_ID_CAP])
 {
     uint8_t r[FERRY_SYNC_ID_LEN / 2];
-    size_t got = 0;
-    while (got < sizeof r) {
-        ssize_t n = getrandom(r + got, sizeof r - got, 0);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return ferry__fail(FERRY_ERR_IO, "getrandom: %s", strerror(errno));
-        }
-        got += (size_t)n;
-    }
-    for (size_t i = 0; i < sizeof r; i++) snprintf(out + 2 * i, 3, "%02x", r[i]);
-    return FERRY_OK;
+    ferry__random_bytes(r, sizeof r);
+    ferry__hex(out, r, sizeof r);
 }
 
-void ferry__sync_hex(char out[33], const uint8_t h[16])
-{
-    static const char d[] = "0123456789abcdef";
-    for (int i = 0; i < 16; i++) {
-        out[2 * i] = d[h[i] >> 4];
-        out[2 * i + 1] = d[h[i] & 15];
-    }
-    out[32] = 0;
-}
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-}
-
-bool ferry__sync_unhex(const char *s, uint8_t out[16])
-{
-    if (strlen(s) != 32) return false;
-    for (int i = 0; i < 16; i++) {
-        int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
-        if (hi < 0 || lo < 0) return false;
-        out[i] = (uint8_t)(hi << 4 | lo);
-    }
-    return true;
-}
+bool ferry__sync_unhex(const char *s, uint8_t out[16]) { return ferry__unhex(out, s, 16) && !s[32]; }
 
 int64_t ferry__sync_now(void) { return (int64_t)time(NULL); }
-
-uint64_t ferry__sync_mono_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
-}
-
-void ferry__sync_sleep_ms(uint64_t ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) && errno == EINTR) {}
-}
 
 void ferry__sync_default_publisher(char out[FERRY_SYNC_PUBLISHER_MAX])
 {
@@ -172,7 +122,7 @@ void ferry__sync_default_publisher(char out[FERRY_SYNC_PUBLISHER_MAX])
     host[sizeof host - 1] = 0;
     for (char *p = host; *p; p++)
         if ((unsigned char)*p < 0x21 || (unsigned char)*p > 0x7e || *p == '"' || *p == '\\') *p = '_';
-    if (ferry__sync_new_id(id)) snprintf(id, sizeof id, "0");
+    ferry__sync_new_id(id);
     snprintf(out, FERRY_SYNC_PUBLISHER_MAX, "%s:%ld:%.8s", host, (long)getpid(), id);
 }
 

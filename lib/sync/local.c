@@ -28,7 +28,7 @@ static json_t *state_json(const fs_state *s)
 {
     if (!s || !s->version) return json_null();
     char h[33];
-    ferry__sync_hex(h, s->hash);
+    ferry__hex(h, s->hash, 16);
     return json_pack("{s:I,s:s,s:s,s:I}", "version", (json_int_t)s->version, "id", s->id, "model_hash", h,
                      "delta_bytes_cum", (json_int_t)s->cum);
 }

@@ -52,15 +52,7 @@ int ferry_run_log_read_keys(ferry_store *store, const char *run, uint64_t max_ve
             break;
         }
         if (rc) goto fail;
-        if (log->count == cap) {
-            cap = cap ? cap * 2 : 64;
-            ferry_version_info *v = ferry__realloc(log->versions, cap * sizeof *v);
-            if (!v) {
-                rc = FERRY_ERR_NOMEM;
-                goto fail;
-            }
-            log->versions = v;
-        }
+        if ((rc = ferry__grow((void **)&log->versions, &cap, log->count + 1, sizeof *log->versions))) goto fail;
         version_info(&m, &log->versions[log->count++]);
         r = m.prev;
     }

@@ -217,7 +217,7 @@ int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flag
 {
     if (!p || !model) return ferry__fail(FERRY_ERR_ARG, "ferry_publish: NULL argument");
     if (p->fence[0]) return ferry__fail(FERRY_ERR_SYNC_CONFLICT, "%s", p->fence);
-    uint64_t t0 = ferry__sync_mono_ms();
+    uint64_t t0 = ferry__mono_ms();
     int rc = check_head(p);
     if (rc) return rc;
     const fs_manifest *L = &p->last;
@@ -229,7 +229,7 @@ int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flag
     m.version = L->version + 1;
     bool anchor = m.version == 1 || (flags & FERRY_PUBLISH_ANCHOR) || m.version - L->anchor.ref.version >= p->anchor_every;
     m.kind = anchor ? FERRY_SYNC_ANCHOR : FERRY_SYNC_DELTA;
-    if ((rc = ferry__sync_new_id(m.id))) return rc;
+    ferry__sync_new_id(m.id);
 
     ferry_model *next = NULL;
     void *patch = NULL;
@@ -277,7 +277,7 @@ int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flag
         char key[FS_KEY_CAP];
         ferry__sync_key_version(key, p->run, m.version, m.id, FS_OBJ_DELTA);
         if (ferry_keys_can_sign(p->keys)) {
-            if ((rc = ferry__sign_sha256(patch, psize, m.delta_sha))) goto out;
+            if ((rc = ferry__sha256(patch, psize, m.delta_sha))) goto out;
             m.has_delta_sha = true;
         }
         if ((rc = ferry_store_put(p->st, key, patch, psize, NULL))) goto out;
@@ -342,7 +342,7 @@ int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flag
         info->model_bytes = m.model_bytes;
         memcpy(info->model_hash, m.model_hash, 16);
         memcpy(info->id, m.id, FS_ID_CAP);
-        info->seconds = (double)(ferry__sync_mono_ms() - t0) / 1e3;
+        info->seconds = (double)(ferry__mono_ms() - t0) / 1e3;
     }
 out:
     ferry_free(patch);

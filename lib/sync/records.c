@@ -17,7 +17,7 @@ static const char *k_kind[] = {"delta", "anchor"};
 static json_t *jhash(const uint8_t h[16])
 {
     char x[33];
-    ferry__sync_hex(x, h);
+    ferry__hex(x, h, 16);
     return json_string(x);
 }
 
@@ -39,7 +39,7 @@ static json_t *janchor(const fs_anchor_ref *a)
 static json_t *jsha(const uint8_t d[32])
 {
     char x[65];
-    ferry__sign_sha_hex(x, d);
+    ferry__hex(x, d, 32);
     return json_string(x);
 }
 
@@ -243,7 +243,8 @@ static bool g_sha(pctx *c, json_t *o, uint8_t out[32])
 {
     json_t *v = json_object_get(o, "sha256");
     if (!v || c->rc) return false;
-    if (!json_is_string(v) || !ferry__sign_sha_unhex(json_string_value(v), out)) {
+    const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+    if (!s || !ferry__unhex(out, s, 32) || s[64]) {
         bad(c, "field 'sha256' is not 64 lowercase hex digits");
         return false;
     }
@@ -544,7 +545,7 @@ int ferry__sync_head_read(ferry_store *st, const char *run, const ferry_keys *ke
     for (int attempt = 0; attempt < 3; attempt++) {
         void *d;
         size_t n, body;
-        if (attempt) ferry__sync_sleep_ms(50);
+        if (attempt) ferry__sleep_ms(50);
         rc = get_small(st, key, keys, cnt, &d, &n, &body, etag);
         if (!rc) {
             rc = ferry__sync_head_parse(run, key, d, body, h);
@@ -653,7 +654,7 @@ int ferry__sync_object_get(ferry_store *st, const char *key, uint64_t want_size,
         rc = ferry__fail(sha ? FERRY_ERR_SIG_DIGEST : FERRY_ERR_SYNC_CORRUPT,
                          "%s: %zu bytes, its %smanifest says %llu (truncated or replaced)", key, *size, sha ? "signed " : "",
                          (unsigned long long)want_size);
-    else if (sha && !(rc = ferry__sign_sha256(*data, *size, d)) && memcmp(d, sha, 32))
+    else if (sha && !(rc = ferry__sha256(*data, *size, d)) && memcmp(d, sha, 32))
         rc = ferry__fail(FERRY_ERR_SIG_DIGEST, "%s: SHA-256 is not the one its signed manifest gives (replaced)", key);
     if (rc) {
         ferry_free(*data);

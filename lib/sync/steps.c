@@ -74,8 +74,6 @@ static void advance(ferry_subscriber *s, sub_work *w, const fs_state *to)
     s->stats.steps++;
 }
 
-static void hexs(char out[33], const uint8_t h[16]) { ferry__sync_hex(out, h); }
-
 /* One delta (of a version, or compacted): fetch, check, apply; the result
  * is bounded by max_out bytes (its manifest's model size). */
 static int step_delta(ferry_subscriber *s, sub_work *w, const char *key, uint64_t size, bool has_sha, const uint8_t sha[32],
@@ -97,7 +95,7 @@ static int step_delta(ferry_subscriber *s, sub_work *w, const char *key, uint64_
     ferry_patch_info_free(pi);
     if (memcmp(pb, w->st.hash, 16) || memcmp(pt, target, 16)) {
         char a[33], b[33], c[33], d[33];
-        hexs(a, pb), hexs(b, pt), hexs(c, w->st.hash), hexs(d, target);
+        ferry__hex(a, pb, 16), ferry__hex(b, pt, 16), ferry__hex(c, w->st.hash, 16), ferry__hex(d, target, 16);
         ferry_free(patch);
         return ferry__fail(FERRY_ERR_SYNC_CORRUPT,
                            "%s: the patch turns model %.12s.. into %.12s.., but version %llu needs %.12s.. into %.12s.. "
@@ -184,7 +182,7 @@ static int step_full(ferry_subscriber *s, sub_work *w, const fs_manifest *m)
         uint8_t h[16];
         if (!(rc = ferry_model_hash(a, h)) && memcmp(h, m->model_hash, 16)) {
             char x[33], y[33];
-            hexs(x, h), hexs(y, m->model_hash);
+            ferry__hex(x, h, 16), ferry__hex(y, m->model_hash, 16);
             rc = ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: model hash %s, but the manifest of version %llu says %s", key, x,
                              (unsigned long long)m->version, y);
         }

@@ -48,7 +48,7 @@ struct ferry_subscriber {
     /* the HEAD the last ferry_subscriber_wait returned on (single store
        only), reused by the next sync if read less than poll_ms ago */
     fs_head polled;
-    uint64_t polled_ms;         /* when (ferry__sync_mono_ms); 0 = none to reuse */
+    uint64_t polled_ms;         /* when (ferry__mono_ms); 0 = none to reuse */
     /* store list (sub_stores.c): further stores in order of preference */
     ferry_store *alt[FERRY_SYNC_STORES_MAX - 1];
     size_t nalt;

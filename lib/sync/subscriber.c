@@ -172,7 +172,7 @@ static int read_head(ferry_subscriber *s, fs_head *h, bool allow_below)
     /* A HEAD a wait read (verified, as here) less than one poll interval
      * ago is as fresh as polling makes any HEAD: the sync that follows
      * the wait need not pay another round trip for it.  Once only. */
-    bool reuse = s->polled_ms && ferry__sync_mono_ms() - s->polled_ms < s->poll_ms;
+    bool reuse = s->polled_ms && ferry__mono_ms() - s->polled_ms < s->poll_ms;
     s->polled_ms = 0;
     int rc = FERRY_OK;
     if (reuse) *h = s->polled;
@@ -411,7 +411,7 @@ int ferry_subscriber_sync(ferry_subscriber *s, int mode, uint64_t version, ferry
 int ferry_subscriber_wait(ferry_subscriber *s, uint64_t after_version, uint64_t timeout_ms, uint64_t *head)
 {
     if (!s) return ferry__fail(FERRY_ERR_ARG, "ferry_subscriber_wait: NULL subscriber");
-    uint64_t t0 = ferry__sync_mono_ms();
+    uint64_t t0 = ferry__mono_ms();
     for (;;) {
         fs_head h;
         uint64_t hv = 0;
@@ -423,12 +423,12 @@ int ferry_subscriber_wait(ferry_subscriber *s, uint64_t after_version, uint64_t 
         if (hv > after_version) {
             if (!s->nalt) { /* with a store list another store may be the one synced from */
                 s->polled = h;
-                s->polled_ms = ferry__sync_mono_ms();
+                s->polled_ms = ferry__mono_ms();
             }
             return FERRY_OK;
         }
         pthread_mutex_lock(&s->mu);
-        uint64_t el = ferry__sync_mono_ms() - t0;
+        uint64_t el = ferry__mono_ms() - t0;
         if (!s->woken && el < timeout_ms) {
             uint64_t wait = timeout_ms - el < s->poll_ms ? timeout_ms - el : s->poll_ms;
             struct timespec ts;

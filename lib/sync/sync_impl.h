@@ -44,13 +44,12 @@ typedef struct fs_key_info {
 void ferry__sync_key_parse(const char *run, const char *key, fs_key_info *out);
 
 /* A fresh random id (FERRY_SYNC_ID_LEN hex digits). */
-int ferry__sync_new_id(char out[FS_ID_CAP]);
+void ferry__sync_new_id(char out[FS_ID_CAP]);
 bool ferry__sync_id_valid(const char *s);
-void ferry__sync_hex(char out[33], const uint8_t h[16]);
+/* A content hash (xxh128, 16 bytes) from exactly 32 lowercase hex digits
+ * (ferry__hex writes them). */
 bool ferry__sync_unhex(const char *s, uint8_t out[16]);
 int64_t ferry__sync_now(void);
-void ferry__sync_sleep_ms(uint64_t ms);
-uint64_t ferry__sync_mono_ms(void);
 /* The default publisher id, "HOST:PID:RANDOM". */
 void ferry__sync_default_publisher(char out[FERRY_SYNC_PUBLISHER_MAX]);
 bool ferry__sync_publisher_valid(const char *s);
