@@ -1,6 +1,7 @@
 /* Dock handles: open (and the consumer's cursor load), put, resume_seq,
  * stats.  take and sweep live in dock_take.c. */
 #include "dock_impl.h"
+#include "sign/sig.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -52,6 +53,7 @@ int ferry_dock_open(ferry_store *store, const char *run, const ferry_dock_option
     if (opts) o = *opts;
     if (o.role != FERRY_DOCK_PRODUCER && o.role != FERRY_DOCK_CONSUMER)
         return ferry__fail(FERRY_ERR_ARG, "dock: open: role %d (want FERRY_DOCK_PRODUCER or _CONSUMER)", o.role);
+    if ((rc = ferry__sign_ring_check(o.keys, "dock: open"))) return rc; /* an empty ring is no "unsigned" */
     if (!o.max_payload) o.max_payload = DK_DEFAULT_MAX_PAYLOAD;
     if (o.max_payload > UINT64_MAX - FERRY_DOCK_HEADER_SIZE)
         return ferry__fail(FERRY_ERR_ARG, "dock: open: max_payload %" PRIu64 " too large", o.max_payload);

@@ -45,6 +45,7 @@ int ferry_shard_publisher_open(ferry_store *store, const char *run, const ferry_
     if (opts->publisher_id && !ferry__sync_publisher_valid(opts->publisher_id))
         return ferry__fail(FERRY_ERR_ARG, "publisher id '%.200s': empty, too long, or not printable ASCII without quotes",
                            opts->publisher_id);
+    if ((rc = ferry__sign_ring_check(opts->keys, "ferry_shard_publisher_open"))) return rc;
     ferry_shard_publisher *p = ferry__calloc(1, sizeof *p);
     if (!p) return FERRY_ERR_NOMEM;
     p->st = store;

@@ -45,6 +45,7 @@ int ferry_shard_subscriber_open(ferry_store *store, const char *run, const ferry
     *out = NULL;
     int rc = ferry_sync_run_check(run);
     if (rc) return rc;
+    if (opts && (rc = ferry__sign_ring_check(opts->keys, "ferry_shard_subscriber_open"))) return rc;
     ferry_shard_subscriber *s = ferry__calloc(1, sizeof *s);
     if (!s) return FERRY_ERR_NOMEM;
     s->st = s->alt[0] = store;

@@ -18,15 +18,18 @@
 #define MAX_TRUSTED 4096
 #define KEY_FILE_MAX (64u << 10)
 
+/* One enrolment: a key in one role.  The same key may be enrolled more
+ * than once, in different roles; each enrolment is looked up on its own. */
 typedef struct fs_key {
     EVP_PKEY *pk;
     uint8_t id[FS_KEYID_LEN];
-    int64_t island; /* -1 = any */
+    int64_t role; /* FERRY_KEY_PUBLISHER, or the island id whose batches it signs */
 } fs_key;
 
 struct ferry_keys {
     EVP_PKEY *signer;
     uint8_t signer_id[FS_KEYID_LEN];
+    int64_t signer_role; /* FERRY_KEY_PUBLISHER, or an island id (batches only) */
     fs_key *trusted;
     size_t n, cap;
 };
@@ -43,8 +46,26 @@ static const char *ossl_why(char *buf, size_t cap)
     return buf;
 }
 
-bool ferry__sign_keys_enforce(const ferry_keys *k) { return k && k->n > 0; }
+/* A ring given is enforced even when it holds no key: an empty ring
+ * (a trust list that matched nothing) must never read as "no keys". */
+bool ferry__sign_keys_enforce(const ferry_keys *k) { return k != NULL; }
+
+int ferry__sign_ring_check(const ferry_keys *k, const char *who)
+{
+    if (k && !k->n)
+        return ferry__fail(FERRY_ERR_ARG, "%s: the key ring holds no key (no signing key, no trusted key: a trust list that "
+                           "matched nothing?); pass no ring to read unsigned runs", who);
+    return FERRY_OK;
+}
+
+size_t ferry__sign_role_keys(const ferry_keys *k, int64_t role)
+{
+    size_t c = 0;
+    for (size_t i = 0; k && i < k->n; i++) c += k->trusted[i].role == role;
+    return c;
+}
 size_t ferry_keys_trusted(const ferry_keys *k) { return k ? k->n : 0; }
+size_t ferry_keys_publishers(const ferry_keys *k) { return ferry__sign_role_keys(k, FERRY_KEY_PUBLISHER); }
 int ferry_keys_can_sign(const ferry_keys *k) { return k && k->signer ? 1 : 0; }
 
 /* ---- digests ---- */
@@ -156,7 +177,7 @@ void ferry_keys_free(ferry_keys *k)
     free(k);
 }
 
-static int add_trusted(ferry_keys *k, EVP_PKEY *pk, const uint8_t id[FS_KEYID_LEN], int64_t island)
+static int add_trusted(ferry_keys *k, EVP_PKEY *pk, const uint8_t id[FS_KEYID_LEN], int64_t role)
 {
     if (k->n == MAX_TRUSTED) return ferry__fail(FERRY_ERR_LIMIT, "key ring: more than %d trusted keys", MAX_TRUSTED);
     if (ferry__grow((void **)&k->trusted, &k->cap, k->n + 1, sizeof *k->trusted)) return FERRY_ERR_NOMEM;
@@ -164,35 +185,58 @@ static int add_trusted(ferry_keys *k, EVP_PKEY *pk, const uint8_t id[FS_KEYID_LE
     fs_key *t = &k->trusted[k->n++];
     t->pk = pk;
     memcpy(t->id, id, FS_KEYID_LEN);
-    t->island = island;
+    t->role = role;
     return FERRY_OK;
 }
 
-int ferry_keys_set_signer(ferry_keys *k, const char *path, char key_id_out[FERRY_KEY_ID_LEN + 1])
+static int check_role(const char *path, int64_t role)
+{
+    if (role < FERRY_KEY_PUBLISHER || role > (int64_t)UINT32_MAX)
+        return ferry__fail(FERRY_ERR_ARG, "%s: island %lld out of range (FERRY_KEY_PUBLISHER = -1, or an island id 0..2^32-1)",
+                           path ? path : "(null)", (long long)role);
+    return FERRY_OK;
+}
+
+static int set_signer(ferry_keys *k, const char *path, int64_t role, char key_id_out[FERRY_KEY_ID_LEN + 1])
 {
     if (!k) return ferry__fail(FERRY_ERR_ARG, "ferry_keys_set_signer: NULL ring");
     if (k->signer) return ferry__fail(FERRY_ERR_ARG, "%s: the key ring already has a signing key", path ? path : "(null)");
+    int rc = check_role(path, role);
+    if (rc) return rc;
     EVP_PKEY *pk;
-    int rc = load_key(path, true, &pk);
+    rc = load_key(path, true, &pk);
     uint8_t id[FS_KEYID_LEN];
     if (!rc) rc = key_id(pk, id, path);
-    if (!rc) rc = add_trusted(k, pk, id, -1);
+    if (!rc) rc = add_trusted(k, pk, id, role); /* its own public half, in its own role */
     if (rc) {
         EVP_PKEY_free(pk);
         return rc;
     }
     k->signer = pk;
+    k->signer_role = role;
     memcpy(k->signer_id, id, FS_KEYID_LEN);
     id_out(key_id_out, id);
     return FERRY_OK;
 }
 
+int ferry_keys_set_signer(ferry_keys *k, const char *path, char key_id_out[FERRY_KEY_ID_LEN + 1])
+{
+    return set_signer(k, path, FERRY_KEY_PUBLISHER, key_id_out);
+}
+
+int ferry_keys_set_island_signer(ferry_keys *k, const char *path, int64_t island, char key_id_out[FERRY_KEY_ID_LEN + 1])
+{
+    if (island < 0) return ferry__fail(FERRY_ERR_ARG, "%s: an island signer needs an island id >= 0", path ? path : "(null)");
+    return set_signer(k, path, island, key_id_out);
+}
+
 int ferry_keys_trust(ferry_keys *k, const char *path, int64_t island, char key_id_out[FERRY_KEY_ID_LEN + 1])
 {
     if (!k) return ferry__fail(FERRY_ERR_ARG, "ferry_keys_trust: NULL ring");
-    if (island < -1 || island > (int64_t)UINT32_MAX) return ferry__fail(FERRY_ERR_ARG, "%s: island %lld out of range", path ? path : "(null)", (long long)island);
+    int rc = check_role(path, island);
+    if (rc) return rc;
     EVP_PKEY *pk;
-    int rc = load_key(path, false, &pk);
+    rc = load_key(path, false, &pk);
     uint8_t id[FS_KEYID_LEN];
     if (!rc) rc = key_id(pk, id, path);
     if (!rc) rc = add_trusted(k, pk, id, island);
@@ -278,6 +322,11 @@ static int message(const char *domain, const void *data, size_t n, uint8_t out[3
 int ferry__sign_bytes(const ferry_keys *k, const char *domain, const void *data, size_t n, uint8_t raw[FS_SIG_RAW])
 {
     if (!k || !k->signer) return ferry__fail(FERRY_ERR_ARG, "signing without a signing key");
+    /* an island's key signs its batches and nothing else: never a version
+     * record nor a cursor, which only publisher keys may sign */
+    if (k->signer_role != FERRY_KEY_PUBLISHER && strcmp(domain, FS_DOM_BATCH))
+        return ferry__fail(FERRY_ERR_ARG, "the signing key is island %lld's (batches only): it may not sign a %s record",
+                           (long long)k->signer_role, domain);
     uint8_t m[32];
     int rc = message(domain, data, n, m);
     if (rc) return rc;
@@ -294,23 +343,46 @@ int ferry__sign_bytes(const ferry_keys *k, const char *domain, const void *data,
     return FERRY_OK;
 }
 
-int ferry__sign_verify(const ferry_keys *k, const char *domain, const char *name, const void *data, size_t n,
-                  const uint8_t raw[FS_SIG_RAW], int64_t island)
+/* What role a key id has in the ring, for an error message. */
+static void roles_of(const ferry_keys *k, const uint8_t *id, char *out, size_t cap)
 {
+    out[0] = 0;
+    size_t at = 0;
+    for (size_t i = 0; k && i < k->n && at < cap; i++) {
+        if (memcmp(k->trusted[i].id, id, FS_KEYID_LEN)) continue;
+        int w = k->trusted[i].role == FERRY_KEY_PUBLISHER
+                    ? snprintf(out + at, cap - at, "%sa publisher key", at ? ", " : "")
+                    : snprintf(out + at, cap - at, "%sisland %lld's batch key", at ? ", " : "", (long long)k->trusted[i].role);
+        if (w < 0) break;
+        at += (size_t)w;
+    }
+}
+
+int ferry__sign_verify(const ferry_keys *k, const char *domain, const char *name, const void *data, size_t n,
+                  const uint8_t raw[FS_SIG_RAW], int64_t role)
+{
+    int rc = ferry__sign_ring_check(k, name);
+    if (rc) return rc;
     char hid[2 * FS_KEYID_LEN + 1];
     ferry__hex(hid, raw, FS_KEYID_LEN);
+    /* the key must be enrolled in exactly the role asked for: a publisher
+     * key signs versions (and cursors), an island's key that island's
+     * batches; neither stands in for the other */
     const fs_key *t = NULL;
     for (size_t i = 0; k && i < k->n && !t; i++)
-        if (!memcmp(k->trusted[i].id, raw, FS_KEYID_LEN) && (island < 0 || k->trusted[i].island < 0 || k->trusted[i].island == island))
-            t = &k->trusted[i];
+        if (!memcmp(k->trusted[i].id, raw, FS_KEYID_LEN) && k->trusted[i].role == role) t = &k->trusted[i];
     if (!t) {
-        if (island >= 0)
-            return ferry__fail(FERRY_ERR_SIG_UNTRUSTED, "%s: signed by key %s, which is not enrolled for island %lld", name, hid,
-                               (long long)island);
-        return ferry__fail(FERRY_ERR_SIG_UNTRUSTED, "%s: signed by key %s, which is not a trusted key", name, hid);
+        char has[160];
+        roles_of(k, raw, has, sizeof has);
+        const char *why = has[0] ? has : "not a trusted key";
+        if (role != FERRY_KEY_PUBLISHER)
+            return ferry__fail(FERRY_ERR_SIG_UNTRUSTED, "%s: signed by key %s, which is not enrolled for island %lld (%s)", name, hid,
+                               (long long)role, why);
+        return ferry__fail(FERRY_ERR_SIG_UNTRUSTED, "%s: signed by key %s, which is not enrolled as a publisher (%s): refused",
+                           name, hid, why);
     }
     uint8_t m[32];
-    int rc = message(domain, data, n, m);
+    rc = message(domain, data, n, m);
     if (rc) return rc;
     EVP_MD_CTX *c = EVP_MD_CTX_new();
     int ok = c && EVP_DigestVerifyInit(c, NULL, NULL, NULL, t->pk) == 1 &&
@@ -351,6 +423,8 @@ int ferry__sign_open(const ferry_keys *k, const char *domain, const char *name, 
     const char *s = text;
     *body_len = n;
     *is_signed = false;
+    int rc = ferry__sign_ring_check(k, name);
+    if (rc) return rc;
     /* the last "\n#ferry-sig-" in the text starts the trailer, whole or cut */
     const char *lead = NULL;
     size_t from = n > FS_SIG_TRAILER + 64 ? n - FS_SIG_TRAILER - 64 : 0;
@@ -368,5 +442,5 @@ int ferry__sign_open(const ferry_keys *k, const char *domain, const char *name, 
     *body_len = at;
     *is_signed = true;
     if (!ferry__sign_keys_enforce(k)) return FERRY_OK;
-    return ferry__sign_verify(k, domain, name, s, at, raw, -1);
+    return ferry__sign_verify(k, domain, name, s, at, raw, FERRY_KEY_PUBLISHER); /* records: publishers only */
 }

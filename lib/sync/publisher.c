@@ -68,6 +68,7 @@ int ferry_publisher_open(ferry_store *store, const char *run, const ferry_publis
         return ferry__fail(FERRY_ERR_STORE_READONLY, "%s: cannot publish through a read-only http(s) store", ferry_store_url(store));
     ferry_publisher_options o = {0};
     if (opts) o = *opts;
+    if ((rc = ferry__sign_ring_check(o.keys, "ferry_publisher_open"))) return rc;
     if (o.publisher_id && !ferry__sync_publisher_valid(o.publisher_id))
         return ferry__fail(FERRY_ERR_ARG, "publisher id '%.200s': empty, longer than %d bytes, or not printable ASCII without quotes",
                            o.publisher_id, FERRY_SYNC_PUBLISHER_MAX - 1);

@@ -14,6 +14,7 @@ int ferry_subscriber_open(ferry_store *store, const char *run, const ferry_subsc
     if (rc) return rc;
     ferry_subscriber_options o = {0};
     if (opts) o = *opts;
+    if ((rc = ferry__sign_ring_check(o.keys, "ferry_subscriber_open"))) return rc;
     if (o.path && o.model) return ferry__fail(FERRY_ERR_ARG, "ferry_subscriber_open: set path (file mode) or model (memory mode), not both");
     if (o.model_version && !o.model) return ferry__fail(FERRY_ERR_ARG, "ferry_subscriber_open: model_version without a model");
     if (o.concurrency > 64 || (o.chunk_size && (o.chunk_size < 4096 || o.chunk_size > (1ull << 30))))

@@ -13,7 +13,7 @@
 int main(void)
 {
     puts("sync layer not built (NO_NET=1)");
-    puts("0 passed, 0 failed");
+    puts("0 passed, 0 failed, 1 skipped");
     return 0;
 }
 #else
@@ -453,6 +453,155 @@ static void test_wrong_key_and_unsigned(void)
     ferry_store_free(st);
 }
 
+/* Key roles (issue 23 item 1).  The trainer's ring holds its own signer and
+ * island 0's key enrolled for island 0's batches — the ring SECURITY.md
+ * describes.  Island 0 (its key, and write access to the store, which it
+ * needs to put batches) publishes a version 4 of its own on top of the
+ * trainer's 3, signed with its key.  The trainer's subscriber refuses it,
+ * its publisher does not resume on it, ferry_compact signs no index entry
+ * to it, and an island that trusts only the trainer refuses it too.  An
+ * island's batch key never verifies a record, a publisher key never a
+ * batch, and a ring whose signer is an island's cannot sign a record. */
+static void test_island_key_is_no_publisher(void)
+{
+    ferry_store *st = new_store();
+    char tpriv[512], tpub[512], ipriv[512], ipub[512];
+    keypair("trainer", tpriv, tpub);
+    keypair("island0", ipriv, ipub);
+    ferry_keys *tk = NULL, *forger = NULL, *rk = trust_ring("trainer");
+    ferry_keys_create(&tk);
+    CHECK_OK(ferry_keys_set_signer(tk, tpriv, NULL));
+    CHECK_OK(ferry_keys_trust(tk, ipub, 0, NULL));
+    CHECK(ferry_keys_trusted(tk) == 2 && ferry_keys_publishers(tk) == 1);
+    CHECK_OK(publish(st, "run", tk, 1, 3));
+    ferry_subscriber *s = sub_open(st, "run", tk);
+    CHECK_OK(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL));
+    CHECK(holds(s, 3));
+    size_t n3;
+    char *head3 = get(st, "run/HEAD", &n3);
+
+    /* the island: its key signs, it trusts the trainer's to resume */
+    ferry_keys_create(&forger);
+    CHECK_OK(ferry_keys_set_signer(forger, ipriv, NULL));
+    CHECK_OK(ferry_keys_trust(forger, tpub, FERRY_KEY_PUBLISHER, NULL));
+    ferry_publisher_options fo = {.anchor_every = 3, .publisher_id = "island0", .keys = forger};
+    ferry_publisher *fp = NULL;
+    CHECK_OK(ferry_publisher_open(st, "run", &fo, &fp));
+    ferry_model *evil = model_of(4, 0x11);
+    CHECK_OK(ferry_publish(fp, evil, NULL));
+    ferry_publisher_free(fp);
+
+    /* the trainer's own subscriber: refused, nothing applied */
+    CHECK_RC(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL), FERRY_ERR_SIG_UNTRUSTED);
+    CHECK(strstr(ferry_last_error(), "not enrolled as a publisher") && strstr(ferry_last_error(), "island 0"));
+    CHECK(holds(s, 3));
+    ferry_subscriber_free(s);
+    s = sub_open(st, "run", tk); /* a fresh one takes nothing either */
+    CHECK_RC(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL), FERRY_ERR_SIG_UNTRUSTED);
+    CHECK(ferry_subscriber_version(s) == 0);
+    ferry_subscriber_free(s);
+    /* the trainer's publisher does not resume on it */
+    ferry_publisher_options po = {.anchor_every = 3, .publisher_id = "trainer", .keys = tk};
+    ferry_publisher *p = NULL;
+    CHECK_RC(ferry_publisher_open(st, "run", &po, &p), FERRY_ERR_SIG_UNTRUSTED);
+    CHECK(p == NULL);
+    /* compaction signs no index entry to the forged version */
+    ferry_compact_options co = {.from = 1, .keys = tk};
+    CHECK_RC(ferry_compact(st, "run", &co, NULL), FERRY_ERR_SIG_UNTRUSTED);
+    size_t n;
+    void *ix = NULL;
+    CHECK_RC(ferry_store_get(st, "run/compactions.json", &ix, &n, NULL), FERRY_ERR_STORE_NOT_FOUND);
+    ferry_free(ix);
+    /* the run log, and an island trusting only the trainer */
+    ferry_run_log *log = NULL;
+    CHECK_RC(ferry_run_log_read_keys(st, "run", 0, tk, &log), FERRY_ERR_SIG_UNTRUSTED);
+    s = sub_open(st, "run", rk);
+    CHECK_RC(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL), FERRY_ERR_SIG_UNTRUSTED);
+    CHECK(ferry_subscriber_version(s) == 0);
+    /* HEAD restored: the same handle follows, the trainer resumes */
+    put(st, "run/HEAD", head3, n3);
+    CHECK_OK(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL));
+    CHECK(holds(s, 3));
+    ferry_subscriber_free(s);
+    CHECK_OK(publish(st, "run", tk, 4, 4));
+    s = sub_open(st, "run", rk);
+    CHECK_OK(ferry_subscriber_sync(s, FERRY_SYNC_LATEST, 0, NULL));
+    CHECK(holds(s, 4));
+    ferry_subscriber_free(s);
+
+    /* the roles at the signature level */
+    const char body[] = "{\"format\": \"ferry-head-1\"}";
+    uint8_t tsig[FS_SIG_RAW], isig[FS_SIG_RAW];
+    CHECK_OK(ferry__sign_bytes(tk, FS_DOM_BATCH, body, sizeof body, tsig));     /* trainer key over a batch */
+    CHECK_OK(ferry__sign_bytes(forger, FS_DOM_RECORD, body, sizeof body, isig)); /* island key over a record */
+    CHECK_RC(ferry__sign_verify_island(tk, FS_DOM_BATCH, "b", body, sizeof body, tsig, 0), FERRY_ERR_SIG_UNTRUSTED);
+    CHECK(strstr(ferry_last_error(), "a publisher key") != NULL);
+    CHECK_RC(ferry__sign_verify_publisher(tk, FS_DOM_RECORD, "r", body, sizeof body, isig), FERRY_ERR_SIG_UNTRUSTED);
+    CHECK_RC(ferry__sign_verify_island(tk, FS_DOM_RECORD, "r", body, sizeof body, isig, 1), FERRY_ERR_SIG_UNTRUSTED);
+    CHECK_OK(ferry__sign_verify_island(tk, FS_DOM_RECORD, "r", body, sizeof body, isig, 0));
+    /* island 0's ring built as SECURITY.md says: it signs batches only */
+    ferry_keys *ik = NULL;
+    ferry_keys_create(&ik);
+    CHECK_OK(ferry_keys_set_island_signer(ik, ipriv, 0, NULL));
+    CHECK_OK(ferry_keys_trust(ik, tpub, FERRY_KEY_PUBLISHER, NULL));
+    CHECK(ferry_keys_trusted(ik) == 2 && ferry_keys_publishers(ik) == 1 && ferry_keys_can_sign(ik));
+    CHECK_OK(ferry__sign_bytes(ik, FS_DOM_BATCH, body, sizeof body, isig));
+    CHECK_OK(ferry__sign_verify_island(tk, FS_DOM_BATCH, "b", body, sizeof body, isig, 0));
+    char *sealed = NULL;
+    CHECK_RC(ferry__sign_seal(ik, FS_DOM_RECORD, body, strlen(body), &sealed), FERRY_ERR_ARG);
+    CHECK_RC(ferry__sign_bytes(ik, FS_DOM_CURSOR, body, sizeof body, isig), FERRY_ERR_ARG);
+    CHECK(sealed == NULL);
+    fo.keys = ik;
+    ferry_store *st2 = new_store();
+    CHECK_OK(ferry_publisher_open(st2, "run", &fo, &fp));
+    CHECK_RC(ferry_publish(fp, evil, NULL), FERRY_ERR_ARG);
+    ferry_publisher_free(fp);
+    CHECK_RC(ferry_store_get(st2, "run/HEAD", &ix, &n, NULL), FERRY_ERR_STORE_NOT_FOUND);
+    CHECK_RC(ferry_keys_set_island_signer(ik, ipriv, -1, NULL), FERRY_ERR_ARG);
+    CHECK_RC(ferry_keys_trust(ik, ipub, -2, NULL), FERRY_ERR_ARG);
+    ferry_store_free(st2);
+    ferry_keys_free(ik);
+    ferry_model_free(evil);
+    ferry_free(head3);
+    ferry_keys_free(tk);
+    ferry_keys_free(forger);
+    ferry_keys_free(rk);
+    ferry_store_free(st);
+}
+
+/* A ring given with no key at all (a trust glob that matched nothing) is
+ * an error wherever a ring is taken, never "unsigned allowed" (item 13). */
+static void test_empty_ring(void)
+{
+    ferry_store *st = new_store();
+    CHECK_OK(publish(st, "u", NULL, 1, 2)); /* an unsigned run */
+    ferry_keys *empty = NULL;
+    CHECK_OK(ferry_keys_create(&empty));
+    CHECK(ferry_keys_trusted(empty) == 0 && ferry_keys_publishers(empty) == 0);
+    ferry_subscriber_options so = {.keys = empty};
+    ferry_subscriber *s = NULL;
+    CHECK_RC(ferry_subscriber_open(st, "u", &so, &s), FERRY_ERR_ARG);
+    CHECK(s == NULL && strstr(ferry_last_error(), "holds no key") != NULL);
+    ferry_publisher_options po = {.keys = empty};
+    ferry_publisher *p = NULL;
+    CHECK_RC(ferry_publisher_open(st, "new", &po, &p), FERRY_ERR_ARG); /* would publish unsigned */
+    CHECK(p == NULL);
+    ferry_run_log *log = NULL;
+    CHECK_RC(ferry_run_log_read_keys(st, "u", 0, empty, &log), FERRY_ERR_ARG);
+    ferry_compact_options co = {.from = 1, .keys = empty};
+    CHECK_RC(ferry_compact(st, "u", &co, NULL), FERRY_ERR_ARG);
+    ferry_dock_options dopt = {.role = FERRY_DOCK_CONSUMER, .keys = empty};
+    ferry_dock *d = NULL;
+    CHECK_RC(ferry_dock_open(st, "rl", &dopt, &d), FERRY_ERR_ARG);
+    CHECK(d == NULL);
+    /* the record layer itself fails closed */
+    size_t bl;
+    bool sig;
+    CHECK_RC(ferry__sign_open(empty, FS_DOM_RECORD, "u/HEAD", "{}", 2, &bl, &sig), FERRY_ERR_ARG);
+    ferry_keys_free(empty);
+    ferry_store_free(st);
+}
+
 /* ---- signed batches ---- */
 
 static ferry_dock *dock_open(ferry_store *st, int role, const ferry_keys *k)
@@ -678,6 +827,8 @@ int main(void)
     RUN(test_forged_objects);
     RUN(test_forged_records);
     RUN(test_wrong_key_and_unsigned);
+    RUN(test_island_key_is_no_publisher);
+    RUN(test_empty_ring);
     RUN(test_signed_batches);
     RUN(test_dock_bounds);
     rm_rf(g_root);
