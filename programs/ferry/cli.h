@@ -7,6 +7,5 @@ int cmd_diff(int argc, char **argv);
 int cmd_apply(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_stats(int argc, char **argv);
-int cmd_demo(int argc, char **argv);   /* cmd_demo.c */
-int cmd_island(int argc, char **argv); /* demo_island.c (hidden) */
+int cmd_quantize(int argc, char **argv);
 #endif
