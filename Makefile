@@ -56,11 +56,10 @@ endif
 
 CLI_SRC  := $(wildcard programs/ferry/*.c)
 ifeq ($(NO_NET),1)
-# the store-backed commands (publish, pull, log, gc, compact, demo) need the
+# the store-backed commands (publish, pull, log, gc, compact) need the
 # network layers; a core build has diff, apply, inspect and stats
-CLI_SRC  := $(filter-out programs/ferry/cmd_demo.c programs/ferry/cmd_publish.c programs/ferry/cmd_pull.c \
-              programs/ferry/cmd_log.c programs/ferry/cmd_gc.c programs/ferry/cmd_compact.c programs/ferry/cmd_sync.c \
-              $(wildcard programs/ferry/demo_*.c),$(CLI_SRC))
+CLI_SRC  := $(filter-out programs/ferry/cmd_publish.c programs/ferry/cmd_pull.c programs/ferry/cmd_log.c \
+              programs/ferry/cmd_gc.c programs/ferry/cmd_compact.c programs/ferry/cmd_sync.c,$(CLI_SRC))
 endif
 # programs/ferry/cmd_shard_mpi.c is build/ferry-shard-mpi's (mpicc), not the CLI's
 CLI_SRC  := $(filter-out programs/ferry/cmd_shard_mpi.c,$(CLI_SRC))
@@ -84,6 +83,15 @@ RL_DRV_SRC := $(wildcard examples/rl/rl_*.c)
 RL_SRC   := $(filter-out $(RL_DRV_SRC) examples/rl/loco_%.c,$(wildcard examples/rl/*.c))
 RL_OBJ   := $(RL_SRC:%.c=$(BUILD)/%.o)
 RL_BIN   := $(RL_DRV_SRC:examples/rl/%.c=$(BUILD)/examples/%)
+# examples/rl/demo: build/ferry-demo, the decoupled RL run (docs/DEMO.md):
+# the RL module plus the CLI's helpers and `ferry mirror` (its --mirror
+# child) as objects.  It needs the store, so a core build has none.
+DEMO_SRC := $(wildcard examples/rl/demo/*.c)
+DEMO_OBJ := $(DEMO_SRC:%.c=$(BUILD)/%.o)
+DEMO_CLI_OBJ := $(addprefix $(BUILD)/programs/ferry/,util.o cmd_sync.o cmd_mirror.o)
+ifneq ($(NO_NET),1)
+DEMO_BIN := $(BUILD)/ferry-demo
+endif
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
@@ -135,7 +143,7 @@ all: $(SHARD_MPI_ALL)
 lib: $(STATIC) $(SHARED)
 cli: $(BUILD)/ferry
 tests: $(TEST_BIN) $(REPLAY_BIN) $(TOOL_BIN)
-examples: $(EXAMPLE_BIN) $(RL_BIN)
+examples: $(EXAMPLE_BIN) $(RL_BIN) $(DEMO_BIN)
 benches: $(BENCH_BIN)
 
 $(BUILD)/%.o: %.c $(wildcard include/*.h lib/*/*.h)
@@ -149,11 +157,9 @@ $(STATIC): $(LIB_OBJ)
 $(SHARED): $(LIB_OBJ)
 	$(CC) -shared -Wl,-soname,libferry.so.0 -o $@ $^ $(LDFLAGS) $(LIBS)
 
-# `ferry demo` runs the reference RL workload: the CLI links examples/rl.
-$(CLI_OBJ): CPPFLAGS += -Iexamples/rl
-$(CLI_OBJ): $(wildcard examples/rl/*.h programs/ferry/*.h)
-$(BUILD)/ferry: $(CLI_OBJ) $(RL_OBJ) $(STATIC)
-	$(CC) -o $@ $(CLI_OBJ) $(RL_OBJ) $(STATIC) $(LDFLAGS) $(LIBS)
+$(CLI_OBJ): $(wildcard programs/ferry/*.h)
+$(BUILD)/ferry: $(CLI_OBJ) $(STATIC)
+	$(CC) -o $@ $(CLI_OBJ) $(STATIC) $(LDFLAGS) $(LIBS)
 
 # Unit tests may use internal headers (lib/*), so they link the static library.
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/check.h tests/unit/sync_fixture.h $(STATIC)
@@ -179,6 +185,12 @@ $(RL_OBJ): $(wildcard examples/rl/*.h)
 $(BUILD)/examples/rl_%: examples/rl/rl_%.c $(RL_OBJ) $(STATIC) $(wildcard examples/rl/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Iexamples/rl $(CFLAGS) -o $@ $< $(RL_OBJ) $(STATIC) $(LDFLAGS) $(LIBS)
+
+# -iquote: searched before -Ilib/common, so "util.h" is the CLI's
+$(DEMO_OBJ): CPPFLAGS += -iquote examples/rl -iquote programs/ferry
+$(DEMO_OBJ): $(wildcard examples/rl/*.h examples/rl/demo/*.h programs/ferry/*.h)
+$(BUILD)/ferry-demo: $(DEMO_OBJ) $(DEMO_CLI_OBJ) $(RL_OBJ) $(STATIC)
+	$(CC) -o $@ $(DEMO_OBJ) $(DEMO_CLI_OBJ) $(RL_OBJ) $(STATIC) $(LDFLAGS) $(LIBS)
 
 $(BUILD)/tests/test_rl: tests/unit/test_rl.c tests/unit/check.h $(RL_OBJ) $(STATIC) $(wildcard examples/rl/*.h)
 	@mkdir -p $(dir $@)
@@ -226,13 +238,14 @@ fuzz:
 bench: all benches
 	@BUILD=$(BUILD) FERRY_DATA=$(FERRY_DATA) bash bench/run.sh
 
-install: lib cli
+# ferry-demo is an example (examples/rl/demo) and is not installed.
+install: lib cli $(SHARD_MPI_ALL)
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/libferry.so.0
 	ln -sf libferry.so.0 $(DESTDIR)$(PREFIX)/lib/libferry.so
 	install -m 644 include/*.h $(DESTDIR)$(PREFIX)/include/
-	install -m 755 $(BUILD)/ferry $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(BUILD)/ferry $(if $(SHARD_MPI_ALL),$(BUILD)/ferry-shard-mpi) $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBS@|$(LIBS)|' -e 's|@VERSION@|$(shell sed -n 's/.*FERRY_VERSION_STRING "\(.*\)"/\1/p' include/ferry.h)|' \
 	  libferry.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/libferry.pc
 

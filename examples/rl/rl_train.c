@@ -21,7 +21,7 @@
  * checkpoint.
  *
  * Uses only ferry's public API plus the examples/rl module; a later
- * `ferry demo` puts a store between steps 1-2 and 3-4.
+ * ferry-demo (examples/rl/demo) puts a store between steps 1-2 and 3-4.
  *
  * Measured (2-core AMD EPYC VM shared with other jobs; mean reward per 20
  * steps; `rl_train --steps 300 --json`, defaults: reverse 6 digits,

@@ -13,7 +13,6 @@ static const struct { const char *name; int (*fn)(int, char **); const char *hel
     {"inspect", cmd_inspect, "show what a patch holds"},
     {"stats", cmd_stats, "change statistics between two checkpoints"},
 #ifndef FERRY_NO_NET
-    {"demo", cmd_demo, "decoupled RL run: a trainer and rollout islands sharing only a store"},
     {"publish", cmd_publish, "publish a checkpoint as the next version of a run"},
     {"pull", cmd_pull, "bring a local checkpoint to a version of a run (or follow it)"},
     {"log", cmd_log, "list a run's versions, kinds, bases, sizes and times"},
@@ -40,10 +39,11 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "--version")) { printf("ferry %s\n", ferry_version()); return 0; }
     for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
         if (!strcmp(argv[1], k_cmds[i].name)) return k_cmds[i].fn(argc - 1, argv + 1);
-#ifndef FERRY_NO_NET
-    /* hidden: a rollout island, started by `ferry demo` */
-    if (!strcmp(argv[1], "island")) return cmd_island(argc - 1, argv + 1);
-#endif
+    /* the RL demo is an example now (examples/rl/demo), not a command */
+    if (!strcmp(argv[1], "demo") || !strcmp(argv[1], "island")) {
+        fprintf(stderr, "ferry: the demo moved to ferry-demo (examples/rl/demo; `make` builds build/ferry-demo)\n");
+        return 2;
+    }
     fprintf(stderr, "ferry: unknown command '%s' (try 'ferry --help')\n", argv[1]);
     return 2;
 }

@@ -7,21 +7,25 @@
 #include <stdlib.h>
 #include <time.h>
 
+const char *cli_program = "ferry";
+
 int cli_fail(const char *cmd, int rc, const char *what)
 {
     const char *detail = ferry_last_error();
-    fprintf(stderr, "ferry %s: %s: %s (%s)\n", cmd, what, detail[0] ? detail : ferry_strerror(rc), ferry_strerror(rc));
+    fprintf(stderr, "%s%s%s: %s: %s (%s)\n", cli_program, *cmd ? " " : "", cmd, what, detail[0] ? detail : ferry_strerror(rc),
+            ferry_strerror(rc));
     return 1;
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
-    fprintf(stderr, "ferry %s: ", cmd);
+    const char *sep = *cmd ? " " : "";
+    fprintf(stderr, "%s%s%s: ", cli_program, sep, cmd);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
-    fprintf(stderr, " (try 'ferry %s --help')\n", cmd);
+    fprintf(stderr, " (try '%s%s%s --help')\n", cli_program, sep, cmd);
     return 2;
 }
 

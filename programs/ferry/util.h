@@ -6,6 +6,9 @@
 #include <stdio.h>
 #include "ferry.h"
 
+/* The program the messages below name: "ferry"; ferry-demo, which links
+ * these helpers, names itself.  An empty CMD leaves the command out. */
+extern const char *cli_program;
 /* Prints "ferry CMD: what: <ferry_last_error or strerror>" and returns 1. */
 int cli_fail(const char *cmd, int rc, const char *what);
 /* Prints "ferry CMD: message" (printf-style) and returns 2 (usage errors). */

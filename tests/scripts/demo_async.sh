@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Async push-pull in `ferry demo`: islands sample continuously with the
+# Async push-pull in ferry-demo: islands sample continuously with the
 # version they hold and follow HEAD in the background; the dock admits a
 # batch iff trainer version - batch version <= S.  For S = 0 (many drops)
 # and S = 2, on a small quickly-learnable setting trained from scratch at a
@@ -18,7 +18,6 @@
 # Prints "N passed, N failed" last.
 set -u
 cd "$(dirname "$0")/../.."
-FERRY=${FERRY_BIN:-$PWD/build/ferry}
 PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
 passed=0 failed=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ferry-demo-async.XXXXXX"); trap 'rm -rf "$tmp"' EXIT
@@ -26,12 +25,11 @@ export TMPDIR=$tmp
 export XDG_CACHE_HOME=$tmp/cache # the demo caches its pre-trained start there
 pass() { passed=$((passed + 1)); echo "ok   $1"; }
 fail() { failed=$((failed + 1)); echo "FAIL $1"; [ -s "$tmp/log" ] && sed 's/^/    | /' "$tmp/log" | tail -n 15; }
-if [ ! -x "$FERRY" ]; then echo "FAIL $FERRY is not built"; echo "0 passed, 1 failed"; exit 1; fi
-if ! "$FERRY" --help 2>/dev/null | grep -qE '^ +demo '; then echo "skipped: NO_NET build"; echo "0 passed, 0 failed"; exit 0; fi
+source tests/tools/demo_env.sh
 
 for S in 0 2; do
     out=$tmp/s$S.json
-    if timeout 300 "$FERRY" demo --mode async --max-staleness $S --islands 3 --steps 40 --task copy --digits 2 --dim 64 \
+    if timeout 300 "$DEMO" --mode async --max-staleness $S --islands 3 --steps 40 --task copy --digits 2 --dim 64 \
         --warmup-steps 0 --lr 1e-2 --eps 1e-8 --lr-warmup 0 --prompts 8 --group 8 --seed 5 --json --report "$tmp/s$S.html" >"$out" 2>"$tmp/log"; then
         pass "S=$S: the run completes"
     else

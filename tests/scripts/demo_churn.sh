@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Island churn in `ferry demo`: an island killed with SIGKILL mid-run and
+# Island churn in ferry-demo: an island killed with SIGKILL mid-run and
 # restarted rejoins, catches up through the sync protocol (its new process
 # holds no version: it reaches the current one from an anchor plus deltas,
 # which its first status line reports) and contributes batches again; the
@@ -16,7 +16,6 @@
 # Prints "N passed, N failed" last.
 set -u
 cd "$(dirname "$0")/../.."
-FERRY=${FERRY_BIN:-$PWD/build/ferry}
 PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
 passed=0 failed=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ferry-demo-churn.XXXXXX")
@@ -27,8 +26,7 @@ export TMPDIR=$tmp
 export XDG_CACHE_HOME=$tmp/cache # the demo caches its pre-trained start there
 pass() { passed=$((passed + 1)); echo "ok   $1"; }
 fail() { failed=$((failed + 1)); echo "FAIL $1"; [ -s "$tmp/log" ] && sed 's/^/    | /' "$tmp/log" | tail -n 15; }
-if [ ! -x "$FERRY" ]; then echo "FAIL $FERRY is not built"; echo "0 passed, 1 failed"; exit 1; fi
-if ! "$FERRY" --help 2>/dev/null | grep -qE '^ +demo '; then echo "skipped: NO_NET build"; echo "0 passed, 0 failed"; exit 0; fi
+source tests/tools/demo_env.sh
 
 # a small network at the default post-training settings (pre-trained start,
 # cached in $XDG_CACHE_HOME; low learning rate)
@@ -47,7 +45,7 @@ PYEOF
 
 # ---- 1. async, killed by the demo -------------------------------------------
 out=$tmp/async.json
-timeout 300 "$FERRY" demo "${SMALL[@]}" --mode async --steps 48 --kill-island-at 5 --restart-after 2 --json --report "$tmp/a.html" >"$out" 2>"$tmp/a.err"
+timeout 300 "$DEMO" "${SMALL[@]}" --mode async --steps 48 --kill-island-at 5 --restart-after 2 --json --report "$tmp/a.html" >"$out" 2>"$tmp/a.err"
 rc=$?
 if [ $rc -eq 0 ]; then pass "async: the run completes with a killed island"; else cp "$tmp/a.err" "$tmp/log"; fail "async: the run completes (exit $rc)"; fi
 check "async: kill at step 5, restart 2+ steps later with a new pid, every step done" "$out" '
@@ -67,7 +65,7 @@ assert sm["restarts"] == 1 and sm["restarted_batches"] > 0, sm'
 
 # ---- 2. sequential, killed from outside ---------------------------------------
 out=$tmp/seq.json
-timeout 300 "$FERRY" demo "${SMALL[@]}" --mode sequential --steps 60 --json --report "$tmp/s.html" >"$out" 2>"$tmp/s.err" &
+timeout 300 "$DEMO" "${SMALL[@]}" --mode sequential --steps 60 --json --report "$tmp/s.html" >"$out" 2>"$tmp/s.err" &
 demo_pid=$!
 victim=
 for ((i = 0; i < 600; i++)); do  # up to 60 s for the run to reach step 3

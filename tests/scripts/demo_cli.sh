@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# `ferry demo` (the README's main-job command), its command line and output:
-#   - `ferry demo --help` exits 0 with the usage on stdout, naming every
-#     option; `ferry --help` lists the demo;
+# ferry-demo (the README's main-job command, examples/rl/demo), its command
+# line and output:
+#   - `ferry-demo --help` exits 0 with the usage on stdout, naming every
+#     option; the ferry CLI has no demo: `ferry demo` and `ferry island` exit
+#     2 pointing to ferry-demo, `ferry --help` does not list it, and ferry
+#     links no code of examples/rl;
 #   - bad options and values exit 2 with one line on stderr and nothing on
-#     stdout; the hidden `ferry island` refuses a bad command line the same way;
+#     stdout; the hidden `ferry-demo island` refuses a bad command line the
+#     same way;
 #   - a tiny run (2 islands, a small network, a few steps) with --json: every
 #     line is a JSON object; start, leg, one step per trainer step, summary
 #     and report events; versions advance; the islands' pids are real
@@ -17,6 +21,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 FERRY=${FERRY_BIN:-$PWD/build/ferry}
+source tests/tools/demo_env.sh
 PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
 passed=0 failed=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ferry-demo-cli.XXXXXX"); trap 'rm -rf "$tmp"' EXIT
@@ -25,16 +30,14 @@ export XDG_CACHE_HOME=$tmp/cache # the demo caches its pre-trained start there
 
 pass() { passed=$((passed + 1)); echo "ok   $1"; }
 fail() { failed=$((failed + 1)); echo "FAIL $1"; for f in "$tmp/out" "$tmp/err"; do [ -s "$f" ] && sed 's/^/    | /' "$f" | tail -n 12; done; }
-run() { timeout 120 "$FERRY" "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?; }
+run() { timeout 120 "$DEMO" "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?; }
+runf() { timeout 120 "$FERRY" "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?; }
 
 if [ ! -x "$FERRY" ]; then echo "FAIL $FERRY is not built (make cli)"; echo "0 passed, 1 failed"; exit 1; fi
-if ! "$FERRY" --help 2>/dev/null | grep -qE '^ +demo '; then
-    echo "skipped: a NO_NET build has no demo"; echo "0 passed, 0 failed"; exit 0
-fi
 
 # ---- help ------------------------------------------------------------------
-run demo --help
-if [ $rc -eq 0 ] && grep -q '^usage: ferry demo' "$tmp/out" && [ ! -s "$tmp/err" ]; then
+run --help
+if [ $rc -eq 0 ] && grep -q '^usage: ferry-demo \[options\]' "$tmp/out" && [ ! -s "$tmp/err" ]; then
     missing=
     for o in --store --islands --steps --mode --max-staleness --seed --adaptive --report --json --kill-island-at --sync \
         --warmup-steps --warmup-lr --cache --no-cache --lr-warmup --eps --beta1; do
@@ -42,8 +45,22 @@ if [ $rc -eq 0 ] && grep -q '^usage: ferry demo' "$tmp/out" && [ ! -s "$tmp/err"
     done
     if [ -z "$missing" ]; then pass "demo --help names every option"; else fail "demo --help lacks:$missing"; fi
 else fail "demo --help (exit $rc)"; fi
-run --help
-if [ $rc -eq 0 ] && grep -qE '^ +demo ' "$tmp/out"; then pass "ferry --help lists demo"; else fail "ferry --help lists demo"; fi
+
+# ---- the ferry CLI has no demo ---------------------------------------------
+runf --help
+if [ $rc -eq 0 ] && ! grep -qE '^ +(demo|island) ' "$tmp/out"; then pass "ferry --help does not list the demo"
+else fail "ferry --help does not list the demo (exit $rc)"; fi
+for c in demo island; do
+    runf $c --steps 1
+    if [ $rc -eq 2 ] && [ ! -s "$tmp/out" ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q 'moved to ferry-demo' "$tmp/err"; then
+        pass "ferry $c exits 2 pointing to ferry-demo"
+    else fail "ferry $c exits 2 pointing to ferry-demo (exit $rc)"; fi
+done
+# the RL module's functions are rl_*, the demo's demo_* and cmd_demo/cmd_island
+rl_syms=$(nm --defined-only "$FERRY" 2>/dev/null | grep -E ' (rl_|demo_|cmd_demo$|cmd_island$)' | head -n 3)
+if nm --defined-only "$FERRY" 2>/dev/null | grep -q ' ferry_version$' && [ -z "$rl_syms" ]; then
+    pass "ferry links no examples/rl or demo code"
+else fail "ferry links no examples/rl or demo code: $rl_syms"; fi
 
 # ---- bad command lines -----------------------------------------------------
 bad() { # description, args...
@@ -52,34 +69,34 @@ bad() { # description, args...
     if [ $rc -eq 2 ] && [ ! -s "$tmp/out" ] && [ "$(wc -l <"$tmp/err")" -eq 1 ]; then pass "refused: $what"
     else fail "refused: $what (exit $rc)"; fi
 }
-bad "unknown option" demo --bogus
-bad "positional argument" demo extra
-bad "mode" demo --mode turbo
-bad "islands 0" demo --islands 0
-bad "islands not a number" demo --islands three
-bad "steps 0" demo --steps 0
-bad "steps missing value" demo --steps
-bad "max-staleness negative" demo --max-staleness -1
-bad "seed" demo --seed x1
-bad "adaptive > 1" demo --adaptive 1.5
-bad "adaptive 0" demo --adaptive 0
-bad "no-baseline without adaptive" demo --no-baseline
-bad "fewer prompts than islands" demo --islands 4 --prompts 3
-bad "sync" demo --sync half
-bad "lr" demo --lr -1
-bad "warmup-steps" demo --warmup-steps -1
-bad "eps 0" demo --eps 0
-bad "beta1 1" demo --beta1 1
-bad "cache missing value" demo --cache
+bad "unknown option" --bogus
+bad "positional argument" extra
+bad "mode" --mode turbo
+bad "islands 0" --islands 0
+bad "islands not a number" --islands three
+bad "steps 0" --steps 0
+bad "steps missing value" --steps
+bad "max-staleness negative" --max-staleness -1
+bad "seed" --seed x1
+bad "adaptive > 1" --adaptive 1.5
+bad "adaptive 0" --adaptive 0
+bad "no-baseline without adaptive" --no-baseline
+bad "fewer prompts than islands" --islands 4 --prompts 3
+bad "sync" --sync half
+bad "lr" --lr -1
+bad "warmup-steps" --warmup-steps -1
+bad "eps 0" --eps 0
+bad "beta1 1" --beta1 1
+bad "cache missing value" --cache
 bad "island without arguments" island
 bad "island bad id" island --store /tmp --run r --island -3
-run demo --store 'ftp://example.invalid/x' --steps 1 --report "$tmp/never.html"
-if [ $rc -eq 1 ] && [ ! -e "$tmp/never.html" ] && grep -q 'ferry demo' "$tmp/err"; then pass "an unsupported store URL fails cleanly"
+run --store 'ftp://example.invalid/x' --steps 1 --report "$tmp/never.html"
+if [ $rc -eq 1 ] && [ ! -e "$tmp/never.html" ] && grep -q '^ferry-demo: ' "$tmp/err"; then pass "an unsupported store URL fails cleanly"
 else fail "an unsupported store URL fails cleanly (exit $rc)"; fi
 
 # ---- a tiny run, JSON ------------------------------------------------------
 SMALL=(--islands 2 --steps 5 --dim 32 --prompts 4 --group 4 --seed 3)
-run demo "${SMALL[@]}" --json --report "$tmp/r1.html"
+run "${SMALL[@]}" --json --report "$tmp/r1.html"
 if [ $rc -eq 0 ]; then pass "tiny --json run exits 0"; else fail "tiny --json run exits 0 (exit $rc)"; fi
 if $PY - "$tmp/out" 5 <<'EOF' >"$tmp/err" 2>&1; then pass "JSON lines parse; events, steps and versions as expected"; else fail "JSON lines parse; events, steps and versions as expected"; fi
 import json, os, sys
@@ -131,7 +148,7 @@ if [ -z "$(ls "$tmp" | grep '^ferry-demo\.')" ]; then pass "with --report, no wo
 else fail "with --report, no work directory is left: $(ls "$tmp")"; fi
 
 # ---- the same, as a table --------------------------------------------------
-run demo "${SMALL[@]}"
+run "${SMALL[@]}"
 report=$(sed -n 's/^report: //p' "$tmp/out")
 if [ $rc -eq 0 ] && grep -qE '^ +step +ver +reward' "$tmp/out" && [ "$(grep -cE '^ +[0-9]+ +[0-9]+ +0\.[0-9]{4} ' "$tmp/out")" -eq 5 ]; then
     pass "table: header and one row per step"
@@ -151,18 +168,18 @@ else fail "a second run reuses the cached pre-trained start"; fi
 
 # ---- a damaged cache is recomputed, not trusted -----------------------------
 printf '\x7f' | dd of="$base_path" bs=1 seek=$(( $(stat -c %s "$base_path") - 3 )) conv=notrunc status=none
-run demo "${SMALL[@]}" --json --report "$tmp/r3.html"
+run "${SMALL[@]}" --json --report "$tmp/r3.html"
 got=$($PY -c 'import json,sys; e=json.loads(open(sys.argv[1]).readline()); print(e["base_reused"], e["base_hash"])' "$tmp/out" 2>/dev/null)
 if [ $rc -eq 0 ] && [ "$got" = "False $base_hash" ] && grep -q 'recomputing it' "$tmp/err"; then
     pass "a damaged cached start is detected and recomputed (same hash)"
 else fail "a damaged cached start is detected and recomputed (exit $rc, got '$got', want 'False $base_hash')"; fi
-run demo "${SMALL[@]}" --json --no-cache --report "$tmp/r4.html"
+run "${SMALL[@]}" --json --no-cache --report "$tmp/r4.html"
 got=$($PY -c 'import json,sys; e=json.loads(open(sys.argv[1]).readline()); print(e["base_reused"], e["base_hash"], e["base_path"])' "$tmp/out" 2>/dev/null)
 if [ $rc -eq 0 ] && [ "$got" = "False $base_hash " ]; then pass "--no-cache runs the warm-up again, same start"
 else fail "--no-cache runs the warm-up again, same start (got '$got')"; fi
 
 # ---- adaptive publication --------------------------------------------------
-run demo --islands 2 --steps 8 --dim 32 --prompts 4 --group 4 --lr 2e-3 --adaptive 0.9 --max-skip 3 --json --report "$tmp/r2.html"
+run --islands 2 --steps 8 --dim 32 --prompts 4 --group 4 --lr 2e-3 --adaptive 0.9 --max-skip 3 --json --report "$tmp/r2.html"
 if [ $rc -eq 0 ] && $PY - "$tmp/out" <<'EOF' >"$tmp/err" 2>&1; then pass "adaptive: baseline and adaptive legs, fewer versions"; else fail "adaptive: baseline and adaptive legs, fewer versions (exit $rc)"; fi
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Parity of `ferry demo` (sequential pull, fixed seed): a run whose islands
+# Parity of ferry-demo (sequential pull, fixed seed): a run whose islands
 # sync through ferry patches and a run whose islands fetch a full checkpoint
 # per version (every version an anchor, taken by a subscriber that holds
 # nothing) produce bit-identical trajectories and final weights.  Compared:
@@ -12,7 +12,6 @@
 # Prints "N passed, N failed" last.
 set -u
 cd "$(dirname "$0")/../.."
-FERRY=${FERRY_BIN:-$PWD/build/ferry}
 PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
 passed=0 failed=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ferry-demo-parity.XXXXXX"); trap 'rm -rf "$tmp"' EXIT
@@ -20,13 +19,12 @@ export TMPDIR=$tmp
 export XDG_CACHE_HOME=$tmp/cache # the demo caches its pre-trained start there
 pass() { passed=$((passed + 1)); echo "ok   $1"; }
 fail() { failed=$((failed + 1)); echo "FAIL $1"; }
-if [ ! -x "$FERRY" ]; then echo "FAIL $FERRY is not built"; echo "0 passed, 1 failed"; exit 1; fi
-if ! "$FERRY" --help 2>/dev/null | grep -qE '^ +demo '; then echo "skipped: NO_NET build"; echo "0 passed, 0 failed"; exit 0; fi
+source tests/tools/demo_env.sh
 
 ARGS=(--mode sequential --islands 2 --steps 4 --prompts 6 --group 4 --seed 7 --json)
 for s in patch full patch2; do
     sync=${s%2}
-    if timeout 300 "$FERRY" demo "${ARGS[@]}" --sync "$sync" --report "$tmp/$s.html" >"$tmp/$s.json" 2>"$tmp/$s.err"; then
+    if timeout 300 "$DEMO" "${ARGS[@]}" --sync "$sync" --report "$tmp/$s.html" >"$tmp/$s.json" 2>"$tmp/$s.err"; then
         pass "sequential run, --sync $sync ($s)"
     else
         fail "sequential run, --sync $sync ($s)"; tail -n 20 "$tmp/$s.err" | sed 's/^/    | /'

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `ferry demo` at its default settings is an RL post-training run: it starts
+# ferry-demo at its default settings is an RL post-training run: it starts
 # from a pre-trained policy (the supervised warm-up, cached) and moves it at
 # a post-training learning rate, so each version is a small patch.  A short
 # run of the reference network (1,001,298 parameters) at the defaults,
@@ -16,7 +16,6 @@
 # Prints "N passed, N failed" last.
 set -u
 cd "$(dirname "$0")/../.."
-FERRY=${FERRY_BIN:-$PWD/build/ferry}
 PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
 passed=0 failed=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ferry-demo-regime.XXXXXX"); trap 'rm -rf "$tmp"' EXIT
@@ -24,12 +23,11 @@ export TMPDIR=$tmp
 export XDG_CACHE_HOME=$tmp/cache
 pass() { passed=$((passed + 1)); echo "ok   $1"; }
 fail() { failed=$((failed + 1)); echo "FAIL $1"; [ -s "$tmp/log" ] && sed 's/^/    | /' "$tmp/log" | tail -n 15; }
-if [ ! -x "$FERRY" ]; then echo "FAIL $FERRY is not built"; echo "0 passed, 1 failed"; exit 1; fi
-if ! "$FERRY" --help 2>/dev/null | grep -qE '^ +demo '; then echo "skipped: NO_NET build"; echo "0 passed, 0 failed"; exit 0; fi
+source tests/tools/demo_env.sh
 
 for mode in async sequential; do
     steps=24; [ $mode = sequential ] && steps=12
-    if timeout 400 "$FERRY" demo --mode $mode --steps $steps --json --report "$tmp/$mode.html" >"$tmp/$mode.json" 2>"$tmp/log"; then
+    if timeout 400 "$DEMO" --mode $mode --steps $steps --json --report "$tmp/$mode.html" >"$tmp/$mode.json" 2>"$tmp/log"; then
         pass "$mode: $steps default steps complete"
     else
         fail "$mode: $steps default steps complete"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `ferry demo --store s3://...` against s3rver 3.7.1 (tests/npm) on
+# `ferry-demo --store s3://...` against s3rver 3.7.1 (tests/npm) on
 # 127.0.0.1: the trainer and its islands share only an S3 bucket.  A small
 # run in each mode completes, every step takes one batch per island, the
 # islands fetched deltas after their first anchor, and no trajectory batch
@@ -8,11 +8,9 @@ set -u
 TEST_NAME=demo_s3
 source tests/tools/store_env.sh
 
-FERRY=${FERRY_BIN:-$PWD/build/ferry}
 command -v node >/dev/null || skip_all "node is not installed"
 [ -f "$S3RVER_JS" ] || skip_all "s3rver is not installed (scripts/install-deps.sh runs npm install in tests/npm)"
-[ -x "$FERRY" ] || { echo "missing $FERRY"; echo "0 passed, 1 failed"; exit 1; }
-"$FERRY" --help 2>/dev/null | grep -qE '^ +demo ' || skip_all "NO_NET build (no demo)"
+source tests/tools/demo_env.sh
 store_built || skip_all "store layer not built (NO_NET=1)"
 
 PORT=$(free_port)
@@ -29,10 +27,10 @@ export XDG_CACHE_HOME=$WORK/cache # the demo caches its pre-trained start there
 
 for mode in sequential async; do
     out=$WORK/$mode.json
-    timeout -k 10 240 "$FERRY" demo --store s3://bkt/demo --mode $mode --islands 2 --steps 5 --dim 32 --prompts 4 --group 4 \
+    timeout -k 10 240 "$DEMO" --store s3://bkt/demo --mode $mode --islands 2 --steps 5 --dim 32 --prompts 4 --group 4 \
         --json --report "$WORK/$mode.html" >"$out" 2>"$WORK/$mode.err"
     rc=$?
-    check "$mode: ferry demo on s3:// completes (exit $rc)" [ $rc -eq 0 ]
+    check "$mode: ferry-demo on s3:// completes (exit $rc)" [ $rc -eq 0 ]
     [ $rc -eq 0 ] || tail -n 20 "$WORK/$mode.err" | sed 's/^/    | /'
     check "$mode: 5 steps of 2 batches, 6 versions, islands fetched deltas" $PY - "$out" <<'PYEOF'
 import json, sys
@@ -46,7 +44,7 @@ assert sm["versions"] == 6 and sm["admitted"] - sm["discarded"] == 10, sm
 assert sm["fetched_bytes"] < 2 * sm["full_bytes"] + 10 * max(s["patch_bytes"] for s in st) + 65536, sm
 PYEOF
     # islands that died (and were restarted) refetch an anchor: say why they died
-    grep -h -e '"event":"died"' -e 'ferry island' -e 'ferry demo:' "$out" "$WORK/$mode.err" 2>/dev/null | head -n 10 | sed 's/^/    | /'
+    grep -h -e '"event":"died"' -e 'ferry-demo island' -e 'ferry-demo:' "$out" "$WORK/$mode.err" 2>/dev/null | head -n 10 | sed 's/^/    | /'
     run=$($PY -c 'import json,sys
 for l in open(sys.argv[1]):
     e = json.loads(l)

@@ -149,12 +149,14 @@ check_rc "a mirror trusting another key refuses the run (exit 7)" 7 \
 check "... and writes no HEAD" test ! -e "$WORK/ms2/signed/HEAD"
 # the main job with its islands behind a mirror: same trajectories and
 # weights as without (sequential mode is deterministic), policy from the mirror
+# (ferry-demo, examples/rl/demo)
+DEMO=${FERRY_BUILD:-$PWD/build}/ferry-demo
 SMALL=(--islands 2 --steps 5 --dim 32 --prompts 4 --group 4 --seed 3 --mode sequential --json --no-cache)
-fy demo "${SMALL[@]}" --report "$WORK/d1.html" >"$WORK/d1.json" 2>"$WORK/d1.err" || bad "demo without a mirror"
-fy demo "${SMALL[@]}" --report "$WORK/d2.html" --mirror "$WORK/dmirror" >"$WORK/d2.json" 2>"$WORK/d2.err" || bad "demo with --mirror"
+timeout 120 "$DEMO" "${SMALL[@]}" --report "$WORK/d1.html" >"$WORK/d1.json" 2>"$WORK/d1.err" || bad "demo without a mirror"
+timeout 120 "$DEMO" "${SMALL[@]}" --report "$WORK/d2.html" --mirror "$WORK/dmirror" >"$WORK/d2.json" 2>"$WORK/d2.err" || bad "demo with --mirror"
 hashes() { grep -o '"traj_hash": *"[0-9a-f]*", *"masters_hash": *"[0-9a-f]*"' "$1"; }
 h1=$(hashes "$WORK/d1.json") h2=$(hashes "$WORK/d2.json")
-check "ferry demo --mirror: trajectories and masters identical to the run without" test -n "$h1" -a "$h1" = "$h2"
+check "ferry-demo --mirror: trajectories and masters identical to the run without" test -n "$h1" -a "$h1" = "$h2"
 mh=$(ls "$WORK"/dmirror/*/policy/HEAD 2>/dev/null | head -1)
 check "... the mirror followed the policy run (HEAD at version 5 or 6 of 6)" test -n "$mh" -a "$(sed -nE 's/^ *"version": *([0-9]+).*/\1/p' "$mh")" -ge 5
 finish

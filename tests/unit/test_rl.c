@@ -621,7 +621,7 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 }
 
 /* The loop of rl_train in miniature.  via_patch: the island's BF16 weights
- * are the previous ones patched with ferry_apply (as `ferry demo` will
+ * are the previous ones patched with ferry_apply (as ferry-demo will
  * sync them); else a copy of the trainer's cast (full checkpoints). */
 static void train(const rl_task *t, const rl_policy_config *cfg, float lr, int steps,
                   uint32_t prompts, uint32_t group, uint64_t seed, int via_patch,

@@ -1,8 +1,8 @@
 /*
- * demo.h — `ferry demo`: a decoupled RL run on one machine.
+ * demo.h — ferry-demo: a decoupled RL run on one machine.
  *
- * One trainer (the `ferry demo` process: FP32 masters, AdamW, GRPO) and N
- * rollout islands (separate processes, `ferry island`, BF16 weights) that
+ * One trainer (the ferry-demo process: FP32 masters, AdamW, GRPO) and N
+ * rollout islands (separate processes, `ferry-demo island`, BF16 weights) that
  * share nothing but an object store.  Three kinds of objects cross it:
  *
  *   RUN/policy/...       policy versions (ferry_sync.h): the trainer
@@ -20,10 +20,13 @@
  * else they read from the store.  The workload itself is examples/rl
  * (policy.h, rollout.h, grpo.h, adamw.h, traj.h).
  *
- * Files: cmd_demo.c (options, output), demo_trainer.c (trainer,
- * supervisor), demo_island.c (the island), demo_report.c (the HTML
- * report), demo_common.c (the objects above), demo_base.c (the pre-trained
- * starting policy and its cache).
+ * Files: main.c (the commands), cmd_demo.c (options, output),
+ * demo_trainer.c (trainer, supervisor), demo_island.c (the island),
+ * demo_report.c (the HTML report), demo_common.c (the objects above),
+ * demo_base.c (the pre-trained starting policy and its cache).  It links
+ * the CLI's helpers (programs/ferry/util.c) and `ferry mirror`
+ * (programs/ferry/cmd_mirror.c, cmd_sync.c) as objects; the ferry CLI
+ * links none of this.
  */
 #ifndef FERRY_DEMO_H
 #define FERRY_DEMO_H
@@ -42,6 +45,9 @@ enum { DEMO_SEQUENTIAL = 1, DEMO_ASYNC = 2 };
 
 #define DEMO_MAX_ISLANDS 64
 #define DEMO_RUN_MAX 48
+/* The command name given to the CLI's message helpers (util.h): none, so
+ * that they read "ferry-demo: ..." */
+#define DEMO_CMD ""
 #define DEMO_KEY_MAX 160
 
 /* RUN/demo/config: everything an island needs besides the store. */
@@ -255,7 +261,9 @@ extern volatile int demo_interrupted;
  * atomically.  Returns 0 or a FERRY_ERR_* code. */
 int demo_report_write(const char *path, const demo_report_info *info, const demo_leg *legs, size_t nlegs);
 
-/* The hidden `ferry island` command (demo_island.c). */
+/* ferry-demo's commands: the run (cmd_demo.c) and the hidden `island`
+ * (demo_island.c); main.c dispatches. */
+int cmd_demo(int argc, char **argv);
 int cmd_island(int argc, char **argv);
 
 #endif /* FERRY_DEMO_H */

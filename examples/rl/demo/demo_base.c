@@ -1,5 +1,5 @@
 /*
- * ferry demo: the pre-trained starting policy.
+ * ferry-demo: the pre-trained starting policy.
  *
  * RL post-training starts from a model that already does the task somewhat.
  * The demo's base policy is the seeded initial network after a short
@@ -11,7 +11,6 @@
  * its metadata; a file whose text or hash does not match (another version
  * of the demo, a truncated or edited file) is recomputed and replaced.
  */
-#ifndef FERRY_NO_NET
 #include "demo.h"
 #include "util.h"
 
@@ -75,9 +74,9 @@ static int try_reuse(rl_policy *p, const char *path, const char *key, demo_base 
     if (!rl_policy_load_file(p, path, err, sizeof err, &meta)) {
         const char *k = ferry_model_metadata_get(meta, "ferry.demo.base"), *h = ferry_model_metadata_get(meta, "ferry.demo.hash");
         ok = k && h && !strcmp(k, key) && !weights_hash(p, out->hash) && !strcmp(h, out->hash);
-        if (!ok) fprintf(stderr, "ferry demo: %s is not the base policy of these settings (or is damaged); recomputing it\n", path);
+        if (!ok) fprintf(stderr, "ferry-demo: %s is not the base policy of these settings (or is damaged); recomputing it\n", path);
     } else {
-        fprintf(stderr, "ferry demo: ignoring the cached base policy: %s\n", err);
+        fprintf(stderr, "ferry-demo: ignoring the cached base policy: %s\n", err);
     }
     ferry_model_free(meta);
     if (!ok) memcpy(p->w, save, p->nparams * sizeof *save);
@@ -105,7 +104,7 @@ int demo_base_policy(rl_policy *p, const rl_task *t, uint64_t seed, const rl_sft
     double t0 = demo_now_ms();
     int rc = w->steps ? rl_sft_run(p, t, seed, w, &out->loss) : 0;
     if (rc) {
-        fprintf(stderr, "ferry demo: the warm-up failed: %s\n", ferry_strerror(rc));
+        fprintf(stderr, "ferry-demo: the warm-up failed: %s\n", ferry_strerror(rc));
         return rc;
     }
     out->seconds = (demo_now_ms() - t0) / 1e3;
@@ -114,12 +113,9 @@ int demo_base_policy(rl_policy *p, const rl_task *t, uint64_t seed, const rl_sft
     char err[1024];
     const char *meta[] = {"ferry.demo.base", key, "ferry.demo.hash", out->hash, NULL};
     if (make_dirs(cache_dir) || rl_policy_save_file(p, out->path, meta, err, sizeof err)) {
-        fprintf(stderr, "ferry demo: cannot cache the base policy in %s (continuing without): %s\n", cache_dir,
+        fprintf(stderr, "ferry-demo: cannot cache the base policy in %s (continuing without): %s\n", cache_dir,
                 errno ? strerror(errno) : err);
         out->path[0] = 0;
     }
     return 0;
 }
-#else
-typedef int demo_base_unused; /* NO_NET builds have no demo */
-#endif

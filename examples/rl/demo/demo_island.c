@@ -1,7 +1,7 @@
 /*
- * ferry island — one rollout island of `ferry demo` (hidden command).
+ * ferry-demo island — one rollout island of ferry-demo (hidden command).
  *
- *   ferry island --store URL --run RUN --island I
+ *   ferry-demo island --store URL --run RUN --island I
  *
  * An island is told only where the store is, which run, and its id; it
  * reads the rest (RUN/demo/config) from the store and talks to nothing
@@ -24,19 +24,8 @@
  * it needs through the cheapest verified path (an anchor plus deltas); the
  * dock tells it the next free sequence number (ferry_dock_resume_seq).
  */
-#include "cli.h"
 #include "util.h"
 
-#ifdef FERRY_NO_NET
-int cmd_island(int argc, char **argv);
-int cmd_island(int argc, char **argv)
-{
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "ferry island: this build has no store layer (NO_NET=1)\n");
-    return 1;
-}
-#else
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -88,7 +77,7 @@ typedef struct island {
 static int island_fail(const island *is, const char *what, int rc)
 {
     const char *d = ferry_last_error();
-    fprintf(stderr, "ferry island %u: %s: %s (%s)\n", is->id, what, d[0] ? d : ferry_strerror(rc), rl_strerror(rc));
+    fprintf(stderr, "ferry-demo island %u: %s: %s (%s)\n", is->id, what, d[0] ? d : ferry_strerror(rc), rl_strerror(rc));
     return 1;
 }
 
@@ -159,7 +148,7 @@ static int read_control(island *is, int *stop, uint64_t *step, uint64_t *version
     else if (sscanf(t, "step %llu version %llu%n", &s, &v, &end) == 2 && t[end] == '\n') *step = s, *version = v;
     else if (!is->control_bad_since) is->control_bad_since = demo_now_ms();
     else if (demo_now_ms() - is->control_bad_since > CONTROL_BAD_MS) {
-        fprintf(stderr, "ferry island %u: %s: unreadable for %.0f s (%zu bytes, not \"step S version V\" or \"stop\")\n",
+        fprintf(stderr, "ferry-demo island %u: %s: unreadable for %.0f s (%zu bytes, not \"step S version V\" or \"stop\")\n",
                 is->id, is->control_key, CONTROL_BAD_MS / 1e3, size);
         rc = FERRY_ERR_ARG;
     }
@@ -218,7 +207,7 @@ static int run_sequential(island *is)
         if (stop) return 0;
         if (step == UINT64_MAX || step == last_step) {
             if (demo_now_ms() - idle_since > ISLAND_IDLE_EXIT_MS) {
-                fprintf(stderr, "ferry island %u: no request for %.0f s, exiting\n", is->id, ISLAND_IDLE_EXIT_MS / 1e3);
+                fprintf(stderr, "ferry-demo island %u: no request for %.0f s, exiting\n", is->id, ISLAND_IDLE_EXIT_MS / 1e3);
                 return 1;
             }
             demo_sleep_ms(backoff);
@@ -364,7 +353,7 @@ static int run_async(island *is)
         }
         if (!is->status.version) {
             if (demo_now_ms() - idle_since > ISLAND_IDLE_EXIT_MS) {
-                fprintf(stderr, "ferry island %u: no policy for %.0f s, exiting\n", is->id, ISLAND_IDLE_EXIT_MS / 1e3);
+                fprintf(stderr, "ferry-demo island %u: no policy for %.0f s, exiting\n", is->id, ISLAND_IDLE_EXIT_MS / 1e3);
                 return 1;
             }
             double w0 = demo_now_ms();
@@ -374,7 +363,7 @@ static int run_async(island *is)
         }
         if (nout >= is->cfg.queue || nout >= 64) {
             if (demo_now_ms() - idle_since > ISLAND_IDLE_EXIT_MS) {
-                fprintf(stderr, "ferry island %u: idle for %.0f s, exiting\n", is->id, ISLAND_IDLE_EXIT_MS / 1e3);
+                fprintf(stderr, "ferry-demo island %u: idle for %.0f s, exiting\n", is->id, ISLAND_IDLE_EXIT_MS / 1e3);
                 return 1;
             }
             demo_sleep_ms(backoff);
@@ -423,8 +412,8 @@ static void island_release(island *is)
 
 static void island_help(void)
 {
-    puts("usage: ferry island --store URL --run RUN --island I [--keys DIR] [--policy-store URL]\n\n"
-         "One rollout island of `ferry demo` (started by it; not meant to be run by\n"
+    puts("usage: ferry-demo island --store URL --run RUN --island I [--keys DIR] [--policy-store URL]\n\n"
+         "One rollout island of ferry-demo (started by it; not meant to be run by\n"
          "hand).  Reads its parameters from RUN/demo/config in the store, follows\n"
          "the policy of RUN/policy through the sync layer, and puts version-tagged\n"
          "trajectory batches through the dock until RUN/demo/control says stop.\n"
@@ -483,7 +472,7 @@ int cmd_island(int argc, char **argv)
     rc = demo_config_parse(text, &is.cfg);
     ferry_free(text);
     if (rc) {
-        fprintf(stderr, "ferry island %u: %s is malformed\n", is.id, ckey);
+        fprintf(stderr, "ferry-demo island %u: %s is malformed\n", is.id, ckey);
         goto out;
     }
     if ((rc = rl_policy_create(&is.pol, &is.cfg.net)) || (rc = rl_task_fits(&is.pol, &is.cfg.task))) {
@@ -528,4 +517,3 @@ out:
     island_release(&is);
     return status;
 }
-#endif

@@ -1,7 +1,6 @@
-/* ferry demo: the run's shared objects (config, status) and small helpers.
+/* ferry-demo: the run's shared objects (config, status) and small helpers.
  * Both forms are "key value" lines: easy to read in the store by hand, and
  * parsed as untrusted input (every value bounded, unknown keys refused). */
-#ifndef FERRY_NO_NET
 #include "demo.h"
 #include "util.h"
 
@@ -195,6 +194,3 @@ void demo_sleep_ms(double ms)
     struct timespec t = {(time_t)(ms / 1e3), (long)(((ms / 1e3) - (double)(time_t)(ms / 1e3)) * 1e9)};
     while (nanosleep(&t, &t) && errno == EINTR) {}
 }
-#else
-typedef int demo_common_unused; /* NO_NET builds have no demo */
-#endif

@@ -1,5 +1,5 @@
 /*
- * ferry demo: the trainer and the islands' supervisor (one leg of a demo).
+ * ferry-demo: the trainer and the islands' supervisor (one leg of a demo).
  *
  * The trainer holds the FP32 masters and AdamW's moments.  Version 1 is the
  * initial policy; after each optimizer step it publishes the next version
@@ -25,12 +25,11 @@
  * threshold (or after max_skip steps without a publish); until then the
  * islands keep sampling with the last published version.
  *
- * The supervisor starts the islands (fork + exec of `ferry island`), kills
+ * The supervisor starts the islands (fork + exec of `ferry-demo island`), kills
  * island 0 with SIGKILL at --kill-island-at and restarts it, and restarts
  * any island that dies (at most 5 times each).  Islands get
  * PR_SET_PDEATHSIG, so they never outlive the trainer.
  */
-#ifndef FERRY_NO_NET
 #include "demo.h"
 
 #include <errno.h>
@@ -86,7 +85,7 @@ static pid_t spawn_argv(const sup *s, char **argv)
         if (getppid() != parent) _exit(1);
         if (!freopen("/dev/null", "w", stdout)) _exit(1);
         execv(s->o->exe, argv);
-        fprintf(stderr, "ferry demo: cannot run %s: %s\n", s->o->exe, strerror(errno));
+        fprintf(stderr, "ferry-demo: cannot run %s: %s\n", s->o->exe, strerror(errno));
         _exit(127);
     }
     return pid;
@@ -96,7 +95,7 @@ static pid_t spawn(const sup *s, uint32_t i)
 {
     char idbuf[16];
     snprintf(idbuf, sizeof idbuf, "%u", i);
-    char *argv[] = {"ferry", "island", "--store", (char *)s->url, "--run", (char *)s->run, "--island", idbuf,
+    char *argv[] = {"ferry-demo", "island", "--store", (char *)s->url, "--run", (char *)s->run, "--island", idbuf,
                     NULL, NULL, NULL, NULL, NULL};
     /* optional pairs, packed so that the first NULL ends the list */
     int k = 8;
@@ -106,10 +105,11 @@ static pid_t spawn(const sup *s, uint32_t i)
 }
 
 /* The mirror child (--mirror): follows the policy run from the store into
- * the mirror store, which the islands prefer (docs/MIRROR.md). */
+ * the mirror store, which the islands prefer (docs/MIRROR.md).  It is
+ * `ferry mirror`, linked into ferry-demo as its hidden `mirror` command. */
 static pid_t spawn_mirror(const sup *s)
 {
-    char *argv[] = {"ferry", "mirror", (char *)s->url, (char *)s->o->mirror_url, "--run", (char *)s->policy_run, "--follow",
+    char *argv[] = {"ferry-demo", "mirror", (char *)s->url, (char *)s->o->mirror_url, "--run", (char *)s->policy_run, "--follow",
                     "--poll-ms", "10", "-q", NULL};
     return spawn_argv(s, argv);
 }
@@ -134,7 +134,7 @@ static int supervise(sup *s, demo_leg *leg, uint32_t step)
     while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
         if (p == s->mirror) { /* islands fall back to the store itself */
             s->mirror = 0;
-            fprintf(stderr, "ferry demo: the mirror (pid %ld) ended; islands use the store\n", (long)p);
+            fprintf(stderr, "ferry-demo: the mirror (pid %ld) ended; islands use the store\n", (long)p);
             continue;
         }
         for (uint32_t i = 0; i < s->n; i++) {
@@ -150,7 +150,7 @@ static int supervise(sup *s, demo_leg *leg, uint32_t step)
             add_event(leg, DEMO_EV_DIED, step, i, (long)p, what);
             demo_print_event(s->o, leg, &leg->events[leg->nevents - 1]);
             if (s->restarts[i] >= MAX_RESTARTS) {
-                fprintf(stderr, "ferry demo: island %u died %d times; giving up\n", i, s->restarts[i] + 1);
+                fprintf(stderr, "ferry-demo: island %u died %d times; giving up\n", i, s->restarts[i] + 1);
                 return 1;
             }
             s->pending[i] = 1;
@@ -167,7 +167,7 @@ static int supervise(sup *s, demo_leg *leg, uint32_t step)
         s->pid[i] = spawn(s, i);
         if (s->pid[i] < 0) {
             s->pid[i] = 0;
-            fprintf(stderr, "ferry demo: fork: %s\n", strerror(errno));
+            fprintf(stderr, "ferry-demo: fork: %s\n", strerror(errno));
             return 1;
         }
         char what[120];
@@ -274,7 +274,7 @@ typedef struct trainer {
 static int tfail(const char *what, int rc)
 {
     const char *d = ferry_last_error();
-    fprintf(stderr, "ferry demo: %s: %s (%s)\n", what, d[0] ? d : ferry_strerror(rc), rl_strerror(rc));
+    fprintf(stderr, "ferry-demo: %s: %s (%s)\n", what, d[0] ? d : ferry_strerror(rc), rl_strerror(rc));
     return 1;
 }
 
@@ -313,7 +313,7 @@ static void warn_once(trainer *t, const char *msg)
 {
     if (!strcmp(t->last_warning, msg)) return;
     snprintf(t->last_warning, sizeof t->last_warning, "%s", msg);
-    fprintf(stderr, "ferry demo: %s\n", msg);
+    fprintf(stderr, "ferry-demo: %s\n", msg);
 }
 
 /* Checks one batch the dock returned; keeps it (parsed) or counts it as
@@ -384,7 +384,7 @@ static int collect(trainer *t, sup *s, demo_leg *leg, uint32_t step, demo_step *
     double last_progress = demo_now_ms();
     while (t->nk < o->islands) {
         if (demo_interrupted) {
-            fprintf(stderr, "ferry demo: interrupted\n");
+            fprintf(stderr, "ferry-demo: interrupted\n");
             return 1;
         }
         if (supervise(s, leg, step)) return 1;
@@ -396,7 +396,7 @@ static int collect(trainer *t, sup *s, demo_leg *leg, uint32_t step, demo_step *
         ferry_dock_batches_free(b, n);
         if (n) last_progress = demo_now_ms();
         if (demo_now_ms() - last_progress > o->timeout_s * 1e3) {
-            fprintf(stderr, "ferry demo: step %u: no batch from the islands for %.0f s (version %" PRIu64 ")\n", step,
+            fprintf(stderr, "ferry-demo: step %u: no batch from the islands for %.0f s (version %" PRIu64 ")\n", step,
                     o->timeout_s, t->version);
             return 1;
         }
@@ -721,13 +721,13 @@ int demo_run_leg(const demo_options *o, ferry_store *st, double adaptive, const 
 
     if (o->mirror_url && (s.mirror = spawn_mirror(&s)) < 0) {
         s.mirror = 0;
-        fprintf(stderr, "ferry demo: fork: %s\n", strerror(errno));
+        fprintf(stderr, "ferry-demo: fork: %s\n", strerror(errno));
         goto out;
     }
     for (uint32_t i = 0; i < o->islands; i++) {
         if ((s.pid[i] = spawn(&s, i)) < 0) {
             s.pid[i] = 0;
-            fprintf(stderr, "ferry demo: fork: %s\n", strerror(errno));
+            fprintf(stderr, "ferry-demo: fork: %s\n", strerror(errno));
             goto out;
         }
     }
@@ -847,6 +847,3 @@ out:
     trainer_release(&t);
     return status;
 }
-#else
-typedef int demo_trainer_unused; /* NO_NET builds have no demo */
-#endif

@@ -1,4 +1,4 @@
-/* ferry demo: the HTML report — one self-contained file (inline CSS and
+/* ferry-demo: the HTML report — one self-contained file (inline CSS and
  * SVG, no script, no external asset) that any browser opens offline:
  *   - mean reward per step (every leg; kills and restarts marked);
  *   - bytes per version: a full BF16 checkpoint against the ferry delta;
@@ -6,7 +6,6 @@
  *   - BF16 words changed per step;
  *   - the staleness histogram of consumed batches;
  *   - with adaptive publication, the legs side by side (bytes, reward). */
-#ifndef FERRY_NO_NET
 #include "demo.h"
 
 #include <inttypes.h>
@@ -393,7 +392,7 @@ int demo_report_write(const char *path, const demo_report_info *in, const demo_l
         esc(f, legs[l].name);
         fprintf(f, ": <code>%s</code> / <code>%s</code>", legs[l].traj_hash, legs[l].masters_hash);
     }
-    fprintf(f, "</p>\n<p class=\"note\">Written by <code>ferry demo</code> (ferry %s).</p>\n</body></html>\n", ferry_version());
+    fprintf(f, "</p>\n<p class=\"note\">Written by <code>ferry-demo</code> (ferry %s).</p>\n</body></html>\n", ferry_version());
     free(buf);
     if (fclose(f)) {
         free(doc);
@@ -403,6 +402,3 @@ int demo_report_write(const char *path, const demo_report_info *in, const demo_l
     free(doc);
     return rc;
 }
-#else
-typedef int demo_report_unused; /* NO_NET builds have no demo */
-#endif

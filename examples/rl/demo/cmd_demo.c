@@ -1,8 +1,8 @@
 /*
- * ferry demo — the main job on one machine: a decoupled RL run, one trainer
+ * ferry-demo — the main job on one machine: a decoupled RL run, one trainer
  * and N rollout islands (separate processes) that share only a store.
  *
- *   ferry demo [--islands 3] [--steps N] [--mode async|sequential] ...  (--help)
+ *   ferry-demo [--islands 3] [--steps N] [--mode async|sequential] ...  (--help)
  *
  * This file: options, the work directory and store, the printout (text rows
  * or JSON lines), the legs (one, or a baseline and an adaptive one) and the
@@ -10,18 +10,8 @@
  * island demo_island.c, the HTML report demo_report.c; demo.h describes the
  * objects they share in the store.
  */
-#include "cli.h"
 #include "util.h"
 
-#ifdef FERRY_NO_NET
-int cmd_demo(int argc, char **argv)
-{
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "ferry demo: this build has no store layer (NO_NET=1); build with `make` to run the demo\n");
-    return 1;
-}
-#else
 #include <errno.h>
 #include <ftw.h>
 #include <inttypes.h>
@@ -50,7 +40,7 @@ int cmd_demo(int argc, char **argv)
 static void demo_help(void)
 {
     rl_policy_config d = rl_policy_config_default();
-    printf("usage: ferry demo [options]\n"
+    printf("usage: ferry-demo [options]\n"
 "\n"
 "A decoupled RL run on this machine: one trainer (this process: FP32 master\n"
 "weights, AdamW, GRPO) and N rollout islands (separate processes holding BF16\n"
@@ -195,7 +185,7 @@ static int parse_args(int argc, char **argv, cli_opts *c)
         if (!strcmp(a, "--no-baseline")) { c->no_baseline = 1; continue; }
         if (!strcmp(a, "--unsigned")) { c->unsigned_run = 1; continue; }
         if (!strcmp(a, "--no-cache")) { c->no_cache = 1; continue; }
-        if (strncmp(a, "--", 2)) return cli_usage_error("demo", "unexpected argument '%s'", a);
+        if (strncmp(a, "--", 2)) return cli_usage_error(DEMO_CMD, "unexpected argument '%s'", a);
         if (!v) {
             static const char *const k_valued[] = {"--store", "--report", "--islands", "--steps", "--mode", "--max-staleness",
                                                    "--seed", "--adaptive", "--max-skip", "--kill-island-at", "--restart-after",
@@ -204,8 +194,8 @@ static int parse_args(int argc, char **argv, cli_opts *c)
                                                    "--warmup-lr", "--warmup-prompts", "--cache", "--beta1", "--eps",
                                                    "--lr-warmup", "--mirror"};
             for (size_t j = 0; j < sizeof k_valued / sizeof k_valued[0]; j++)
-                if (!strcmp(a, k_valued[j])) return cli_usage_error("demo", "option '%s' needs a value", a);
-            return cli_usage_error("demo", "unknown option '%s'", a);
+                if (!strcmp(a, k_valued[j])) return cli_usage_error(DEMO_CMD, "option '%s' needs a value", a);
+            return cli_usage_error(DEMO_CMD, "unknown option '%s'", a);
         }
         int bad = 0;
         if (!strcmp(a, "--store")) c->store = v;
@@ -245,16 +235,16 @@ static int parse_args(int argc, char **argv, cli_opts *c)
         } else if (!strcmp(a, "--anchor-every")) bad = !cli_parse_int(v, 1, 1000000, &l), o->anchor_every = (uint32_t)l;
         else if (!strcmp(a, "--queue")) bad = !cli_parse_int(v, 1, 64, &l), o->queue = (uint32_t)l;
         else if (!strcmp(a, "--timeout")) bad = parse_double(v, &o->timeout_s) || o->timeout_s <= 0 || o->timeout_s > 86400;
-        else return cli_usage_error("demo", "unknown option '%s'", a);
-        if (bad) return cli_usage_error("demo", "bad value for %s: '%s'", a, v);
+        else return cli_usage_error(DEMO_CMD, "unknown option '%s'", a);
+        if (bad) return cli_usage_error(DEMO_CMD, "bad value for %s: '%s'", a, v);
         i++;
     }
     if (o->prompts < o->islands)
-        return cli_usage_error("demo", "--prompts (%u) must be at least --islands (%u): each island samples a share", o->prompts,
+        return cli_usage_error(DEMO_CMD, "--prompts (%u) must be at least --islands (%u): each island samples a share", o->prompts,
                                o->islands);
-    if (c->no_baseline && c->adaptive <= 0) return cli_usage_error("demo", "--no-baseline goes with --adaptive");
+    if (c->no_baseline && c->adaptive <= 0) return cli_usage_error(DEMO_CMD, "--no-baseline goes with --adaptive");
     o->net.window = rl_policy_config_for_task(&o->task).window;
-    if (!rl_policy_config_params(&o->net)) return cli_usage_error("demo", "the network is too large (--dim)");
+    if (!rl_policy_config_params(&o->net)) return cli_usage_error(DEMO_CMD, "the network is too large (--dim)");
     return 0;
 }
 
@@ -483,7 +473,7 @@ int cmd_demo(int argc, char **argv)
     char exe[4096];
     ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (el <= 0) {
-        fprintf(stderr, "ferry demo: cannot find this program (/proc/self/exe): %s\n", strerror(errno));
+        fprintf(stderr, "ferry-demo: cannot find this program (/proc/self/exe): %s\n", strerror(errno));
         return 1;
     }
     exe[el] = 0;
@@ -496,7 +486,7 @@ int cmd_demo(int argc, char **argv)
         const char *tmp = getenv("TMPDIR");
         snprintf(work, sizeof work, "%s/ferry-demo.XXXXXX", tmp && *tmp ? tmp : "/tmp");
         if (!mkdtemp(work)) {
-            fprintf(stderr, "ferry demo: cannot create a work directory %s: %s\n", work, strerror(errno));
+            fprintf(stderr, "ferry-demo: cannot create a work directory %s: %s\n", work, strerror(errno));
             return 1;
         }
     }
@@ -516,7 +506,7 @@ int cmd_demo(int argc, char **argv)
     ferry_store_options so = {.create = 1, .deadline_ms = 60000};
     int rc = ferry_store_open(url, &so, &st);
     if (rc) {
-        cli_fail("demo", rc, url);
+        cli_fail(DEMO_CMD, rc, url);
         goto out;
     }
     o->store_url = ferry_store_url(st);
@@ -525,7 +515,7 @@ int cmd_demo(int argc, char **argv)
         /* a trainer key and one per island, for this run only */
         snprintf(key_dir, sizeof key_dir, "%s/keys", work);
         if (mkdir(key_dir, 0700)) {
-            fprintf(stderr, "ferry demo: cannot create %s: %s\n", key_dir, strerror(errno));
+            fprintf(stderr, "ferry-demo: cannot create %s: %s\n", key_dir, strerror(errno));
             goto out;
         }
         char prefix[4300];
@@ -536,7 +526,7 @@ int cmd_demo(int argc, char **argv)
             krc = ferry_keygen(prefix, NULL);
         }
         if (krc) {
-            cli_fail("demo", krc, "keygen");
+            cli_fail(DEMO_CMD, krc, "keygen");
             goto out;
         }
         o->key_dir = key_dir;
@@ -553,7 +543,7 @@ int cmd_demo(int argc, char **argv)
     memset(&bi, 0, sizeof bi);
     char cache_dir[4096] = "", base_line[4400] = "seeded random weights (--warmup-steps 0)";
     if ((rc = rl_policy_create(&base, &o->net))) {
-        cli_fail("demo", rc, "policy");
+        cli_fail(DEMO_CMD, rc, "policy");
         goto out;
     }
     size_t params = base.nparams;
@@ -588,7 +578,7 @@ int cmd_demo(int argc, char **argv)
         json_str(stdout, bi.path);
         printf("}\n");
     } else {
-        printf("ferry demo: 1 trainer + %u rollout islands (separate processes) sharing only the store\n  %s\n", o->islands,
+        printf("ferry-demo: 1 trainer + %u rollout islands (separate processes) sharing only the store\n  %s\n", o->islands,
                o->store_url);
         char pc[32];
         commas(pc, sizeof pc, params);
@@ -627,12 +617,12 @@ int cmd_demo(int argc, char **argv)
         if (!failed) print_summary(o, &legs[nlegs - 1]);
     }
     if (!failed) {
-        demo_report_info info = {.title = "ferry demo", .store_url = o->store_url, .mode = mode, .max_staleness = o->max_staleness,
+        demo_report_info info = {.title = "ferry-demo", .store_url = o->store_url, .mode = mode, .max_staleness = o->max_staleness,
                                  .islands = o->islands, .prompts = o->prompts, .group = o->group, .seed = o->seed,
                                  .params = params, .task = rl_task_name(o->task.kind), .digits = o->task.prompt_len,
                                  .lr = o->lr, .base = base_line, .machine = machine, .full_sync = o->full_sync};
         if ((rc = demo_report_write(report, &info, legs, nlegs))) {
-            cli_fail("demo", rc, report);
+            cli_fail(DEMO_CMD, rc, report);
         } else {
             if (o->json) {
                 printf("{\"event\":\"report\",\"path\":");
@@ -660,4 +650,3 @@ out:
     fflush(stdout);
     return status;
 }
-#endif
