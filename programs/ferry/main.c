@@ -12,6 +12,7 @@ static const struct { const char *name; int (*fn)(int, char **); const char *hel
     {"apply", cmd_apply, "apply a patch to a base checkpoint"},
     {"inspect", cmd_inspect, "show what a patch holds"},
     {"stats", cmd_stats, "change statistics between two checkpoints"},
+    {"quantize", cmd_quantize, "a BF16 checkpoint as its FP8 (128x128 block-scaled) checkpoint"},
 #ifndef FERRY_NO_NET
     {"publish", cmd_publish, "publish a checkpoint as the next version of a run"},
     {"pull", cmd_pull, "bring a local checkpoint to a version of a run (or follow it)"},
