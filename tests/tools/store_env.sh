@@ -38,7 +38,7 @@ finish() {
 }
 skip_all() {
     echo "skipped: $*"
-    echo "0 passed, 0 failed"
+    echo "0 passed, 0 failed, 1 skipped"
     exit 0
 }
 

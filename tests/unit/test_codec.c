@@ -77,6 +77,8 @@ static ferry_model *open_step(const char *set, int step)
 
 static void test_real_consecutive(void)
 {
+    SKIP_UNLESS_DATA("rl-a");
+    SKIP_UNLESS_DATA("rl-b");
     const struct { const char *set; int last; } sets[] = {{"rl-a", 8}, {"rl-b", 4}};
     for (int s = 0; s < 2; s++)
         for (int i = 0; i < sets[s].last; i++) {
@@ -92,6 +94,8 @@ static void test_real_consecutive(void)
 
 static void test_real_far_pairs(void)
 {
+    SKIP_UNLESS_DATA("rl-a");
+    SKIP_UNLESS_DATA("rl-b");
     ferry_model *a = open_step("rl-a", 0), *b = open_step("rl-a", 8);
     if (a && b) {
         round_trip(a, b, NULL);
@@ -414,6 +418,7 @@ static void test_rans32_every_width(void) { rans_every_width(400000, 2); }
  * the base but still verifies the result. */
 static void test_threads_and_known_hash(void)
 {
+    SKIP_UNLESS_DATA("rl-a");
     ferry_model *a = open_step("rl-a", 3), *b = open_step("rl-a", 4);
     if (!a || !b) { CHECK(0); return; }
     void *p1, *p2;
@@ -443,6 +448,7 @@ static void test_threads_and_known_hash(void)
  * BF16 cast (PyTorch's rounding). */
 static void test_fp32_gate(void)
 {
+    SKIP_UNLESS_DATA("rl-a");
     char path[512];
     ferry_model *a = open_step("rl-a", 1), *m = NULL, *cast = NULL;
     CHECK_OK(ferry_model_open(data_path(path, sizeof path, "rl-a/master-002.safetensors"), &m));
@@ -487,6 +493,7 @@ static void test_fp32_gate(void)
  * nothing new behind and keeps what was at the path. */
 static void test_apply_file(void)
 {
+    SKIP_UNLESS_DATA("rl-b");
     ferry_model *a = open_step("rl-b", 1), *b = open_step("rl-b", 2), *got = NULL;
     if (!a || !b) { CHECK(0); return; }
     char dir[] = "/tmp/ferry-apply-XXXXXX", path[512];

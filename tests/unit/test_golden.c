@@ -180,6 +180,8 @@ static void test_golden_patches_apply(void)
 /* tests/golden/real.txt: OLD NEW BYTES XXH3-128 per line. */
 static void test_real_data_golden(void)
 {
+    SKIP_UNLESS_DATA("rl-a"); /* real.txt names rl-a and rl-b files */
+    SKIP_UNLESS_DATA("rl-b");
     FILE *f = fopen(GOLDEN "/real.txt", "r");
     CHECK(f != NULL);
     if (!f) return;

@@ -97,6 +97,8 @@ static const char *const k_runs[] = {"rl-a", "rl-b"};
 
 static void test_open_shared_data(void)
 {
+    SKIP_UNLESS_DATA("rl-a");
+    SKIP_UNLESS_DATA("rl-b");
     int files = 0;
     for (size_t r = 0; r < 2; r++) {
         char dir[512];
@@ -134,6 +136,8 @@ static void test_open_shared_data(void)
  * matching step-NNN (BF16) exactly, tensor by tensor, bit for bit. */
 static void test_master_cast_reproduces_step(void)
 {
+    SKIP_UNLESS_DATA("rl-a");
+    SKIP_UNLESS_DATA("rl-b");
     int pairs = 0;
     for (size_t r = 0; r < 2; r++) {
         for (int step = 0; step < 1000; step++) {
@@ -175,6 +179,7 @@ static void test_master_cast_reproduces_step(void)
 
 static void test_real_file_roundtrip(void)
 {
+    SKIP_UNLESS_DATA("rl-b");
     char src[512], dst[512];
     data_path(src, sizeof src, "rl-b/step-001.safetensors");
     tmp_path(dst, sizeof dst, "rt-real.safetensors");

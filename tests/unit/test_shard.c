@@ -194,6 +194,7 @@ static void t_grid(void)
 
 static void t_publish_and_follow(void)
 {
+    SKIP_UNLESS_DATA("rl-a");
     ferry_store *st = open_store();
     char run[64];
     new_run(run, sizeof run);
@@ -247,6 +248,7 @@ static void t_publish_and_follow(void)
 
 static void t_fp32_master(void)
 {
+    SKIP_UNLESS_DATA("rl-a");
     ferry_store *st = open_store();
     char run[64], path[512];
     new_run(run, sizeof run);
@@ -289,6 +291,7 @@ static int has(const char *needle) { return strstr(ferry_last_error(), needle) !
 
 static void t_bad_parts(void)
 {
+    SKIP_UNLESS_DATA("rl-a");
     ferry_store *st = open_store();
     char run[64];
     new_run(run, sizeof run);
@@ -412,6 +415,7 @@ static void tamper(const char *run, uint64_t v, const char *id, uint32_t rank, i
 
 static void t_corrupt_objects(void)
 {
+    SKIP_UNLESS_DATA("rl-a");
     ferry_store *st = open_store();
     char run[64];
     new_run(run, sizeof run);
@@ -447,6 +451,7 @@ static void t_corrupt_objects(void)
 
 static void t_kind_mismatch(void)
 {
+    SKIP_UNLESS_DATA("rl-a");
     ferry_store *st = open_store();
     char run[64];
     new_run(run, sizeof run);
@@ -476,6 +481,7 @@ static void count_deleted(void *u, const char *key, uint64_t bytes, int action, 
 
 static void t_gc(void)
 {
+    SKIP_UNLESS_DATA("rl-a");
     ferry_store *st = open_store();
     char run[64];
     new_run(run, sizeof run);
@@ -549,6 +555,7 @@ static int signed_island(island *is, ferry_store *st, const char *run, const fer
 
 static void t_signed(void)
 {
+    SKIP_UNLESS_DATA("rl-a");
     ferry_store *st = open_store();
     ferry_keys *trainer = ring("trainer", 1), *trust = ring("trainer", 0), *other = ring("mallory", 0);
     char run[64], unsigned_run[64];
@@ -618,6 +625,7 @@ static void t_signed(void)
  * and when A's HEAD is below the version held. */
 static void t_store_list(void)
 {
+    SKIP_UNLESS_DATA("rl-a");
     char ra[300], rb[300], run[64];
     snprintf(ra, sizeof ra, "%s/mirror", g_root);
     snprintf(rb, sizeof rb, "%s/origin", g_root);
