@@ -22,6 +22,8 @@ endif
 ifeq ($(SAN),1)
 BUILD   ?= build-san
 OPT     ?= -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+# a broken invariant (FERRY_ASSERT) aborts here, with the sanitizer's report
+CPPFLAGS += -DFERRY_ASSERT_ABORT
 LDSAN   := -fsanitize=address,undefined
 else
 BUILD   ?= build

@@ -54,6 +54,8 @@
         /* named tensor / file / object absent */ \
     X(FERRY_ERR_LIMIT, 6, "size limit exceeded") \
         /* a declared size exceeds a hard bound */ \
+    X(FERRY_ERR_INTERNAL, 7, "internal error: an invariant does not hold") \
+        /* a bug in ferry (FERRY_ASSERT): the message names file:line */ \
     \
     /* ---- 10..39 safetensors (ferry.h; lib/io) ----------------------- */ \
     X(FERRY_ERR_ST_TRUNCATED, 10, "safetensors: truncated file") \

@@ -129,6 +129,7 @@ static int index_chunks(dec *d)
             return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "tensor '%s': %llu payload bytes after its last chunk", e->name,
                                (unsigned long long)(e->payload_size - off));
     }
+    FERRY_ASSERT(d->nch == total);
     return FERRY_OK;
 }
 
@@ -137,9 +138,12 @@ static int decode_chunk(dec *d, const chunk_ref *c, int w, size_t *k)
 {
     const patch_entry *e = &d->t.e[c->entry];
     sp_dtype st = sp_dtype_of(e->dtype);
+    /* index_chunks cut the tensor: the chunk lies inside it and inside the patch */
+    FERRY_ASSERT(c->n > 0 && c->lo + c->n <= e->nwords && c->off + c->len <= e->payload_off + e->payload_size);
     const uint8_t *a = (const uint8_t *)base_of(d, c->entry)->data + c->lo * st.W / 8;
     int rc = ferry__codec_decode_chunk(&st, a, (size_t)c->n, d->patch + c->off, (size_t)c->len, d->t.version, &d->coder[w], k);
     if (rc) return ferry__context(rc, "tensor '%s', chunk at word %llu", e->name, (unsigned long long)c->lo);
+    FERRY_ASSERT(*k <= c->n); /* distinct positions inside the chunk */
     __atomic_fetch_add(&d->got[c->entry], (uint64_t)*k, __ATOMIC_RELAXED);
     return FERRY_OK;
 }
@@ -315,6 +319,7 @@ static int sparse_out(dec *d, const chunk_ref *c, int w, size_t k, const ferry__
         if (rc) return rc;
     }
     ferry__bh_end(&h);
+    FERRY_ASSERT(j == k); /* the positions are sorted and inside the chunk: every change was written */
     return FERRY_OK;
 }
 

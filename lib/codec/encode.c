@@ -95,6 +95,9 @@ static int chunk_job(void *ctx, size_t j, int w)
     sp_dtype st = sp_dtype_of(e->dtype);
     uint64_t nwords = e->nbytes * 8 / st.W, csize = (uint64_t)1 << SP_CHUNK_LOG2_DEFAULT;
     uint64_t lo = (j - e->first_job) * csize, n = nwords - lo < csize ? nwords - lo : csize;
+    /* a chunk (2^22 words of at least a byte) starts at a hash block: its
+     * block digests are whole ones of the tensor's */
+    FERRY_ASSERT(lo < nwords && (lo * st.W / 8) % FERRY_HASH_BLOCK == 0);
     sp_src src = {(const uint8_t *)e->b->data + lo * (e->cast ? 4 : st.W / 8), e->cast};
     uint64_t block = lo * st.W / 8 / FERRY_HASH_BLOCK;
     int rc = ferry__codec_encode_chunk(&st, (const uint8_t *)e->a->data + lo * st.W / 8, &src, (size_t)n, e->nchunks > 1, &c->coder[w],
@@ -231,7 +234,11 @@ static int put_payload(const enc *c, const enc_entry *e, ferry_buf *out)
     if (e->kind == PK_WHOLE) return ferry__buf_append(out, e->whole.data, e->whole.size);
     if (e->kind != PK_SPARSE) return FERRY_OK;
     int rc = FERRY_OK;
-    for (uint64_t q = 0; !rc && q < e->nchunks; q++) rc = put_u32(out, (uint32_t)c->chunk[e->first_job + q].size);
+    for (uint64_t q = 0; !rc && q < e->nchunks; q++) {
+        size_t size = c->chunk[e->first_job + q].size;
+        FERRY_ASSERT(size <= UINT32_MAX); /* 2^22 words code in far less */
+        rc = put_u32(out, (uint32_t)size);
+    }
     for (uint64_t q = 0; !rc && q < e->nchunks; q++) {
         const ferry_buf *b = &c->chunk[e->first_job + q];
         rc = ferry__buf_append(out, b->data, b->size);

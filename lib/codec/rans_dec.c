@@ -48,8 +48,8 @@ static bool get_varint(const uint8_t **pp, const uint8_t *end, uint64_t *v)
 /* Decodes n symbols of stream d, symbol j with table tab[j], into sym[j]:
  * codec 3's streams in vector lanes where the CPU can, the rest one by
  * one. */
-static void get_syms(rans_dec *d, const sp_scratch *s, const uint32_t (*fs)[RANS_MAXSYM], int simd, const uint8_t *tab,
-                     uint8_t *sym, size_t n)
+static int get_syms(rans_dec *d, const sp_scratch *s, const uint32_t (*fs)[RANS_MAXSYM], int simd, const uint8_t *tab,
+                    uint8_t *sym, size_t n)
 {
     size_t j = 0;
 #if FERRY_HAVE_X86_SIMD
@@ -58,7 +58,10 @@ static void get_syms(rans_dec *d, const sp_scratch *s, const uint32_t (*fs)[RANS
 #else
     (void)simd;
 #endif
+    /* the kernels stop while 64 bytes remain: never past the stream */
+    FERRY_ASSERT(j <= n && d->p <= d->end);
     for (; j < n; j++) sym[j] = (uint8_t)rans_dget(d, s->lut + (size_t)tab[j] * RANS_M, fs[tab[j]]);
+    return FERRY_OK;
 }
 
 /* The deltas of k changes, for a constant word width W: each one's table
@@ -83,19 +86,22 @@ static inline __attribute__((always_inline)) int deltas(const sp_dtype *t, uint3
         j0 = level == 2 ? ferry__codec_rans_dtabs16_avx512(t->exp_shift, t->exp_mask, top, s->word, k, hv, tab, &bad)
                         : ferry__codec_rans_dtabs16_avx2(t->exp_shift, t->exp_mask, top, s->word, k, hv, tab, &bad);
         if (bad) return ferry__codec_corrupt("delta context without a table");
+        FERRY_ASSERT(j0 <= k);
     }
 #endif
     for (size_t j = j0; j < k; j++) {
         tab[j] = (uint8_t)(SP_NCLASS + sp_dclass(&tw, top, sp_load(a, s->pos[j], W)));
         if (FERRY_UNLIKELY(!have[tab[j]])) return ferry__codec_corrupt("delta context without a table");
     }
-    get_syms(d, s, fs, simd, tab, sym, k);
+    int rc = get_syms(d, s, fs, simd, tab, sym, k);
+    if (rc) return rc;
 #if FERRY_HAVE_X86_SIMD
     if (vec) {
         uint64_t bp = bitr_tell(br, raw);
         j1 = level == 2 ? ferry__codec_rans_deltas16_avx512(s->word, sym, k, raw, rawlen, &bp, s->val, &bad)
                         : ferry__codec_rans_deltas16_avx2(s->word, sym, k, raw, rawlen, &bp, s->val, &bad);
         if (bad) return ferry__codec_corrupt("delta out of range");
+        FERRY_ASSERT(j1 <= k);
         if (j1) bitr_seek(br, raw, bp);
     }
 #endif
@@ -180,7 +186,7 @@ int ferry__codec_rans_decode(const sp_dtype *t, uint32_t top, unsigned codec, co
         memset(sy + at, (int)c, kc[c]);
         at += kc[c];
     }
-    get_syms(dg, s, fs, simd, sy, sy + k, k);
+    if ((rc = get_syms(dg, s, fs, simd, sy, sy + k, k))) return rc;
     at = 0;
     for (uint32_t c = 0; c <= SP_NCLASS; c++) {
         s->start[c] = (uint32_t)at;
@@ -193,6 +199,7 @@ int ferry__codec_rans_decode(const sp_dtype *t, uint32_t top, unsigned codec, co
             q = (level == 2 ? ferry__codec_rans_gaps_avx512 : ferry__codec_rans_gaps_avx2)(sy + k + at, kc[c], n, raw, rawlen, &bp, &r, s->order + at,
                                                                  &bad);
             if (bad) return ferry__codec_corrupt("gap past the end of the chunk");
+            FERRY_ASSERT(q <= kc[c]);
             if (q) bitr_seek(&br, raw, bp);
             at += q;
         }
@@ -206,6 +213,7 @@ int ferry__codec_rans_decode(const sp_dtype *t, uint32_t top, unsigned codec, co
         }
     }
     for (uint32_t c = nclass; c <= SP_NCLASS; c++) s->start[c] = (uint32_t)at;
+    FERRY_ASSERT(at == k);
     if (dg->overrun || br.overrun) return ferry__codec_corrupt("stream ends early");
     if ((rc = ferry__codec_walk(t, top, a, n, s, (size_t)k))) return rc;
 

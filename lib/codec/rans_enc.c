@@ -142,6 +142,7 @@ int ferry__codec_rans_encode(const sp_dtype *t, uint32_t top, unsigned codec, sp
     /* Tables: per-class counts, gap tables of active classes, a bitmap of
      * the delta contexts in use and their tables. */
     int rc = FERRY_OK;
+    FERRY_ASSERT_RC(rc, ns <= nsyms && raw_size <= k * 12 + 16); /* the bounds the buffers were sized by */
     rans_table tabs[NTAB];
     for (unsigned i = 0; !rc && i < NTAB; i++) rc = ferry__codec_rans_table_build(&tabs[i], count[i], i < SP_NCLASS ? GAP_NSYM : DELTA_NSYM);
     for (uint32_t c = 0; !rc && c < nclass; c++) rc = put_varint(out, s->start[c + 1] - s->start[c]);
@@ -174,7 +175,8 @@ int ferry__codec_rans_encode(const sp_dtype *t, uint32_t top, unsigned codec, sp
 
 int ferry__codec_rans_emit(const uint8_t *syms, size_t lo, size_t hi, unsigned nstates, const rans_esym (*es)[RANS_MAXSYM],
               ferry_buf *out)
-{ /* nstates: a power of two */
+{
+    FERRY_ASSERT(nstates && !(nstates & (nstates - 1)) && nstates <= RANS3_NSTATE && lo <= hi);
     /* at most one 16-bit word per symbol */
     uint16_t *words = ferry__malloc((hi - lo + 1) * sizeof *words);
     if (!words) return FERRY_ERR_NOMEM;
@@ -191,7 +193,9 @@ int ferry__codec_rans_emit(const uint8_t *syms, size_t lo, size_t hi, unsigned n
 #endif
     size_t nw = (size_t)(end - p);
     uint64_t len = 4 * (uint64_t)nstates + 2 * (uint64_t)nw;
-    int rc = len > UINT32_MAX ? ferry__fail(FERRY_ERR_LIMIT, "rANS stream too large") : ferry__buf_reserve(out, 4 + len);
+    int rc = len > UINT32_MAX ? ferry__fail(FERRY_ERR_LIMIT, "rANS stream too large") : FERRY_OK;
+    FERRY_ASSERT_RC(rc, p >= words);
+    if (!rc) rc = ferry__buf_reserve(out, 4 + len);
     if (!rc) {
         uint8_t *o = out->data + out->size;
         ferry__put32(o, (uint32_t)len);

@@ -92,6 +92,7 @@ int ferry__codec_scan_group(sp_scratch *s, const sp_scan_state *st)
 #if FERRY_HAVE_AVX512
     if (st->bm == 1) {
         ferry__codec_scan_group_bitmaps(s, st);
+        FERRY_ASSERT(s->start[SP_NCLASS] == st->k); /* the bitmaps hold every change once */
         return FERRY_OK;
     }
 #endif
@@ -130,6 +131,8 @@ static inline __attribute__((always_inline)) int scan_w(const sp_dtype *t, uint3
 int ferry__codec_scan_range(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
                   sp_scratch *s, sp_scan_state *st)
 {
+    /* a piece of a chunk: positions fit in 32 bits */
+    FERRY_ASSERT(lo <= hi && hi <= (size_t)1 << SP_CHUNK_LOG2_MAX);
     int rc = ferry__codec_scratch_fit(s, 4096);
     if (rc) return rc;
     if (!st->bm) { /* decided once per chunk */
@@ -197,6 +200,9 @@ static inline __attribute__((always_inline)) int walk_w(const sp_dtype *t, uint3
 
 int ferry__codec_walk(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k)
 {
+    /* the k ranks, grouped by class, are all there is to find (the
+     * vector walks store up to k positions on that promise) */
+    FERRY_ASSERT(s->start[SP_NCLASS] == k && k <= s->cap && n <= (size_t)1 << SP_CHUNK_LOG2_MAX);
     s->have_words = 0;
 #if FERRY_HAVE_AVX512
     if (t->W == 16 && ferry__cpu_avx512()) return ferry__codec_walk16_avx512(t, top, a, n, s, k);

@@ -36,6 +36,7 @@ static inline TARGET uint32_t diff32(__m256i a0, __m256i a1, __m256i b0, __m256i
 TARGET int ferry__codec_scan16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
                           sp_scratch *s, sp_scan_state *st)
 {
+    FERRY_ASSERT(t->W == 16 && lo <= hi);
     uint32_t nclass = sp_nclass(t), *cnt = st->cnt;
     const __m256i vtop = _mm256_set1_epi16((short)top);
     size_t k = st->k, i = lo;
@@ -93,6 +94,8 @@ TARGET int ferry__codec_scan16_avx2(const sp_dtype *t, uint32_t top, const uint8
  * branch depends on where the changes fall. */
 TARGET int ferry__codec_walk16_avx2(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k)
 {
+    /* at most k positions come out (ferry__codec_walk checked the ranks): room for them */
+    FERRY_ASSERT(t->W == 16 && k <= s->cap);
     uint32_t nclass = sp_nclass(t);
     uint64_t cnt[SP_NCLASS] = {0}, lim[SP_NCLASS];
     const uint8_t *bm[SP_NCLASS];

@@ -70,9 +70,12 @@ static int ebm_fit(sp_scratch *s, const sp_scan_state *st, size_t more)
 TARGET int ferry__codec_scan16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
                             sp_scratch *s, sp_scan_state *st)
 {
+    FERRY_ASSERT(t->W == 16 && t->exp_mask && lo <= hi);
     size_t k = st->k;
     int rc = ferry__codec_scratch_fit(s, k + (hi - lo) + 16);
     if (rc || (rc = ebm_fit(s, st, hi - lo))) return rc;
+    /* the compressed stores write whole vectors: 16 lanes past the last change */
+    FERRY_ASSERT(s->cap >= k + (hi - lo) + 16);
     uint64_t *bm[SP_NCLASS], cnt[SP_NCLASS];
     for (int c = 0; c < SP_NCLASS; c++) {
         bm[c] = s->ebm + c * s->ebm_words;
@@ -137,6 +140,7 @@ TARGET int ferry__codec_walk16_avx512(const sp_dtype *t, uint32_t top, const uin
     /* the compressed stores write whole vectors: room for 16 lanes past k */
     int rc = ferry__codec_scratch_fit(s, k + 16);
     if (rc) return rc;
+    FERRY_ASSERT(t->W == 16 && s->cap >= k + 16);
     uint64_t cnt[SP_NCLASS] = {0}, lim[SP_NCLASS];
     const uint8_t *bm[SP_NCLASS];
     if ((rc = ferry__codec_walk_bitmaps(s, bm, lim))) return rc;

@@ -48,6 +48,7 @@ int ferry__codec_adaptive_decode(const sp_dtype *t, uint32_t top, const uint64_t
         if (d.overrun) return ferry__codec_corrupt("stream ends early");
     }
     for (; next <= SP_NCLASS; next++) s->start[next] = (uint32_t)k;
+    FERRY_ASSERT(k <= n); /* each class's count was bounded by the words left */
     int rc = ferry__codec_walk(t, top, a, n, s, k);
     if (rc) return rc;
     for (size_t j = 0; j < k; j++) {
@@ -62,6 +63,8 @@ int ferry__codec_adaptive_decode(const sp_dtype *t, uint32_t top, const uint64_t
 int ferry__codec_decode_chunk(const sp_dtype *t, const uint8_t *a, size_t n, const uint8_t *src, size_t len, unsigned version,
                     sp_coder *c, size_t *k)
 {
+    /* positions inside a chunk fit in 32 bits (sparse.h) */
+    FERRY_ASSERT(n > 0 && n <= (size_t)1 << SP_CHUNK_LOG2_MAX);
     if (len < 1) return ferry__codec_corrupt("empty chunk");
     if (src[0] == SP_CODEC_EMPTY) {
         if (len != 1) return ferry__codec_corrupt("bytes after an empty chunk");

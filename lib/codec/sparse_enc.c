@@ -40,6 +40,8 @@ static void put_delta(rc_enc *e, const sp_dtype *t, sp_models *m, uint32_t dc, u
 int ferry__codec_adaptive_encode(const sp_dtype *t, uint32_t top, const uint64_t *est, sp_scratch *s, size_t k,
                        sp_models *m, ferry_buf *out)
 {
+    /* the AVX-512 scan's lazy result has no order, old and val arrays yet */
+    FERRY_ASSERT(!s->lazy && s->start[SP_NCLASS] == k);
     rc_enc e;
     rc_enc_init(&e, out);
     ferry__codec_models_reset(m);
@@ -95,6 +97,7 @@ static int scan_and_hash(const sp_dtype *t, uint32_t top, const uint8_t *a, cons
         ferry__bh_feed(&h, piece, (hi - lo) * t->W / 8);
     }
     ferry__bh_end(&h);
+    FERRY_ASSERT(st.k <= n);
     int rc = ferry__codec_scan_group(&c->s, &st);
     if (rc) return rc;
     *k = st.k;
@@ -170,7 +173,10 @@ static int encode_counted(const sp_dtype *t, uint32_t top, const uint8_t *a, siz
 int ferry__codec_encode_chunk_as(unsigned codec, const sp_dtype *t, const uint8_t *a, const sp_src *b, size_t n, sp_coder *c,
                        ferry_buf *out, uint64_t *changed, uint8_t (*bh)[16])
 {
+    /* positions inside a chunk fit in 32 bits (sparse.h) */
+    FERRY_ASSERT(n > 0 && n <= (size_t)1 << SP_CHUNK_LOG2_MAX);
     uint32_t top = ferry__codec_choose_top(t, a, n);
+    FERRY_ASSERT(top <= t->exp_mask);
     size_t k;
     int rc = scan_and_hash(t, top, a, b, n, c, &k, bh);
     if (rc) return rc;
@@ -187,6 +193,7 @@ int ferry__codec_encode_chunk_as(unsigned codec, const sp_dtype *t, const uint8_
             top = top2;
             head[1] = (uint8_t)top;
             if ((rc = scan_and_hash(t, top, a, b, n, c, &k, bh))) return rc;
+            FERRY_ASSERT(k == *changed); /* another origin moves classes, not changes */
             ferry__codec_scan_unlazy(&c->s, k);
         }
     }

@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -107,6 +109,16 @@ int ferry__grow(void **p, size_t *cap, size_t need, size_t elem)
     *p = q;
     *cap = c;
     return FERRY_OK;
+}
+
+int ferry__assert_fail(const char *file, int line, const char *expr)
+{
+#ifdef FERRY_ASSERT_ABORT
+    fprintf(stderr, "%s:%d: assertion failed: %s\n", file, line, expr);
+    abort();
+#else
+    return ferry__fail(FERRY_ERR_INTERNAL, "%s:%d: assertion failed: %s", file, line, expr);
+#endif
 }
 
 #ifndef FERRY_NO_NET

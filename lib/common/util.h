@@ -43,4 +43,33 @@ int ferry__sha256(const void *data, size_t n, uint8_t out[32]);
 int ferry__sha256_hex(const void *data, size_t n, char out[65]);
 #endif
 
+/* An invariant of the code (not a check of input: bad input gets its own
+ * error code and message).  When it does not hold, the build decides:
+ * with FERRY_ASSERT_ABORT (sanitizer builds) it prints "file:line:
+ * assertion failed: expr" and aborts, where a debugger or the sanitizer's
+ * report is wanted; otherwise it records FERRY_ERR_INTERNAL with that text
+ * for ferry_last_error() and makes the enclosing function return it, so a
+ * library bug fails the one call instead of the caller's process.
+ * FERRY_ASSERT is for functions returning a status (int); FERRY_ASSERT_RC
+ * for those that clean up before they return (it sets rc, if still
+ * FERRY_OK, instead of returning); FERRY_ASSERT_V for void ones (the
+ * failure is still recorded).  Per call or per chunk, never per word. */
+#define FERRY_ASSERT(expr)                                                    \
+    do {                                                                      \
+        if (__builtin_expect(!(expr), 0)) return ferry__assert_fail(__FILE__, __LINE__, #expr); \
+    } while (0)
+#define FERRY_ASSERT_V(expr)                                                  \
+    do {                                                                      \
+        if (__builtin_expect(!(expr), 0)) {                                   \
+            (void)ferry__assert_fail(__FILE__, __LINE__, #expr);              \
+            return;                                                           \
+        }                                                                     \
+    } while (0)
+#define FERRY_ASSERT_RC(rc, expr)                                             \
+    do {                                                                      \
+        if (!(rc) && __builtin_expect(!(expr), 0)) (rc) = ferry__assert_fail(__FILE__, __LINE__, #expr); \
+    } while (0)
+/* Returns FERRY_ERR_INTERNAL (or aborts, see above). */
+int ferry__assert_fail(const char *file, int line, const char *expr);
+
 #endif

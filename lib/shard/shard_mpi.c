@@ -8,6 +8,9 @@
 
 #include <stdlib.h>
 
+/* the token and each record are sent with an int count */
+_Static_assert(SH_MANIFEST_MAX <= INT32_MAX, "SH_MANIFEST_MAX fits an MPI count");
+
 static int mpi_fail(int rc, const char *what)
 {
     return ferry__fail(FERRY_ERR_ARG, "ferry_shard_publish_mpi: %s failed (MPI error %d)", what, rc);
@@ -45,6 +48,11 @@ int ferry_shard_publish_mpi(ferry_shard_publisher *p, MPI_Comm comm, const ferry
     size_t tn = 0, rn = 0;
     int *codes = NULL, *lens = NULL, *displs = NULL;
     int local = st;
+    /* rank 0's arrays of step 2, allocated now: a failure here reaches
+     * every rank with the status below, before any collective needs them */
+    if (!rank && !st && (!(codes = ferry__calloc(2 * (size_t)size, sizeof *codes)) || !(lens = ferry__calloc((size_t)size, sizeof *lens)) ||
+                         !(displs = ferry__calloc((size_t)size, sizeof *displs))))
+        st = FERRY_ERR_NOMEM;
     if (!rank && !st) st = ferry_shard_begin(p, flags, &tok, &tn);
     int any = 0;
     if ((e = MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, comm)) != MPI_SUCCESS) return mpi_fail(e, "MPI_Allreduce");
@@ -59,7 +67,18 @@ int ferry_shard_publish_mpi(ferry_shard_publisher *p, MPI_Comm comm, const ferry
         st = ferry__fail(FERRY_ERR_LIMIT, "ferry_shard_publish_mpi: token of %llu bytes", len);
         goto out;
     }
-    if (rank && !(tok = ferry__malloc((size_t)len + 1))) abort(); /* the collective cannot be left half-way */
+    /* a rank that cannot hold the token says so before the broadcast, so
+       that no rank is left waiting in it */
+    int nomem = rank && !(tok = ferry__malloc((size_t)len + 1)), anynomem = 0;
+    if ((e = MPI_Allreduce(&nomem, &anynomem, 1, MPI_INT, MPI_MAX, comm)) != MPI_SUCCESS) {
+        st = mpi_fail(e, "MPI_Allreduce");
+        goto out;
+    }
+    if (anynomem) {
+        st = nomem ? FERRY_ERR_NOMEM
+                   : ferry__fail(FERRY_ERR_NOMEM, "ferry_shard_publish_mpi: a rank cannot allocate the token (%llu bytes)", len);
+        goto out;
+    }
     if ((e = MPI_Bcast(tok, (int)len, MPI_CHAR, 0, comm)) != MPI_SUCCESS) {
         st = mpi_fail(e, "MPI_Bcast");
         goto out;
@@ -70,24 +89,31 @@ int ferry_shard_publish_mpi(ferry_shard_publisher *p, MPI_Comm comm, const ferry
     st = ferry_shard_put(p, tok, tn, parts, nparts, &rec, &rn);
     if (!st && rn > (size_t)1 << 30) st = ferry__fail(FERRY_ERR_LIMIT, "rank %d: part record of %zu bytes", rank, rn);
     int mine[2] = {st, st ? 0 : (int)rn};
-    if (!rank && (!(codes = ferry__calloc(2 * (size_t)size, sizeof *codes)) || !(lens = ferry__calloc((size_t)size, sizeof *lens)) ||
-                  !(displs = ferry__calloc((size_t)size, sizeof *displs))))
-        abort();
     if ((e = MPI_Gather(mine, 2, MPI_INT, codes, 2, MPI_INT, 0, comm)) != MPI_SUCCESS) {
         st = mpi_fail(e, "MPI_Gather");
         goto out;
     }
+    /* rank 0 takes the records only if it can hold them all, and says so
+       first: the gather happens on every rank or on none */
     long long total = 0;
+    int gst = FERRY_OK;
     if (!rank) {
         for (int r = 0; r < size; r++) {
             lens[r] = codes[2 * r + 1];
             displs[r] = (int)total;
             total += lens[r];
         }
-        if (total > INT32_MAX) abort();
-        if (!(all = ferry__malloc((size_t)total + 1))) abort();
+        if (total > INT32_MAX)
+            gst = ferry__fail(FERRY_ERR_LIMIT, "ferry_shard_publish_mpi: the part records of %d ranks total %lld bytes (limit 2 GiB)",
+                              size, total);
+        else if (!(all = ferry__malloc((size_t)total + 1)))
+            gst = FERRY_ERR_NOMEM;
     }
-    if ((e = MPI_Gatherv(rec, mine[1], MPI_CHAR, all, lens, displs, MPI_CHAR, 0, comm)) != MPI_SUCCESS) {
+    if ((e = MPI_Bcast(&gst, 1, MPI_INT, 0, comm)) != MPI_SUCCESS) {
+        st = mpi_fail(e, "MPI_Bcast");
+        goto out;
+    }
+    if (!gst && (e = MPI_Gatherv(rec, mine[1], MPI_CHAR, all, lens, displs, MPI_CHAR, 0, comm)) != MPI_SUCCESS) {
         st = mpi_fail(e, "MPI_Gatherv");
         goto out;
     }
@@ -99,15 +125,17 @@ int ferry_shard_publish_mpi(ferry_shard_publisher *p, MPI_Comm comm, const ferry
         if (failed > 0)
             st = ferry__fail(codes[2 * failed], "rank %d failed to put its parts (%s): version not committed", failed,
                              ferry_strerror(codes[2 * failed]));
+        else if (!st && gst)
+            st = gst; /* its message was recorded above */
         else if (!st) {
             const char **recs = ferry__calloc((size_t)size, sizeof *recs);
             size_t *sizes = ferry__calloc((size_t)size, sizeof *sizes);
-            if (!recs || !sizes) abort();
-            for (int r = 0; r < size; r++) {
+            if (!recs || !sizes) st = FERRY_ERR_NOMEM;
+            for (int r = 0; !st && r < size; r++) {
                 recs[r] = all + displs[r];
                 sizes[r] = (size_t)lens[r];
             }
-            st = ferry_shard_commit(p, tok, tn, recs, sizes, (size_t)size, info);
+            if (!st) st = ferry_shard_commit(p, tok, tn, recs, sizes, (size_t)size, info);
             free(recs);
             free(sizes);
         }

@@ -33,6 +33,9 @@
 
 static int obj_path(const ferry_store *s, const char *key, char out[PATH_CAP])
 {
+    /* store.c checks every key before a backend sees it: no "..", no
+     * leading '/', so the path stays under the root */
+    FERRY_ASSERT(ferry_store_key_check(key) == FERRY_OK);
     if (snprintf(out, PATH_CAP, "%s/%s", s->root, key) >= PATH_CAP)
         return ferry__fail(FERRY_ERR_STORE_KEY, "%s/%s: path too long", s->url, key);
     return FERRY_OK;
@@ -424,6 +427,7 @@ static int file_list(ferry_store *s, const char *prefix, ferry_store_listing *ou
      * segments were checked: no "..", so it stays under the root). */
     const char *slash = strrchr(prefix, '/');
     size_t start = slash ? (size_t)(slash - prefix) + 1 : 0;
+    FERRY_ASSERT(start <= FERRY_STORE_KEY_MAX); /* ferry__prefix_check bounded it */
     memcpy(rel, prefix, start);
     rel[start] = 0;
     char path[PATH_CAP];

@@ -19,6 +19,7 @@ ERR_IO = 3
 ERR_UNSUPPORTED = 4
 ERR_NOT_FOUND = 5
 ERR_LIMIT = 6
+ERR_INTERNAL = 7
 
 # safetensors (include/ferry.h): FormatError
 ERR_ST_TRUNCATED = 10
@@ -132,7 +133,7 @@ class FerryError(Exception):
 
     FerryError(code, ...) makes an instance of the code's area class
     (error_class(code)): FerryError(ERR_STORE_NOT_FOUND) is a StoreError.
-    Core codes (ERR_NOMEM .. ERR_LIMIT) and unknown numbers stay FerryError.
+    Core codes (ERR_NOMEM .. ERR_INTERNAL) and unknown numbers stay FerryError.
     """
 
     def __new__(cls, code=0, message="", name=None):

@@ -1,7 +1,11 @@
-/* BF16 cast vectors (DESIGN.md), dtype table, model building and hashing. */
+/* BF16 cast vectors (DESIGN.md), dtype table, model building and hashing;
+ * the helpers of lib/common/util.h and FERRY_ASSERT. */
 #include "check.h"
 #include "bf16.h"
 #include "model.h"
+
+#include <signal.h>
+#include <sys/wait.h>
 
 static void test_bf16_vectors(void)
 {
@@ -131,6 +135,107 @@ static void test_errors(void)
     CHECK(ferry_strerror(FERRY_ERR_BASE_MISMATCH)[0] != 0);
 }
 
+static void test_util_hex(void)
+{
+    const uint8_t b[4] = {0x00, 0x9f, 0xa0, 0xff};
+    char x[9];
+    ferry__hex(x, b, sizeof b);
+    CHECK(strcmp(x, "009fa0ff") == 0);
+    uint8_t back[4] = {0};
+    CHECK(ferry__unhex(back, x, 4) && memcmp(back, b, 4) == 0);
+    CHECK(!ferry__unhex(back, "009FA0FF", 4)); /* lowercase only */
+    CHECK(!ferry__unhex(back, "009fa0f", 4));  /* stops at the NUL */
+    CHECK(!ferry__unhex(back, "00 9fa0ff", 4));
+    CHECK(ferry__unhex(back, "", 0));
+    ferry__hex(x, b, 0);
+    CHECK(x[0] == 0);
+#ifndef FERRY_NO_NET
+    char h[65];
+    CHECK_OK(ferry__sha256_hex("abc", 3, h));
+    CHECK(strcmp(h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad") == 0);
+#endif
+}
+
+static void test_util_grow(void)
+{
+    uint32_t *a = NULL;
+    size_t cap = 0;
+    for (uint32_t i = 0; i < 1000; i++) {
+        CHECK_OK(ferry__grow((void **)&a, &cap, (size_t)i + 1, sizeof *a));
+        if (!a || cap <= i) break;
+        a[i] = i;
+    }
+    CHECK(a && cap >= 1000 && cap < 2048 && a[999] == 999 && a[0] == 0);
+    size_t before = cap;
+    CHECK_OK(ferry__grow((void **)&a, &cap, 10, sizeof *a)); /* enough already: unchanged */
+    CHECK(cap == before);
+    /* need x elem past SIZE_MAX: NOMEM with the array kept as it was */
+    uint32_t *keep = a;
+    CHECK_RC(ferry__grow((void **)&a, &cap, SIZE_MAX / 2, sizeof *a), FERRY_ERR_NOMEM);
+    CHECK(a == keep && cap == before && a[999] == 999);
+    CHECK(strstr(ferry_last_error(), "overflow") != NULL);
+    free(a);
+}
+
+static void test_util_random_clock(void)
+{
+    uint8_t r1[32], r2[32], zero[32] = {0};
+    ferry__random_bytes(r1, sizeof r1);
+    ferry__random_bytes(r2, sizeof r2);
+    CHECK(memcmp(r1, r2, sizeof r1) != 0 && memcmp(r1, zero, sizeof r1) != 0);
+    ferry__random_bytes(r1, 0); /* nothing asked, nothing written */
+    uint64_t t0 = ferry__mono_ms();
+    ferry__sleep_ms(20);
+    uint64_t t1 = ferry__mono_ms();
+    CHECK(t1 >= t0 + 20 && t1 < t0 + 5000);
+}
+
+/* A function with an invariant, as library code has them. */
+static int g_assert_line;
+static int guarded(int x)
+{
+    g_assert_line = __LINE__ + 1;
+    FERRY_ASSERT(x > 1);
+    return FERRY_OK;
+}
+
+/* Release builds: a broken invariant fails the call with
+ * FERRY_ERR_INTERNAL naming file:line and the expression.  Sanitizer
+ * builds (FERRY_ASSERT_ABORT) abort with that text on stderr instead:
+ * checked in a child process. */
+static void test_assert(void)
+{
+    char want[256];
+    CHECK_OK(guarded(2));
+    snprintf(want, sizeof want, "%s:%d: assertion failed: x > 1", __FILE__, g_assert_line);
+#ifndef FERRY_ASSERT_ABORT
+    CHECK_RC(guarded(1), FERRY_ERR_INTERNAL);
+    CHECK(strcmp(ferry_last_error(), want) == 0);
+    CHECK(strcmp(ferry_strerror(FERRY_ERR_INTERNAL), "internal error: an invariant does not hold") == 0);
+#else
+    int fd[2];
+    CHECK(pipe(fd) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        guarded(1);
+        _exit(0); /* not reached when the assertion aborts */
+    }
+    close(fd[1]);
+    char got[512] = {0};
+    size_t n = 0;
+    ssize_t k;
+    while (n < sizeof got - 1 && (k = read(fd[0], got + n, sizeof got - 1 - n)) > 0) n += (size_t)k;
+    close(fd[0]);
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+    CHECK(strstr(got, want) != NULL);
+#endif
+}
+
 int main(void)
 {
     RUN(test_bf16_vectors);
@@ -139,5 +244,9 @@ int main(void)
     RUN(test_dtypes);
     RUN(test_model_build_and_hash);
     RUN(test_errors);
+    RUN(test_util_hex);
+    RUN(test_util_grow);
+    RUN(test_util_random_clock);
+    RUN(test_assert);
     return CHECK_SUMMARY();
 }

@@ -69,7 +69,7 @@ static void t_strerror_messages(void)
 /* Numbers between and beyond the codes, and negative ones. */
 static void t_unknown_codes(void)
 {
-    int probes[] = { -1, -60, 7, 9, 21, 39, 48, 72, 90, 115, 135, 146, 165, 180, 1000, 1 << 30 };
+    int probes[] = { -1, -60, 8, 9, 21, 39, 48, 72, 90, 115, 135, 146, 165, 180, 1000, 1 << 30 };
     for (size_t k = 0; k < sizeof probes / sizeof probes[0]; k++) {
         int listed = 0;
         for (size_t i = 0; i < N_CODES; i++) listed |= g_list[i].num == probes[k];
