@@ -61,7 +61,21 @@
  * FERRY_ERR_DOCK_REPLAY.  Both are quarantined (or deleted with
  * delete_rejected) and counted, never admitted.  A forged batch does not
  * mark its (island, seq) taken, so it cannot make the island's own batch
- * of that number be refused.
+ * of that number be refused; nor can an object merely named as a stale
+ * batch (below the window, it is read and must verify to be dropped).
+ *
+ * SIGNED CURSOR.  A consumer whose ring holds a signing key (the trainer's:
+ * a publisher key) signs its cursor (format 2) and takes only a cursor
+ * signed by a publisher key of its ring: an unsigned or forged one is
+ * FERRY_ERR_DOCK_CURSOR.  A consumer with a ring but no signing key writes
+ * and takes an unsigned cursor (a store writer can rewrite it: give the
+ * trainer's ring its key).  Whatever the keys, a handle never silently
+ * starts over: when the cursor it held is gone, or has been replaced by one
+ * that lost something it recorded (an older copy put back), its take fails
+ * with FERRY_ERR_DOCK_ROLLBACK and consumes nothing until the cursor is
+ * restored.  A new handle knows that history only if told: give it
+ * resume_commits (from ferry_dock_stats.cursor_commits, saved with the
+ * trainer's checkpoint); with 0, a missing cursor starts a new record.
  *
  * THREADS.  A dock handle is not thread-safe: use one per thread (they may
  * share one ferry_store, which is).  Any number of producers, in any number
@@ -142,14 +156,17 @@ typedef struct ferry_dock_options {
     uint64_t max_payload;       /* bound on a batch's payload, both ways; 0 = 256 MiB.
                                    Should not exceed the store's max_object_size - 128 */
     uint32_t max_scan;          /* objects one pass of take may fetch, delete or
-                                   quarantine besides those it admits; 0 = 256 */
+                                   quarantine besides those it admits; 0 = 256
+                                   (also: resume_seq's reads of objects that
+                                   are not the island's batches) */
     uint32_t sweep_every;       /* a full listing of RUN/traj/ every this many
                                    takes (and at the first); 0 = 16 */
     int32_t corrupt_grace_ms;   /* a corrupt-looking object is rejected only when
                                    seen unchanged (same etag) again this much later:
                                    stores whose puts are not atomic (s3rver) show
                                    objects mid-write.  0 = default (file://: none,
-                                   s3://: 2000), < 0 = none */
+                                   s3://: 2000), < 0 = none.  Meanwhile a listing
+                                   that shows it unchanged does not read it again */
     uint32_t poll_ms;           /* first wait between passes of a blocking take
                                    (doubles up to 1 s); 0 = 20 */
     int delete_rejected;        /* 1: delete rejected objects instead of moving
@@ -160,9 +177,16 @@ typedef struct ferry_dock_options {
     ferry_dock_event_fn on_event;
     void *event_user;
     const ferry_keys *keys;     /* optional (borrowed; must outlive the handle).
-                                   A signing key: put signs every batch.
-                                   Trusted keys (consumer): enrolled island
-                                   keys, see SIGNATURES above */
+                                   A signing key: put signs every batch; a
+                                   consumer signs its cursor (a publisher's
+                                   key only).  Trusted keys (consumer):
+                                   enrolled island keys, see SIGNATURES */
+    uint64_t resume_commits;    /* consumer: the cursor's commit count when
+                                   the trainer last checkpointed
+                                   (ferry_dock_stats.cursor_commits); open
+                                   refuses a cursor below it, or none, with
+                                   FERRY_ERR_DOCK_ROLLBACK.  0 = no history
+                                   (a missing cursor starts a new record) */
 } ferry_dock_options;
 
 /* One batch returned by take.  Read-only; released by ferry_dock_batches_free. */
@@ -200,15 +224,26 @@ typedef struct ferry_dock_stats {
     /* run-wide, kept in the cursor (consumers with enrolled keys) */
     uint64_t rejected_signature; /* FERRY_ERR_DOCK_SIGNATURE */
     uint64_t rejected_replay;    /* FERRY_ERR_DOCK_REPLAY */
+    uint64_t cursor_commits;     /* the cursor's commit count (as of the last
+                                    commit or open): save it with the trainer's
+                                    checkpoint, give it back as resume_commits */
+    /* this handle */
+    uint64_t listed;          /* entries the store's listings returned */
+    uint64_t junk_skipped;    /* listed objects judged before and unchanged
+                                 since (same etag and size), left unread */
 } ferry_dock_stats;
 
 typedef struct ferry_dock ferry_dock;
 
 /* Opens a dock of run `run` on store (borrowed: it must outlive the dock).
  * run: 1..FERRY_DOCK_RUN_MAX bytes of [A-Za-z0-9._-], not starting with
- * '.'.  A consumer reads RUN/dock/cursor here (absent: a fresh run).
- * Returns FERRY_ERR_ARG for a bad run id or option; FERRY_ERR_DOCK_CURSOR if
- * the cursor is malformed or belongs to another run; store errors. */
+ * '.'.  A consumer reads RUN/dock/cursor here (absent: a fresh run, unless
+ * resume_commits says otherwise).
+ * Returns FERRY_ERR_ARG for a bad run id or option (an empty ring, or a
+ * consumer ring whose signing key is an island's); FERRY_ERR_DOCK_CURSOR if
+ * the cursor is malformed, belongs to another run or is not signed as the
+ * ring requires (SIGNED CURSOR); FERRY_ERR_DOCK_ROLLBACK if it is absent or
+ * below resume_commits; store errors. */
 FERRY_API int ferry_dock_open(ferry_store *store, const char *run, const ferry_dock_options *opts,
                               ferry_dock **out);
 FERRY_API void ferry_dock_free(ferry_dock *d);
@@ -226,10 +261,16 @@ FERRY_API int ferry_dock_put(ferry_dock *d, uint32_t island, uint64_t version, u
 
 /* For an island that restarts without its own record: the smallest seq above
  * every seq of this island still in the store or already in the consumer's
- * cursor (0 for an unknown island).  Lists RUN/traj/ once, then reads the
- * cursor (in that order, so a batch consumed in between is not missed);
- * meant for start-up, not for every put.  Concurrent puts by the same
- * island id make the answer meaningless. */
+ * cursor (0 for an unknown island).  Object names are anyone's: a listed
+ * object counts only if it is the island's batch (it decodes, its header
+ * matches its key and, with a ring, it is signed by a key enrolled for the
+ * island), highest seq first, reading at most max_scan that are not
+ * (FERRY_ERR_LIMIT past that); the cursor counts only if believed (with a
+ * ring, signed by a publisher key of the ring; else it is left out).
+ * Lists RUN/traj/ once, reads, then reads the cursor (in that order, so a
+ * batch consumed in between is not missed); meant for start-up, not for
+ * every put.  Concurrent puts by the same island id make the answer
+ * meaningless. */
 FERRY_API int ferry_dock_resume_seq(ferry_dock *d, uint32_t island, uint64_t *next_seq);
 
 /* Takes up to max_batches admissible batches (consumer role).
@@ -254,8 +295,9 @@ FERRY_API int ferry_dock_resume_seq(ferry_dock *d, uint32_t island, uint64_t *ne
  * ferry_dock_batches_free.  max_batches = 0 does one housekeeping pass.
  * Returns FERRY_ERR_ARG (producer handle, bad policy), FERRY_ERR_DOCK_REGRESSED,
  * FERRY_ERR_DOCK_CONTENDED, FERRY_ERR_DOCK_CURSOR (the cursor was replaced by
- * a malformed one), FERRY_ERR_LIMIT (more than FERRY_DOCK_MAX_ISLANDS
- * islands), store errors. */
+ * a malformed or wrongly signed one), FERRY_ERR_DOCK_ROLLBACK (the cursor
+ * this handle held is gone or went backwards: nothing consumed),
+ * FERRY_ERR_LIMIT (more than FERRY_DOCK_MAX_ISLANDS islands), store errors. */
 FERRY_API int ferry_dock_take(ferry_dock *d, const ferry_dock_policy *p, uint64_t trainer_version,
                               size_t max_batches, uint32_t timeout_ms, ferry_dock_batch **out,
                               size_t *n);

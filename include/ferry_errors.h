@@ -182,7 +182,8 @@
     X(FERRY_ERR_DOCK_FUTURE, 109, "dock: batch from a future policy version") \
         /* ASYNC: batch version > trainer version */ \
     X(FERRY_ERR_DOCK_CURSOR, 110, "dock: malformed cursor") \
-        /* the cursor object is malformed, or of another run */ \
+        /* the cursor object is malformed, of another run, or (a ring \
+           given) not signed by a publisher key as the ring requires */ \
     X(FERRY_ERR_DOCK_REGRESSED, 111, "dock: trainer version went backwards") \
         /* trainer_version below one this run's consumer already used */ \
     X(FERRY_ERR_DOCK_CONTENDED, 112, "dock: cursor contended by another consumer") \
@@ -193,6 +194,9 @@
     X(FERRY_ERR_DOCK_REPLAY, 114, "dock: replayed batch (island and sequence already taken)") \
         /* (keys enrolled) a signed batch whose (island, seq) was already \
            taken or dropped: quarantined */ \
+    X(FERRY_ERR_DOCK_ROLLBACK, 115, "dock: cursor gone or moved backwards") \
+        /* the cursor this consumer held (or the one resume_commits names) \
+           is gone, or was replaced by one that lost what it recorded */ \
     \
     /* ---- 120..139 loco (ferry_loco.h) ------------------------------- */ \
     X(FERRY_ERR_LOCO_MAGIC, 120, "loco: bad magic (not a loco payload)") \

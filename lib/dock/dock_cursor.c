@@ -12,7 +12,7 @@
  *
  * Cursor object (little-endian):
  *     0   4  magic "FDCU"
- *     4   2  format (1)
+ *     4   2  format: 1 unsigned, 2 signed (the signature follows the checksum)
  *     6   2  run id length
  *     8  64  run id, zero-padded
  *    72   8  writer nonce (random per handle)
@@ -24,17 +24,28 @@
  *            N x { u32 island id, u32 n (1..FERRY_DOCK_MAX_RANGES),
  *                  n x { u64 lo, u64 hi } }  ids ascending, ranges ascending,
  *                  disjoint and not adjacent
- * end-16 16  XXH3-128 of every byte before (canonical)
- */
+ *         16  XXH3-128 of every byte before (canonical)
+ *   format 2 only:
+ *         72  signing key id (8) and Ed25519 signature over every byte
+ *             before, in the domain "ferry-cursor" (lib/sign/sig.h): the
+ *             consumer's signing key, a publisher's (the trainer's)
+ *
+ * Why signed: the cursor is the run's record of what was consumed.  A store
+ * writer who could rewrite it would re-admit replays (ranges removed),
+ * make honest new batches count as duplicates (ranges added) or fail every
+ * take (a higher trainer version).  The checksum only catches damage. */
 #include "dock_impl.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include "xxh.h"
+#include "sign/sig.h"
 
 #define CUR_FIXED 104u
 #define CUR_SUM 16u
-#define CUR_FORMAT 1u
+#define CUR_FORMAT_PLAIN 1u
+#define CUR_FORMAT_SIGNED 2u
 static const char k_cmagic[4] = {'F', 'D', 'C', 'U'};
 
 void ferry__dock_state_release(dk_state *s)
@@ -104,6 +115,34 @@ bool ferry__dock_state_max_seq(const dk_state *s, uint32_t island, uint64_t *seq
     return true;
 }
 
+bool ferry__dock_state_covers(const dk_state *now, const dk_state *held, char *why, size_t cap)
+{
+    if (now->top_tv < held->top_tv) {
+        snprintf(why, cap, "its highest trainer version went down (%" PRIu64 " after %" PRIu64 ")", now->top_tv, held->top_tv);
+        return false;
+    }
+    for (size_t i = 0; i < DK_C_COUNT; i++)
+        if (now->counters[i] < held->counters[i]) {
+            snprintf(why, cap, "its counter %zu went down (%" PRIu64 " after %" PRIu64 ")", i, now->counters[i], held->counters[i]);
+            return false;
+        }
+    for (size_t i = 0; i < held->n_islands; i++) {
+        const dk_island *h = &held->islands[i];
+        bool found;
+        size_t k = find_island(now, h->id, &found);
+        for (uint32_t j = 0; j < h->n; j++) {
+            uint32_t r = found ? find_range(&now->islands[k], h->r[j].lo) : 0;
+            if (!found || r == now->islands[k].n || now->islands[k].r[r].lo > h->r[j].lo ||
+                now->islands[k].r[r].hi < h->r[j].hi) {
+                snprintf(why, cap, "it lost island %" PRIu32 "'s seqs %" PRIu64 "..%" PRIu64 ", which were taken or dropped", h->id,
+                         h->r[j].lo, h->r[j].hi);
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
 int ferry__dock_state_mark(dk_state *s, uint32_t island, uint64_t seq, int *fresh, uint64_t *gap_lo,
                   uint64_t *gap_n)
 {
@@ -166,12 +205,13 @@ int ferry__dock_state_mark(dk_state *s, uint32_t island, uint64_t seq, int *fres
     return FERRY_OK;
 }
 
-int ferry__dock_cursor_encode(const dk_state *s, const char *run, uint64_t nonce, ferry_buf *out)
+int ferry__dock_cursor_encode(const dk_state *s, const char *run, uint64_t nonce, const ferry_keys *k, ferry_buf *out)
 {
+    bool sign = ferry_keys_can_sign(k);
     uint8_t fixed[CUR_FIXED];
     memset(fixed, 0, sizeof fixed);
     memcpy(fixed, k_cmagic, 4);
-    ferry__put16(fixed + 4, CUR_FORMAT);
+    ferry__put16(fixed + 4, sign ? CUR_FORMAT_SIGNED : CUR_FORMAT_PLAIN);
     size_t rl = strlen(run);
     ferry__put16(fixed + 6, (uint16_t)rl);
     memcpy(fixed + 8, run, rl);
@@ -203,7 +243,12 @@ int ferry__dock_cursor_encode(const dk_state *s, const char *run, uint64_t nonce
     if (rc) return rc;
     XXH128_canonical_t c;
     XXH128_canonicalFromHash(&c, XXH3_128bits(out->data, out->size));
-    return ferry__buf_append(out, c.digest, 16);
+    rc = ferry__buf_append(out, c.digest, 16);
+    if (rc || !sign) return rc;
+    uint8_t raw[FS_SIG_RAW];
+    rc = ferry__sign_bytes(k, FS_DOM_CURSOR, out->data, out->size, raw);
+    if (rc) return ferry__context(rc, "dock '%s': signing the cursor", run);
+    return ferry__buf_append(out, raw, sizeof raw);
 }
 
 /* The message is formatted before the state is released: its arguments
@@ -213,16 +258,23 @@ int ferry__dock_cursor_encode(const dk_state *s, const char *run, uint64_t nonce
 /* Hostile-input rules: the checksum is verified before any count is
  * believed, and every count is checked against the bytes left before
  * anything is allocated. */
-int ferry__dock_cursor_decode(const void *data, size_t size, const char *run, dk_state *out)
+int ferry__dock_cursor_decode(const void *data, size_t size, const char *run, dk_state *out, const uint8_t **sig)
 {
     memset(out, 0, sizeof *out);
+    *sig = NULL;
     const uint8_t *b = data;
     if (size < CUR_FIXED + CUR_SUM) return BAD("cursor of %zu bytes, shorter than its fixed part", size);
     if (memcmp(b, k_cmagic, 4)) return BAD("cursor magic is not \"FDCU\"");
+    /* the format says where the checksum is: last, or before the signature */
+    unsigned format = ferry__le16(b + 4);
+    if (format != CUR_FORMAT_PLAIN && format != CUR_FORMAT_SIGNED)
+        return BAD("cursor format %u (this build reads %u and %u)", format, CUR_FORMAT_PLAIN, CUR_FORMAT_SIGNED);
+    size_t tail = format == CUR_FORMAT_SIGNED ? FS_SIG_RAW : 0;
+    if (size < CUR_FIXED + CUR_SUM + tail) return BAD("signed cursor of %zu bytes, shorter than its fixed part and signature", size);
+    size -= tail; /* from here on, size ends at the checksum */
     XXH128_canonical_t c;
     XXH128_canonicalFromHash(&c, XXH3_128bits(b, size - CUR_SUM));
     if (memcmp(c.digest, b + size - CUR_SUM, CUR_SUM)) return BAD("cursor checksum does not match");
-    if (ferry__le16(b + 4) != CUR_FORMAT) return BAD("cursor format %u (this build reads %u)", ferry__le16(b + 4), CUR_FORMAT);
     unsigned rl = ferry__le16(b + 6);
     if (rl < 1 || rl > FERRY_DOCK_RUN_MAX) return BAD("cursor run id length %u", rl);
     for (unsigned i = rl; i < FERRY_DOCK_RUN_MAX; i++)
@@ -267,5 +319,6 @@ int ferry__dock_cursor_decode(const void *data, size_t size, const char *run, dk
         out->n_islands = i + 1;
     }
     if (pos != end) return BAD("cursor has %zu bytes after its last island", end - pos);
+    if (tail) *sig = b + size;
     return FERRY_OK;
 }

@@ -5,6 +5,7 @@
  *                  and counters, and its on-store form (no I/O)
  *   dock.c         handles, put, resume_seq, cursor load, stats
  *   dock_take.c    take / sweep: listing, classification, commit, cleanup
+ *   dock_memo.c    objects judged and left in place, by key, etag and size
  */
 #ifndef FERRY_DOCK_IMPL_H
 #define FERRY_DOCK_IMPL_H
@@ -23,8 +24,9 @@
 #define DK_MAX_VERSION_LISTS 16u
 /* Cursor CAS attempts per commit before FERRY_ERR_DOCK_CONTENDED. */
 #define DK_COMMIT_ATTEMPTS 8
-/* Corrupt-looking objects remembered for their grace period. */
-#define DK_MAX_SUSPECTS 256u
+/* Slots of the memory of objects judged and left in place (dock_memo.c);
+ * it holds at most half as many. */
+#define DK_MEMO_SLOTS 65536u
 
 /* ---- counters kept in the cursor (their order is the cursor format) ---- */
 enum {
@@ -51,7 +53,7 @@ static inline int dk_rej_counter(int code)
 /* The largest cursor ferry__dock_cursor_decode accepts (every island, every range,
  * every counter): reads of the cursor are bounded by it, so a planted
  * object cannot make the trainer download more than this. */
-#define DK_CURSOR_MAX_BYTES (104u + 8u * DK_C_COUNT + (size_t)FERRY_DOCK_MAX_ISLANDS * (8u + 16u * FERRY_DOCK_MAX_RANGES) + 16u)
+#define DK_CURSOR_MAX_BYTES (104u + 8u * DK_C_COUNT + (size_t)FERRY_DOCK_MAX_ISLANDS * (8u + 16u * FERRY_DOCK_MAX_RANGES) + 16u + 72u)
 #define DK_FLAG_SIGNED 1u /* header flags: a signature follows the payload */
 #define DK_REJ_CODES 10
 
@@ -82,6 +84,10 @@ int ferry__dock_state_clone(const dk_state *src, dk_state *dst);
 bool ferry__dock_state_has(const dk_state *s, uint32_t island, uint64_t seq);
 /* Largest resolved seq of island; false if the island has none. */
 bool ferry__dock_state_max_seq(const dk_state *s, uint32_t island, uint64_t *seq);
+/* Whether `now` holds everything `held` held: a cursor only grows (ranges
+ * are added or merged, counters and the trainer version only go up).  On
+ * false, why (cap bytes) names the first thing lost. */
+bool ferry__dock_state_covers(const dk_state *now, const dk_state *held, char *why, size_t cap);
 /* Records (island, seq) as resolved.  *fresh = 0 if it already was.  When
  * the island would need more than FERRY_DOCK_MAX_RANGES ranges, the two
  * closest are merged and the seqs between them are reported as a gap
@@ -90,14 +96,22 @@ int ferry__dock_state_mark(dk_state *s, uint32_t island, uint64_t seq, int *fres
                   uint64_t *gap_n);
 
 /* Cursor object <-> state.  The writer nonce makes the bytes unique per
- * handle, as the store's CAS wants (docs/STORE.md). */
-int ferry__dock_cursor_encode(const dk_state *s, const char *run, uint64_t nonce, ferry_buf *out);
-int ferry__dock_cursor_decode(const void *data, size_t size, const char *run, dk_state *out);
+ * handle, as the store's CAS wants (docs/STORE.md).  encode signs (format
+ * 2) when k holds a signing key.  decode parses either format, checking no
+ * signature: *sig = the 72-byte signature of a format-2 cursor, over its
+ * first size - 72 bytes (NULL for format 1); ferry__dock_cursor_trust
+ * judges it. */
+int ferry__dock_cursor_encode(const dk_state *s, const char *run, uint64_t nonce, const ferry_keys *k, ferry_buf *out);
+int ferry__dock_cursor_decode(const void *data, size_t size, const char *run, dk_state *out, const uint8_t **sig);
 
 /* ---- wire helpers ---- */
 /* ferry_dock_encode, signing with keys' signing key when it has one. */
 int ferry__dock_encode(const char *run, uint64_t version, uint32_t island, uint64_t seq, uint64_t put_time_ms,
               const void *payload, size_t len, const ferry_keys *keys, void **out, size_t *out_size);
+/* With a ring: the batch (data, decoded into h) must be signed by a key
+ * enrolled for its island, else FERRY_ERR_DOCK_SIGNATURE naming why.  No
+ * ring: FERRY_OK. */
+int ferry__dock_batch_verify(const ferry_keys *k, const char *key, const void *data, const ferry_dock_header *h);
 /* "RUN/traj/" and "RUN/traj/vVVV…/" (the listing prefix of one version). */
 void ferry__dock_traj_prefix(const char *run, char buf[FERRY_DOCK_KEY_MAX]);
 void ferry__dock_version_prefix(const char *run, uint64_t version, char buf[FERRY_DOCK_KEY_MAX]);
@@ -109,13 +123,30 @@ static inline bool dk_is_content_code(int code)
     return code >= FERRY_ERR_DOCK_MAGIC && code <= FERRY_ERR_DOCK_CHECKSUM;
 }
 
-/* ---- the handle ---- */
-typedef struct dk_suspect {
-    char *key;
-    char etag[FERRY_STORE_ETAG_MAX];
+/* ---- objects judged and left in place (dock_memo.c) ---- */
+typedef struct dk_seen {
+    uint64_t key_h;    /* seeded hash of the key; 0 = empty slot */
+    uint64_t etag_h;   /* seeded hash of the etag (and size) when judged */
     uint64_t size;
-    uint64_t first_ms; /* monotonic */
-} dk_suspect;
+    uint64_t first_ms; /* monotonic: first seen failing, unchanged since */
+} dk_seen;
+
+typedef struct dk_memo {
+    dk_seen *slot;     /* DK_MEMO_SLOTS, allocated at first use */
+    size_t used;
+    uint64_t seed;
+} dk_memo;
+
+void ferry__dock_memo_release(dk_memo *m);
+/* The entry of key, or NULL. */
+dk_seen *ferry__dock_memo_get(const dk_memo *m, const char *key);
+/* Records key as judged now with st's etag and size (replacing what was
+ * known of it); NULL only when out of memory. */
+dk_seen *ferry__dock_memo_put(dk_memo *m, const char *key, const ferry_store_stat *st, uint64_t now_ms);
+/* Whether st (a listing's or a read's) shows the object as it was judged. */
+bool ferry__dock_memo_same(const dk_memo *m, const dk_seen *s, const ferry_store_stat *st);
+
+/* ---- the handle ---- */
 
 struct ferry_dock {
     ferry_store *store;
@@ -133,8 +164,7 @@ struct ferry_dock {
     uint32_t takes_since_sweep;
     int have_last_lo;
     uint64_t last_lo;         /* lowest admissible version at the last pass */
-    dk_suspect suspects[DK_MAX_SUSPECTS];
-    size_t n_suspects;
+    dk_memo suspects;         /* corrupt-looking objects in their grace period */
 
     ferry_dock_stats work;    /* this handle's work counters */
 };

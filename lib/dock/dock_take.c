@@ -131,37 +131,28 @@ static void emit(ferry_dock *d, int kind, int code, const char *key, uint64_t ve
 /* Grace period for stores whose puts are not atomic: an object that fails
  * to decode may be one an island is still writing.  It is rejected only
  * once it has been seen failing, unchanged (same etag and size), for
- * grace_ms.  Returns true to leave it for now. */
+ * grace_ms.  Returns true to leave it for now (st: of the bytes read). */
 static bool grace_defer(ferry_dock *d, const char *key, const ferry_store_stat *st)
 {
     if (!d->grace_ms) return false;
     uint64_t now = ferry__mono_ms();
-    for (size_t i = 0; i < d->n_suspects; i++) {
-        dk_suspect *s = &d->suspects[i];
-        if (strcmp(s->key, key)) continue;
-        if (s->size == st->size && !strcmp(s->etag, st->etag)) {
-            if (now - s->first_ms < (uint64_t)d->grace_ms) return true;
-            free(s->key);
-            d->suspects[i] = d->suspects[--d->n_suspects];
-            return false;
-        }
-        memcpy(s->etag, st->etag, sizeof s->etag);
-        s->size = st->size;
-        s->first_ms = now;
-        return true;
-    }
-    char *k = ferry__strdup(key);
-    if (!k) return false; /* no memory to remember it: reject now */
-    if (d->n_suspects == DK_MAX_SUSPECTS) { /* forget the oldest */
-        free(d->suspects[0].key);
-        memmove(&d->suspects[0], &d->suspects[1], (DK_MAX_SUSPECTS - 1) * sizeof d->suspects[0]);
-        d->n_suspects--;
-    }
-    dk_suspect *s = &d->suspects[d->n_suspects++];
-    s->key = k;
-    memcpy(s->etag, st->etag, sizeof s->etag);
-    s->size = st->size;
-    s->first_ms = now;
+    dk_seen *s = ferry__dock_memo_get(&d->suspects, key);
+    if (s && ferry__dock_memo_same(&d->suspects, s, st)) return now - s->first_ms < (uint64_t)d->grace_ms;
+    /* first seen failing, or changed since: the grace period starts now
+     * (no memory to remember it: rejected now) */
+    return ferry__dock_memo_put(&d->suspects, key, st, now) != NULL;
+}
+
+/* Whether the listed object e is one grace_defer left, that the listing
+ * shows unchanged and whose grace period is not over: then it is left
+ * unread, spending nothing, and counted in junk_skipped. */
+static bool grace_skip(ferry_dock *d, const ferry_store_entry *e)
+{
+    if (!d->grace_ms) return false;
+    const dk_seen *s = ferry__dock_memo_get(&d->suspects, e->key);
+    if (!s || !ferry__dock_memo_same(&d->suspects, s, &e->stat) || ferry__mono_ms() - s->first_ms >= (uint64_t)d->grace_ms)
+        return false;
+    d->work.junk_skipped++;
     return true;
 }
 
@@ -225,20 +216,34 @@ static int reject(dk_pass *ps, const char *key, int code, uint64_t v, uint32_t i
  * seq) is already resolved, it is a replay. */
 static int judge_signature(dk_pass *ps, const char *key, const uint8_t *data, const ferry_dock_header *h, bool replay)
 {
-    const ferry_keys *k = ps->d->o.keys;
-    if (!ferry__sign_keys_enforce(k)) return FERRY_OK;
-    if (!h->signature)
-        return ferry__fail(FERRY_ERR_DOCK_SIGNATURE, "%s: unsigned batch, and this consumer admits only enrolled islands' signed ones", key);
-    int rc = ferry__sign_verify(k, FS_DOM_BATCH, key, data, FERRY_DOCK_HEADER_SIZE + (size_t)h->size, h->signature, h->island);
-    if (rc) return ferry__context(FERRY_ERR_DOCK_SIGNATURE, "island %" PRIu32 " seq %" PRIu64, h->island, h->seq);
+    int rc = ferry__dock_batch_verify(ps->d->o.keys, key, data, h);
+    if (rc) return rc;
     if (replay)
         return ferry__fail(FERRY_ERR_DOCK_REPLAY, "%s: island %" PRIu32 " seq %" PRIu64 " was already taken or dropped: a replay",
                            key, h->island, h->seq);
     return FERRY_OK;
 }
 
+/* An object dropped or found twice, decided without (or after) a read. */
+static int add_resolved(dk_pass *ps, const char *key, int want, uint64_t v, uint32_t isl, uint64_t s)
+{
+    dk_item *x = items_add(&ps->items, key, want);
+    if (!x) return FERRY_ERR_NOMEM;
+    x->version = v, x->island = isl, x->seq = s;
+    return FERRY_OK;
+}
+
+/* What a read is for (fetch). */
+enum {
+    FETCH_ADMIT,  /* a candidate (or, above the window, a future batch) */
+    FETCH_REPLAY, /* (keys) its (island, seq) is resolved: a replay or a forgery */
+    FETCH_STALE,  /* (keys) below the window: dropped only if it is the
+                     island's own batch, else a forged name would mark a
+                     seq the island has yet to use */
+};
+
 static int fetch(dk_pass *ps, const ferry_store_entry *e, bool key_ok, uint64_t v, uint32_t isl,
-                 uint64_t s, bool replay, bool *admitted)
+                 uint64_t s, int mode, bool *admitted)
 {
     ferry_dock *d = ps->d;
     *admitted = false;
@@ -279,13 +284,17 @@ static int fetch(dk_pass *ps, const ferry_store_entry *e, bool key_ok, uint64_t 
     if (!code && (h.version != v || h.island != isl || h.seq != s))
         code = ferry__fail(FERRY_ERR_DOCK_MISPLACED, "%s: header says version %" PRIu64 ", island %" PRIu32 ", seq %" PRIu64,
                            e->key, h.version, h.island, h.seq);
-    if (!code) code = judge_signature(ps, e->key, data, &h, replay);
+    if (!code) code = judge_signature(ps, e->key, data, &h, mode == FETCH_REPLAY);
     if (!code && v > ps->hi)
         code = ferry__fail(FERRY_ERR_DOCK_FUTURE, "%s: batch of version %" PRIu64 " > trainer version %" PRIu64
                            " (a version counter went wrong)", e->key, v, ps->tv);
     if (code) {
         if (code == FERRY_ERR_DOCK_RUN || dk_is_content_code(code)) ferry__context(code, "%s", e->key);
         return reject(ps, e->key, code, v, isl, s, data, size);
+    }
+    if (mode == FETCH_STALE) { /* the island's own: dropped */
+        ferry_free(data);
+        return add_resolved(ps, e->key, pairs_add(&ps->picked, isl, s) ? IT_DROP : IT_DUP, v, isl, s);
     }
     dk_item *x = items_add(&ps->items, e->key, IT_ADMIT);
     if (!x) {
@@ -310,52 +319,51 @@ static bool spend(dk_pass *ps)
 }
 
 /* Decides what to do with one listed object.  Order of the questions:
- * is it a batch key at all; is it below the window (drop: no read needed);
- * above it (future: read, to quarantine it); already resolved (duplicate:
- * no read); else read and judge it. */
+ * is it a batch key at all; above the window (future: read, to quarantine
+ * it); with keys, resolved or below the window (read: only a batch that
+ * verifies is a replay, or is dropped; object names are anyone's); below
+ * the window (drop: no read needed without keys); already resolved
+ * (duplicate: no read); else read and judge it.  A corrupt-looking object
+ * in its grace period, listed unchanged, is not read again. */
 static int classify(dk_pass *ps, const ferry_store_entry *e)
 {
     ferry_dock *d = ps->d;
     uint64_t v = 0, s = 0;
     uint32_t isl = 0;
     bool admitted;
+    bool keys = ferry__sign_keys_enforce(d->o.keys);
     if (ferry_dock_key_parse(d->run, e->key, &v, &isl, &s)) {
         if (!spend(ps)) return FERRY_OK;
-        return fetch(ps, e, false, 0, 0, 0, false, &admitted);
+        return fetch(ps, e, false, 0, 0, 0, FETCH_ADMIT, &admitted);
     }
     if (v > ps->hi) {
         if (ps->sequential) return FERRY_OK; /* a later request's version */
-        if (!spend(ps)) return FERRY_OK;
-        return fetch(ps, e, true, v, isl, s, false, &admitted);
+        if (grace_skip(d, e) || !spend(ps)) return FERRY_OK;
+        return fetch(ps, e, true, v, isl, s, FETCH_ADMIT, &admitted);
     }
     bool seen = ferry__dock_state_has(&d->st, isl, s);
-    if (seen && ferry__sign_keys_enforce(d->o.keys)) {
-        /* read, to tell a replay of a signed batch from a forgery */
-        if (!spend(ps)) return FERRY_OK;
-        return fetch(ps, e, true, v, isl, s, true, &admitted);
+    if (keys && (seen || v < ps->lo)) {
+        /* read: a replay of a signed batch from a forgery, or (stale) the
+         * island's own batch from a name planted to burn its seq */
+        if (grace_skip(d, e) || !spend(ps)) return FERRY_OK;
+        return fetch(ps, e, true, v, isl, s, seen ? FETCH_REPLAY : FETCH_STALE, &admitted);
     }
     if (v < ps->lo || seen) {
         if (!spend(ps)) return FERRY_OK;
         /* (v < lo here unless seen) */
-        int want = !seen && pairs_add(&ps->picked, isl, s) ? IT_DROP : IT_DUP;
-        dk_item *x = items_add(&ps->items, e->key, want);
-        if (!x) return FERRY_ERR_NOMEM;
-        x->version = v, x->island = isl, x->seq = s;
-        return FERRY_OK;
+        return add_resolved(ps, e->key, !seen && pairs_add(&ps->picked, isl, s) ? IT_DROP : IT_DUP, v, isl, s);
     }
     if (ps->admitted >= ps->want) return FERRY_OK; /* left for a later take */
     if (pairs_has(&ps->picked, isl, s)) { /* same (island, seq) under another version */
         if (!spend(ps)) return FERRY_OK;
-        dk_item *x = items_add(&ps->items, e->key, IT_DUP);
-        if (!x) return FERRY_ERR_NOMEM;
-        x->version = v, x->island = isl, x->seq = s;
-        return FERRY_OK;
+        return add_resolved(ps, e->key, IT_DUP, v, isl, s);
     }
+    if (grace_skip(d, e)) return FERRY_OK;
     if (!ps->budget) { /* reading may end in a rejection, which needs budget */
         ps->budget_hit = true;
         return FERRY_OK;
     }
-    int rc = fetch(ps, e, true, v, isl, s, false, &admitted);
+    int rc = fetch(ps, e, true, v, isl, s, FETCH_ADMIT, &admitted);
     if (admitted) {
         ps->admitted++;
         pairs_add(&ps->picked, isl, s);
@@ -418,7 +426,7 @@ static int commit(ferry_dock *d, dk_items *it, uint64_t tv, dk_gaps *gaps)
         dk_state next;
         if ((rc = ferry__dock_state_clone(&d->st, &next))) break;
         rc = apply(&next, it, tv, gaps);
-        if (!rc) rc = ferry__dock_cursor_encode(&next, d->run, d->nonce, &buf);
+        if (!rc) rc = ferry__dock_cursor_encode(&next, d->run, d->nonce, d->o.keys, &buf);
         if (rc) {
             ferry__dock_state_release(&next);
             break;
@@ -456,6 +464,7 @@ static int list_into(ferry_dock *d, const char *prefix, ferry_store_listing **ls
     int rc = ferry_store_list(d->store, prefix, &ls[*nls]);
     if (rc) return ferry__context(rc, "dock '%s': listing %s", d->run, prefix);
     d->work.lists++;
+    d->work.listed += ls[*nls]->count;
     (*nls)++;
     return FERRY_OK;
 }

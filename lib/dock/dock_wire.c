@@ -144,6 +144,16 @@ int ferry_dock_encode(const char *run, uint64_t version, uint32_t island, uint64
     return ferry__dock_encode(run, version, island, seq, put_time_ms, payload, len, NULL, out, out_size);
 }
 
+int ferry__dock_batch_verify(const ferry_keys *k, const char *key, const void *data, const ferry_dock_header *h)
+{
+    if (!ferry__sign_keys_enforce(k)) return FERRY_OK;
+    if (!h->signature)
+        return ferry__fail(FERRY_ERR_DOCK_SIGNATURE, "%s: unsigned batch, and this handle admits only enrolled islands' signed ones", key);
+    if (ferry__sign_verify_island(k, FS_DOM_BATCH, key, data, FERRY_DOCK_HEADER_SIZE + (size_t)h->size, h->signature, h->island))
+        return ferry__context(FERRY_ERR_DOCK_SIGNATURE, "island %" PRIu32 " seq %" PRIu64, h->island, h->seq);
+    return FERRY_OK;
+}
+
 int ferry__dock_encode(const char *run, uint64_t version, uint32_t island, uint64_t seq, uint64_t put_time_ms,
               const void *payload, size_t len, const ferry_keys *keys, void **out, size_t *out_size)
 {

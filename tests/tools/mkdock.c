@@ -9,7 +9,9 @@
  *       ferry_dock_decode(data, size, 1 MiB, "r") with FERRY_ERR_<ERRNAME>
  *   golden-errors/cursor/NN-description.DOCK_CURSOR.cursor   each fails the
  *       cursor decoder for run "r"
- *   fuzz/corpus/{batch,cursor}/valid-*, and a copy of every must-fail file
+ *   fuzz/corpus/{batch,cursor}/valid-* (valid-02-signed.cursor: the signed
+ *       form, under a key made and thrown away), and a copy of every
+ *       must-fail file
  * (tests/unit/test_records.c checks the must-fail files).  Every file is
  * verified against the library before it is written. */
 #include <stdio.h>
@@ -72,7 +74,8 @@ static void bad_batch(const char *name, int want, const char *err, const uint8_t
 static void bad_cursor(const char *name, const uint8_t *b, size_t n)
 {
     dk_state s;
-    int rc = ferry__dock_cursor_decode(b, n, "r", &s);
+    const uint8_t *sig;
+    int rc = ferry__dock_cursor_decode(b, n, "r", &s, &sig);
     if (rc != FERRY_ERR_DOCK_CURSOR) {
         fprintf(stderr, "mkdock: cursor %s: got %d\n", name, rc);
         exit(1);
@@ -157,11 +160,28 @@ static void cursors(void)
     s.counters[DK_C_ADMITTED] = 12;
     s.top_tv = 8;
     s.commits = 4;
-    ferry_buf out = {0}, empty = {0};
+    ferry_buf out = {0}, empty = {0}, sout = {0};
     dk_state none = {0};
-    if (ferry__dock_cursor_encode(&s, "r", 99, &out) || ferry__dock_cursor_encode(&none, "r", 1, &empty)) die("cursor encode");
+    /* the signed form, with a key made for the occasion (the decoder does
+     * not check signatures: the handle does) */
+    char dir[] = "/tmp/mkdock.XXXXXX", prefix[64];
+    ferry_keys *k = NULL;
+    if (!mkdtemp(dir)) die("mkdtemp");
+    snprintf(prefix, sizeof prefix, "%s/trainer", dir);
+    if (ferry_keygen(prefix, NULL) || ferry_keys_create(&k)) die("keygen");
+    snprintf(prefix, sizeof prefix, "%s/trainer.key", dir);
+    if (ferry_keys_set_signer(k, prefix, NULL)) die("signer");
+    remove(prefix);
+    snprintf(prefix, sizeof prefix, "%s/trainer.pub", dir);
+    remove(prefix);
+    remove(dir);
+    if (ferry__dock_cursor_encode(&s, "r", 99, NULL, &out) || ferry__dock_cursor_encode(&none, "r", 1, NULL, &empty) ||
+        ferry__dock_cursor_encode(&s, "r", 98, k, &sout))
+        die("cursor encode");
+    ferry_keys_free(k);
     put("fuzz/corpus/cursor", "valid-00.cursor", out.data, out.size);
     put("fuzz/corpus/cursor", "valid-01.cursor", empty.data, empty.size);
+    put("fuzz/corpus/cursor", "valid-02-signed.cursor", sout.data, sout.size);
     const uint8_t *b = out.data;
     size_t n = out.size;
     uint8_t *cur;
@@ -172,8 +192,8 @@ static void cursors(void)
     bad_cursor("bad-magic", cur, n), free(cur);
     EDIT(b, n, x[n - 1] ^= 1, (void)0);
     bad_cursor("checksum", cur, n), free(cur);
-    EDIT(b, n, x[4] = 2, seal_cursor(x, n));
-    bad_cursor("format-2", cur, n), free(cur);
+    EDIT(b, n, x[4] = 3, seal_cursor(x, n));
+    bad_cursor("format-3", cur, n), free(cur);
     EDIT(b, n, x[8] = 'q', seal_cursor(x, n));
     bad_cursor("another-run", cur, n), free(cur);
     EDIT(b, n, x[20] = 'z', seal_cursor(x, n));
@@ -202,6 +222,17 @@ static void cursors(void)
         bad_cursor("bytes-after-last-island", x, n + 8);
         free(x);
     }
+    /* the signed form: its checksum sits before the 72-byte signature */
+    const uint8_t *sb = sout.data;
+    size_t sn = sout.size;
+    EDIT(b, n, x[4] = 2, seal_cursor(x, n));
+    bad_cursor("format-2-without-signature", cur, n), free(cur);
+    bad_cursor("signed-signature-cut", sb, sn - 1);
+    EDIT(sb, sn, x[sn - 73] ^= 1, (void)0);
+    bad_cursor("signed-checksum", cur, sn), free(cur);
+    EDIT(sb, sn, x[4] = 1, (void)0);
+    bad_cursor("signed-marked-unsigned", cur, sn), free(cur);
+    ferry__buf_release(&sout);
     ferry__buf_release(&out);
     ferry__buf_release(&empty);
     ferry__dock_state_release(&s);

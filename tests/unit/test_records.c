@@ -64,7 +64,8 @@ static int parse(const char *kind, const uint8_t *d, size_t n)
         return ferry_dock_decode(d, n, 1 << 20, "r", &h);
     }
     dk_state s;
-    int rc = ferry__dock_cursor_decode(d, n, "r", &s);
+    const uint8_t *sig;
+    int rc = ferry__dock_cursor_decode(d, n, "r", &s, &sig);
     ferry__dock_state_release(&s);
     return rc;
 }
