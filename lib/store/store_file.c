@@ -4,6 +4,12 @@
  *  - an object is a regular file at ROOT/KEY; it only ever appears there
  *    by rename(2) of a complete, fsynced temporary file, so readers see the
  *    old or the new object, never a part;
+ *  - what no put writes is not an object: a symbolic link (anywhere on
+ *    the way down from the root, never followed: it could lead out of the
+ *    root) or a FIFO, device or socket at a key's place is reported as
+ *    FERRY_ERR_STORE_CORRUPT (this store is bad; a store list moves on to
+ *    the next) and is never opened, so a planted FIFO cannot block a
+ *    reader; listings skip them;
  *  - temporary files (".ferry-tmp.*") and the CAS lock (".ferry-cas.lock")
  *    use a name prefix that no valid key segment can have, so they are
  *    never listed, read or overwritten through the API;
@@ -45,7 +51,8 @@ static int io_fail(const ferry_store *s, const char *key, const char *op, int e)
 {
     int code = e == ENOENT ? FERRY_ERR_STORE_NOT_FOUND
              : (e == ENOTDIR || e == EISDIR || e == ENAMETOOLONG) ? FERRY_ERR_STORE_KEY
-                                                                   : FERRY_ERR_IO;
+             : e == ELOOP ? FERRY_ERR_STORE_CORRUPT /* planted in the store: see the header */
+                          : FERRY_ERR_IO;
     const char *why = e == ENOENT ? "no such object"
                     : e == ENOTDIR ? "a prefix of the key is an object (a file store cannot hold both 'a' and 'a/b')"
                     : e == EISDIR ? "the key is a directory prefix of other keys"
@@ -158,14 +165,38 @@ static int open_parent(ferry_store *s, const char *key, const char **last)
     return dfd;
 }
 
-/* Opens an existing object for reading; directories and symbolic links
- * are not objects. */
+/* What stands at a key's place and is not an object (see the header):
+ * a directory is a prefix of other keys (no such object); the rest is
+ * planted. */
+static int not_object(ferry_store *s, const char *key, unsigned mode)
+{
+    if (S_ISDIR(mode)) return io_fail(s, key, "open", ENOENT);
+    if (S_ISLNK(mode)) return io_fail(s, key, "open", ELOOP);
+    return ferry__fail(FERRY_ERR_STORE_CORRUPT, "%s/%s: is %s, not an object (a regular file): refused, never opened",
+                       s->url, key, ferry__file_kind(mode));
+}
+
+/* Opens an existing object for reading; directories, symbolic links,
+ * FIFOs, devices and sockets are not objects.  The entry is checked
+ * before the open (a FIFO is never opened: the open would block until a
+ * writer came; a device's open can have effects), and the open has
+ * O_NONBLOCK and is checked again, for one swapped in meanwhile.  A
+ * regular file's reads ignore O_NONBLOCK. */
 static int open_obj(ferry_store *s, const char *key, int *fd_out, struct stat *st)
 {
     const char *last;
     int dfd = open_parent(s, key, &last);
     if (dfd < 0) return -dfd;
-    int fd = openat(dfd, last, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fstatat(dfd, last, st, AT_SYMLINK_NOFOLLOW)) {
+        int e = errno;
+        close(dfd);
+        return io_fail(s, key, "stat", e);
+    }
+    if (!S_ISREG(st->st_mode)) {
+        close(dfd);
+        return not_object(s, key, st->st_mode);
+    }
+    int fd = openat(dfd, last, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     int oe = errno;
     close(dfd);
     if (fd < 0) return oe == EISDIR ? io_fail(s, key, "open", ENOENT) : io_fail(s, key, "open", oe);
@@ -176,7 +207,7 @@ static int open_obj(ferry_store *s, const char *key, int *fd_out, struct stat *s
     }
     if (!S_ISREG(st->st_mode)) {
         close(fd);
-        return io_fail(s, key, "open", S_ISDIR(st->st_mode) ? ENOENT : EINVAL);
+        return not_object(s, key, st->st_mode);
     }
     *fd_out = fd;
     return FERRY_OK;
@@ -398,14 +429,19 @@ static int walk_dir(walk *w, int dfd, char *rel, size_t rlen)
             rc = walk_dir(w, sub, rel, rlen + nl + 1);
         } else if (S_ISREG(st.st_mode) && rlen + nl >= w->plen) {
             if (ferry_store_key_check(rel)) continue; /* not a key: skipped, see the header */
-            int fd = openat(dirfd(d), name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+            /* O_NONBLOCK: a FIFO swapped in after the fstatat must not block */
+            int fd = openat(dirfd(d), name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
             if (fd < 0) {
-                if (errno == ENOENT) continue; /* deleted meanwhile */
+                if (errno == ENOENT || errno == ELOOP) continue; /* deleted or replaced by a link meanwhile */
                 rc = ferry__fail(FERRY_ERR_IO, "%s: open of '%s': %s", w->s->url, rel, strerror(errno));
                 break;
             }
             struct stat st2;
             if (fstat(fd, &st2)) st2 = st; /* the file opened may be newer than the entry */
+            if (!S_ISREG(st2.st_mode)) { /* replaced by a FIFO, device... meanwhile: not an object */
+                close(fd);
+                continue;
+            }
             ferry_store_stat info = {0};
             fill_stat(&st2, &info);
             rc = fd_etag(w->s, rel, fd, &st2, info.etag);
@@ -430,12 +466,17 @@ static int file_list(ferry_store *s, const char *prefix, ferry_store_listing *ou
     FERRY_ASSERT(start <= FERRY_STORE_KEY_MAX); /* ferry__prefix_check bounded it */
     memcpy(rel, prefix, start);
     rel[start] = 0;
-    char path[PATH_CAP];
-    if (snprintf(path, sizeof path, "%s/%s", s->root, rel) >= (int)sizeof path) return FERRY_OK;
-    int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    /* Walked down from the root one segment at a time with O_NOFOLLOW, as
+     * for a key: a prefix directory that is a symbolic link (RUN/traj ->
+     * /usr/share) is not part of the store, so nothing is listed under it,
+     * as the walk skips links below (review of issue 23). */
+    const char *last;
+    int dfd = open_parent(s, rel, &last);
     if (dfd < 0) {
-        if (errno == ENOENT || errno == ENOTDIR) return FERRY_OK; /* nothing under this prefix */
-        return ferry__fail(FERRY_ERR_IO, "%s: cannot list %s: %s", s->url, path, strerror(errno));
+        int rc = -dfd;
+        if (rc != FERRY_ERR_STORE_NOT_FOUND && rc != FERRY_ERR_STORE_KEY && rc != FERRY_ERR_STORE_CORRUPT) return rc;
+        ferry__clear_error(); /* absent, an object, or a link: nothing under this prefix */
+        return FERRY_OK;
     }
     return walk_dir(&w, dfd, rel, start);
 }
@@ -467,8 +508,16 @@ static int lock_store(ferry_store *s, const char *key, int *fd_out)
     char path[PATH_CAP];
     if (snprintf(path, sizeof path, "%s/" LOCK_NAME, s->root) >= (int)sizeof path)
         return ferry__fail(FERRY_ERR_STORE_KEY, "%s: root path too long", s->url);
-    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0) return ferry__fail(FERRY_ERR_IO, "%s: cannot open the lock %s: %s", s->url, path, strerror(errno));
+    /* O_NONBLOCK: a FIFO planted as the lock must not block the open */
+    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return ferry__fail(errno == ELOOP ? FERRY_ERR_STORE_CORRUPT : FERRY_ERR_IO, "%s: cannot open the lock %s: %s",
+                           s->url, path, errno == ELOOP ? "a symbolic link in the store" : strerror(errno));
+    struct stat lst;
+    if (fstat(fd, &lst) || !S_ISREG(lst.st_mode)) {
+        close(fd);
+        return ferry__fail(FERRY_ERR_STORE_CORRUPT, "%s: the lock %s is not a regular file: refused", s->url, path);
+    }
     uint64_t deadline = ferry__deadline(s), wait = 1;
     while (flock(fd, LOCK_EX | LOCK_NB)) {
         if (errno != EWOULDBLOCK && errno != EINTR) {

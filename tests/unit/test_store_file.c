@@ -17,6 +17,7 @@ int main(void)
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -395,6 +396,112 @@ static void test_symlinks_not_followed(void)
     ferry_store_free(s);
 }
 
+/* Special files planted in the store (review of issue 23): a FIFO (or,
+ * as root, a character device made in the store with /dev/null's numbers)
+ * at a key's place used to block every reader forever (pull, publish,
+ * log and mirror past their deadline).  They are not objects: refused at
+ * once with FERRY_ERR_STORE_CORRUPT (a store list moves on to the next
+ * store), never opened, skipped by listings; so is a symbolic link.  A
+ * FIFO as the CAS lock is refused too.  SIGALRM ends a hang as a failure. */
+static void test_special_objects(void)
+{
+    ferry_store *s = open_root();
+    if (!s) return;
+    alarm(20);
+    char path[300];
+    CHECK_OK(ferry_store_put(s, "sp/real", "real", 4, NULL));
+    const char *keys[3] = {"sp/fifo", "sp/link", "sp/null"};
+    snprintf(path, sizeof path, "%s/sp/fifo", g_root);
+    CHECK(mkfifo(path, 0600) == 0);
+    snprintf(path, sizeof path, "%s/sp/link", g_root);
+    CHECK(symlink("real", path) == 0);
+    int n_keys = 2;
+    if (geteuid() == 0) {
+        snprintf(path, sizeof path, "%s/sp/null", g_root);
+        CHECK(mknod(path, S_IFCHR | 0600, makedev(1, 3)) == 0);
+        n_keys = 3;
+    }
+    for (int i = 0; i < n_keys; i++) {
+        void *d = NULL;
+        size_t n = 0;
+        ferry_store_stat st;
+        char buf[8], tmp[300];
+        CHECK_RC(ferry_store_get(s, keys[i], &d, &n, NULL), FERRY_ERR_STORE_CORRUPT);
+        CHECK(d == NULL && strstr(ferry_last_error(), keys[i]) != NULL);
+        CHECK_RC(ferry_store_head(s, keys[i], &st), FERRY_ERR_STORE_CORRUPT);
+        CHECK_RC(ferry_store_get_range(s, keys[i], 0, sizeof buf, buf, &n), FERRY_ERR_STORE_CORRUPT);
+        snprintf(tmp, sizeof tmp, "%s-out", g_root);
+        CHECK_RC(ferry_store_get_file(s, keys[i], tmp, NULL), FERRY_ERR_STORE_CORRUPT);
+        CHECK(access(tmp, F_OK) != 0);
+        CHECK_RC(ferry_store_cas(s, keys[i], "x", "new", 3, NULL), FERRY_ERR_STORE_CORRUPT);
+    }
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/sp/fifo", g_root);
+    CHECK(lstat(path, &sb) == 0 && S_ISFIFO(sb.st_mode));
+    ferry_store_listing *l = NULL;
+    CHECK_OK(ferry_store_list(s, "sp/", &l));
+    CHECK(l && l->count == 1 && !strcmp(l->entries[0].key, "sp/real"));
+    ferry_store_listing_free(l);
+
+    /* a FIFO as the CAS lock: refused, not waited on */
+    char root2[200];
+    snprintf(root2, sizeof root2, "%s-lock", g_root);
+    rm_rf(root2);
+    CHECK(mkdir(root2, 0755) == 0);
+    snprintf(path, sizeof path, "%s/.ferry-cas.lock", root2);
+    CHECK(mkfifo(path, 0600) == 0);
+    ferry_store *s2 = NULL;
+    CHECK_OK(ferry_store_open(root2, NULL, &s2));
+    if (s2) CHECK_RC(ferry_store_cas(s2, "k", NULL, "v", 1, NULL), FERRY_ERR_STORE_CORRUPT);
+    ferry_store_free(s2);
+    rm_rf(root2);
+    alarm(0);
+    ferry_store_free(s);
+}
+
+/* A prefix directory that is a symbolic link out of the root (a dock whose
+ * RUN/traj -> /usr/share listed 61,187 outside files, with their sizes and
+ * hashes, on every pass): nothing under it is listed, whether the prefix
+ * names the link's directory, a part of its name, or a directory above. */
+static void test_symlinked_prefix(void)
+{
+    ferry_store *s = open_root();
+    if (!s) return;
+    char outside[200], path[300];
+    snprintf(outside, sizeof outside, "%s-away", g_root);
+    rm_rf(outside);
+    CHECK(mkdir(outside, 0755) == 0);
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/batch-%d", outside, i);
+        CHECK_OK(ferry_file_write(path, "outside", 7));
+    }
+    snprintf(path, sizeof path, "%s/sub", outside);
+    CHECK(mkdir(path, 0755) == 0);
+    snprintf(path, sizeof path, "%s/sub/deep", outside);
+    CHECK_OK(ferry_file_write(path, "outside", 7));
+    CHECK_OK(ferry_store_put(s, "dk/RUN/own", "mine", 4, NULL));
+    snprintf(path, sizeof path, "%s/dk/RUN/traj", g_root);
+    CHECK(symlink(outside, path) == 0);
+    const char *prefixes[] = {"dk/RUN/traj/", "dk/RUN/traj/b", "dk/RUN/traj/sub/", "dk/RUN/tr", "dk/RUN/", "dk/", ""};
+    for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++) {
+        ferry_store_listing *l = NULL;
+        CHECK_OK(ferry_store_list(s, prefixes[i], &l));
+        for (size_t j = 0; l && j < l->count; j++)
+            if (strstr(l->entries[j].key, "traj")) {
+                fprintf(stderr, "prefix '%s' listed %s (outside the root)\n", prefixes[i], l->entries[j].key);
+                CHECK(!"a file outside the root was listed");
+            }
+        ferry_store_listing_free(l);
+    }
+    ferry_store_listing *l = NULL;
+    CHECK_OK(ferry_store_list(s, "dk/", &l));
+    CHECK(l && l->count == 1 && !strcmp(l->entries[0].key, "dk/RUN/own"));
+    ferry_store_listing_free(l);
+    unlink(path);
+    rm_rf(outside);
+    ferry_store_free(s);
+}
+
 int main(void)
 {
     snprintf(g_root, sizeof g_root, "/tmp/ferry-store-test-%ld", (long)getpid());
@@ -414,6 +521,8 @@ int main(void)
     RUN(test_contention);
     RUN(test_atomic_replace);
     RUN(test_symlinks_not_followed);
+    RUN(test_special_objects);
+    RUN(test_symlinked_prefix);
     rm_rf(g_root);
     return CHECK_SUMMARY();
 }
