@@ -82,6 +82,20 @@ int ferry__tmp_create(const char *path, int rw, char *tmp, size_t cap);
  * nonzero (the writer failed) or on any error, closes and removes tmp.
  * Returns rc or the first error. */
 int ferry__tmp_commit(int fd, const char *tmp, const char *path, int rc);
+/* Outputs and inputs that are not regular files (lib/common/file.c):
+ * ferry__output_check refuses an existing PATH that is not a regular file
+ * (device, FIFO, socket, directory, symbolic link) with FERRY_ERR_IO naming
+ * it; ferry__tmp_create and ferry__tmp_commit call it, and every other
+ * rename onto an output goes through ferry__rename_output (check, then
+ * rename).  ferry__open_input opens an existing regular file to read
+ * (links followed) without ever blocking on a FIFO; returns the descriptor
+ * and its stat, or minus a FERRY_ERR_* code.  ferry__file_kind names a
+ * st_mode's type ("a FIFO"). */
+int ferry__output_check(const char *path);
+int ferry__rename_output(const char *from, const char *path);
+struct stat;
+int ferry__open_input(const char *path, struct stat *st);
+const char *ferry__file_kind(unsigned mode);
 /* Reads a whole file into a new buffer (bounded by max bytes). */
 int ferry__read_file(const char *path, size_t max, uint8_t **data, size_t *size);
 

@@ -1,4 +1,13 @@
-/* Whole-file helpers: atomic write (aside, fsync, rename) and bounded read. */
+/* Whole-file helpers: atomic write (aside, fsync, rename) and bounded read.
+ *
+ * Special files (docs/SECURITY.md, "Special files"): an output PATH that
+ * exists and is not a regular file (a device such as /dev/null, a FIFO, a
+ * socket, a directory, or a symbolic link) is refused before anything is
+ * written beside it, and checked again right before the rename: renaming a
+ * new file over /dev/null as root replaced the device node.  An input that
+ * is not a regular file is refused without blocking: a FIFO is never
+ * opened, and every input is opened with O_NONBLOCK so one swapped in
+ * between the check and the open cannot hang it either. */
 
 #include "common.h"
 
@@ -41,6 +50,71 @@ int ferry__fsync_dir_of(const char *path)
     return rc;
 }
 
+const char *ferry__file_kind(unsigned mode)
+{
+    switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFIFO: return "a FIFO";
+    case S_IFSOCK: return "a socket";
+    case S_IFLNK: return "a symbolic link";
+    default: return "not a regular file";
+    }
+}
+
+int ferry__output_check(const char *path)
+{
+    struct stat sb;
+    if (lstat(path, &sb)) {
+        if (errno == ENOENT) return FERRY_OK;
+        return ferry__fail(FERRY_ERR_IO, "%s: cannot stat the output: %s", path, strerror(errno));
+    }
+    if (S_ISREG(sb.st_mode)) return FERRY_OK;
+    /* A link is refused too: the rename would replace the link, not write
+     * its target, which is rarely what was meant (give the target). */
+    return ferry__fail(FERRY_ERR_IO,
+                       "%s: the output exists and is %s, not a regular file: refused (ferry replaces an output by "
+                       "renaming a new file over it, which must never replace a device, FIFO, socket, directory or link)",
+                       path, ferry__file_kind(sb.st_mode));
+}
+
+int ferry__rename_output(const char *from, const char *path)
+{
+    int rc = ferry__output_check(path);
+    if (rc) return rc;
+    if (rename(from, path)) return ferry__fail(FERRY_ERR_IO, "%s: cannot rename %s over it: %s", path, from, strerror(errno));
+    return FERRY_OK;
+}
+
+int ferry__open_input(const char *path, struct stat *st)
+{
+    struct stat sb;
+    if (stat(path, &sb))
+        return -ferry__fail(errno == ENOENT ? FERRY_ERR_NOT_FOUND : FERRY_ERR_IO, "%s: cannot open: %s", path,
+                            strerror(errno));
+    int fd = -1;
+    if (S_ISREG(sb.st_mode) && (fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) < 0)
+        return -ferry__fail(errno == ENOENT ? FERRY_ERR_NOT_FOUND : FERRY_ERR_IO, "%s: cannot open: %s", path,
+                            strerror(errno));
+    if (fd >= 0 && fstat(fd, &sb)) {
+        int e = errno;
+        close(fd);
+        return -ferry__fail(FERRY_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        if (fd >= 0) close(fd);
+        return -ferry__fail(FERRY_ERR_IO, "%s: is %s, not a regular file: refused", path, ferry__file_kind(sb.st_mode));
+    }
+    /* reads of a regular file ignore O_NONBLOCK; cleared all the same so
+     * the descriptor is an ordinary one */
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    if (st) *st = sb;
+    return fd;
+}
+
 /* Random bits for temporary names (not secret: O_EXCL is what guards). */
 static uint64_t tmp_suffix(void)
 {
@@ -51,6 +125,8 @@ static uint64_t tmp_suffix(void)
 
 int ferry__tmp_create(const char *path, int rw, char *tmp, size_t cap)
 {
+    int rc = ferry__output_check(path); /* nothing is created beside a device */
+    if (rc) return -rc;
     for (int attempt = 0; attempt < 16; attempt++) {
         if (snprintf(tmp, cap, "%s.tmp.%ld.%016llx", path, (long)getpid(), (unsigned long long)tmp_suffix()) >= (int)cap)
             return ferry__fail(FERRY_ERR_ARG, "%s: path too long", path);
@@ -65,7 +141,7 @@ int ferry__tmp_commit(int fd, const char *tmp, const char *path, int rc)
 {
     if (!rc && fsync(fd)) rc = ferry__fail(FERRY_ERR_IO, "%s: fsync: %s", tmp, strerror(errno));
     if (close(fd) && !rc) rc = ferry__fail(FERRY_ERR_IO, "%s: close: %s", tmp, strerror(errno));
-    if (!rc && rename(tmp, path)) rc = ferry__fail(FERRY_ERR_IO, "%s: cannot rename into place: %s", path, strerror(errno));
+    if (!rc) rc = ferry__rename_output(tmp, path);
     if (rc) {
         unlink(tmp);
         return rc;
@@ -86,14 +162,9 @@ int ferry__write_file_atomic(const char *path, const void *const *parts, const s
 
 int ferry__read_file(const char *path, size_t max, uint8_t **data, size_t *size)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ferry__fail(errno == ENOENT ? FERRY_ERR_NOT_FOUND : FERRY_ERR_IO,
-                                   "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return ferry__fail(FERRY_ERR_IO, "%s: not a regular file", path);
-    }
+    int fd = ferry__open_input(path, &st);
+    if (fd < 0) return -fd;
     if ((uint64_t)st.st_size > max) {
         close(fd);
         return ferry__fail(FERRY_ERR_LIMIT, "%s: %lld bytes exceeds the limit of %zu", path, (long long)st.st_size, max);

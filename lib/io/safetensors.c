@@ -351,20 +351,10 @@ static int open_fail(const char *path, const char *what)
 int ferry__st_open_file(const char *path, ferry_model **out)
 {
     *out = NULL;
-    /* O_NONBLOCK: a FIFO planted where a shard should be must not hang
-     * the open; the S_ISREG check below then rejects it. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return open_fail(path, "cannot open");
+    /* a FIFO planted where a shard should be is refused, never opened */
     struct stat st;
-    if (fstat(fd, &st)) {
-        int rc = open_fail(path, "cannot stat");
-        close(fd);
-        return rc;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return ferry__fail(FERRY_ERR_IO, "%s: not a regular file", path);
-    }
+    int fd = ferry__open_input(path, &st);
+    if (fd < 0) return -fd;
     if ((uint64_t)st.st_size > SIZE_MAX) {
         close(fd);
         return ferry__fail(FERRY_ERR_LIMIT, "%s: %lld bytes do not fit in memory", path, (long long)st.st_size);

@@ -72,8 +72,8 @@ int ferry_keys_can_sign(const ferry_keys *k) { return k && k->signer ? 1 : 0; }
 
 int ferry__sign_sha256_file(const char *path, uint8_t out[32], uint64_t *size)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ferry__fail(FERRY_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd = ferry__open_input(path, NULL); /* a FIFO would block the open */
+    if (fd < 0) return -fd;
     EVP_MD_CTX *c = EVP_MD_CTX_new();
     size_t cap = 1u << 20;
     uint8_t *buf = ferry__malloc(cap);

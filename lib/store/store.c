@@ -265,14 +265,9 @@ int ferry_store_put_file(ferry_store *s, const char *key, const char *path,
     int rc = ferry_store_key_check(key);
     if (!rc) rc = writable(s, "put", key);
     if (rc) return rc;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ferry__fail(errno == ENOENT ? FERRY_ERR_NOT_FOUND : FERRY_ERR_IO, "%s: cannot open: %s",
-                                   path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return ferry__fail(FERRY_ERR_IO, "%s: not a regular file", path);
-    }
+    int fd = ferry__open_input(path, &st); /* a FIFO would block the open */
+    if (fd < 0) return -fd;
     size_t n = (size_t)st.st_size;
     void *map = NULL;
     if (n) {

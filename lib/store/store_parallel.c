@@ -157,10 +157,14 @@ static int run_workers(par *p, unsigned threads)
  * download finished and renamed while we waited). */
 static int open_locked(const char *part, int *fd)
 {
+    int rc = ferry__output_check(part); /* a device or FIFO there is never opened */
+    if (rc) {
+        *fd = -1;
+        return rc;
+    }
     *fd = open(part, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (*fd < 0) return ferry__fail(FERRY_ERR_IO, "%s: cannot open: %s", part, strerror(errno));
     struct stat a, b;
-    int rc = FERRY_OK;
     if (flock(*fd, LOCK_EX | LOCK_NB))
         rc = errno == EWOULDBLOCK ? ferry__fail(FERRY_ERR_STORE_CONFLICT, "%s: another download into this file is in progress", part)
                                   : ferry__fail(FERRY_ERR_IO, "%s: flock: %s", part, strerror(errno));
@@ -185,7 +189,8 @@ int ferry_store_get_file_parallel(ferry_store *s, const char *key, const char *p
         return ferry__fail(FERRY_ERR_ARG, "ferry_store_get_file_parallel: chunk_size %llu is outside 4 KiB..1 GiB",
                            (unsigned long long)chunk);
     ferry_store_stat first;
-    int rc = ferry_store_head(s, key, &first);
+    int rc = ferry__output_check(path); /* a device at PATH: refused before any download */
+    if (!rc) rc = ferry_store_head(s, key, &first);
     if (rc) return rc;
     /* small objects, one stream asked for without resume, or an object
        without an etag (nothing would prove that the chunks are of one
@@ -241,7 +246,7 @@ int ferry_store_get_file_parallel(ferry_store *s, const char *key, const char *p
     if (!rc && fsync(p.fd)) rc = ferry__fail(FERRY_ERR_IO, "%s: fsync: %s", part, strerror(errno));
     /* renamed while still locked: no other process can take the lock on
      * this file and then find it at PATH */
-    if (!rc && rename(part, path)) rc = ferry__fail(FERRY_ERR_IO, "%s: rename to %s: %s", part, path, strerror(errno));
+    if (!rc) rc = ferry__rename_output(part, path);
     if (!rc) {
         unlink(state);
         remove_stale(state);

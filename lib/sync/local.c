@@ -111,12 +111,14 @@ void ferry__sync_local_drop_downloads(const char *path, const char *keep_id) { r
 
 int ferry__sync_local_open(const char *path, const char *run, ferry_model **model, fs_state *st)
 {
-    remove_stale(path, false, NULL);
     memset(st, 0, sizeof *st);
     *model = NULL;
     char sp[4096];
     int rc = ferry__sync_local_state_path(path, sp, sizeof sp);
-    if (rc) return rc;
+    /* PATH or its state file a device, FIFO, link...: refused before any
+       download (and before anything is written or removed beside it) */
+    if (rc || (rc = ferry__output_check(path)) || (rc = ferry__output_check(sp))) return rc;
+    remove_stale(path, false, NULL);
     ferry_model *m = NULL;
     rc = ferry_model_open(path, &m);
     if (rc) {
@@ -164,8 +166,7 @@ int ferry__sync_local_commit(const char *path, const char *run, const ferry_mode
     if (rc) return rc;
     if (staged_file) {
         /* The staged anchor was fsynced by the store's get_file. */
-        if (rename(staged_file, path))
-            return ferry__fail(FERRY_ERR_IO, "%s: cannot rename %s over it: %s", path, staged_file, strerror(errno));
+        if ((rc = ferry__rename_output(staged_file, path))) return rc;
         if ((rc = ferry__fsync_dir_of(path))) return rc;
     } else if ((rc = ferry_model_save(model, path))) {
         return rc;
