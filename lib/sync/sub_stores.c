@@ -7,9 +7,19 @@
  * forgotten when the sync moves to another store. */
 #include "sub.h"
 
+/* Whether a sync that failed with rc on one store should try the next.
+ * Every failure a store can cause is: one that is down, slow, refuses
+ * (auth, any HTTP status, 416 to every range), redirects where a store
+ * may not go (ftp://, https -> http: STORE_URL), holds what is not an
+ * object (a link or FIFO at a key's place: STORE_CORRUPT, STORE_KEY), is
+ * behind, or serves what does not verify: a hostile first store must not
+ * disable the fallback (review of issue 23).  Failures of this process
+ * stay fatal, as the next store would fail the same way: memory,
+ * arguments, the local output (I/O: a full disk, an output refused), the
+ * caller's cancel, the model's structure. */
 bool ferry__sync_store_worth_next(int rc)
 {
-    if (rc >= FERRY_ERR_STORE_NOT_FOUND && rc <= FERRY_ERR_STORE_CORRUPT && rc != FERRY_ERR_STORE_CONFLICT &&
+    if (rc >= FERRY_ERR_STORE_URL && rc <= FERRY_ERR_STORE_RANGE && rc != FERRY_ERR_STORE_CONFLICT &&
         rc != FERRY_ERR_STORE_READONLY)
         return true;
     switch (rc) {

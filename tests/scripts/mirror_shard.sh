@@ -114,6 +114,14 @@ check "... with --fallback the island gets the origin's slices" pull_as_origin "
 DEAD=$(free_port)
 check "a mirror that is down (dead http:// port): --fallback" \
     pull_as_origin "http://127.0.0.1:$DEAD" --deadline 2 --fallback "$O"
+# a hostile first store (review of issue 23): a file:// mirror whose HEAD is
+# a FIFO (it blocked the read forever) or a symbolic link (an I/O error that
+# ended the pull): the island moves on to the fallback
+for h in fifo link; do
+    mkdir -p "$WORK/m$h" && cp -r "$O/sh" "$WORK/m$h/" && rm "$WORK/m$h/sh/HEAD" || bad "copy for $h"
+    if [ $h = fifo ]; then mkfifo "$WORK/m$h/sh/HEAD"; else ln -s "$O/sh/HEAD" "$WORK/m$h/sh/HEAD"; fi
+    check "a mirror whose HEAD is a $h: --fallback gets the origin's slices" pull_as_origin "$WORK/m$h" --fallback "$O"
+done
 
 # signed: the mirror copies the signed manifest-2 and HEAD; islands verify
 fy keygen -o "$WORK/trainer" >/dev/null && fy keygen -o "$WORK/other" >/dev/null || bad "keygen"

@@ -73,6 +73,50 @@ check "a mirror behind (--min-version above its HEAD): fallback" fy pull "$M2" -
     --min-version 12 --fallback "$O" -q
 check "... bit-identical" same_model "$(model 11)" "$WORK/i3.safetensors"
 
+# hostile first stores (review of issue 23): a mirror answering 416 to
+# everything, one redirecting every request to ftp://, a file:// mirror
+# whose HEAD is a symbolic link (to a valid HEAD) or a FIFO.  Each used to
+# fail the pull (STORE_RANGE, STORE_URL, I/O, or a hang) without trying the
+# next store; the island must get version 12 from the fallback.
+cat >"$WORK/hostile.py" <<'PYEOF'
+import http.server, sys
+mode = sys.argv[1]
+class H(http.server.BaseHTTPRequestHandler):
+    def answer(self):
+        if mode == "416":
+            self.send_response(416)
+            self.send_header("Content-Range", "bytes */0")
+        else:
+            self.send_response(302)
+            self.send_header("Location", "ftp://127.0.0.1" + self.path)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    do_GET = do_HEAD = answer
+    def log_message(self, *a): pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+print("port", srv.server_address[1], flush=True)
+srv.serve_forever()
+PYEOF
+for mode in 416 ftp; do
+    $PY -u "$WORK/hostile.py" $mode >"$WORK/hostile-$mode.log" 2>&1 &
+    PIDS+=($!)
+    wait_for "$WORK/hostile-$mode.log" 'port [0-9]+' 100 || bad "start the $mode server"
+done
+P416=$(sed -nE 's/^port ([0-9]+)/\1/p' "$WORK/hostile-416.log")
+PFTP=$(sed -nE 's/^port ([0-9]+)/\1/p' "$WORK/hostile-ftp.log")
+cp -r "$O" "$WORK/mlink" && rm "$WORK/mlink/r/HEAD" && ln -s "$O/r/HEAD" "$WORK/mlink/r/HEAD"
+cp -r "$O" "$WORK/mfifo" && rm "$WORK/mfifo/r/HEAD" && mkfifo "$WORK/mfifo/r/HEAD"
+for h in "416 to everything|http://127.0.0.1:$P416" "redirects to ftp://|http://127.0.0.1:$PFTP" \
+         "HEAD a symbolic link|$WORK/mlink" "HEAD a FIFO|$WORK/mfifo"; do
+    what=${h%%|*} url=${h#*|}
+    rm -f "$WORK/i7.safetensors"*
+    check_rc "a mirror alone whose $what: the pull fails at once" 1 \
+        timeout 20 "$FERRY" pull "$url" --run r --to "$WORK/i7.safetensors" --deadline 5 -q
+    err=$(timeout 20 "$FERRY" pull "$url" --run r --to "$WORK/i7.safetensors" --fallback "$O" --deadline 5 2>&1 >/dev/null)
+    check "a mirror whose $what: the fallback serves version 12" same_model "$(model 11)" "$WORK/i7.safetensors"
+    check "... and says so" grep -q "served by the fallback" <<<"$err"
+done
+
 # refusals: DST ahead of SRC, DST on another lineage
 check_rc "DST ahead of SRC is refused (exit 3)" 3 fy mirror "$M2" "$O" --run r -q
 fy publish "$WORK/other" --run r "$(model 0)" -q || bad "publish other"
