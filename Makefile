@@ -134,13 +134,14 @@ SHARD_MPI_LIB := $(BUILD)/libferry_shard_mpi.a
 ifneq ($(MPICC),)
 ifneq ($(NO_NET),1)
 SHARD_MPI_ALL := $(SHARD_MPI_LIB) $(BUILD)/ferry-shard-mpi
+SHARD_MPI_TEST := $(BUILD)/tests/ferry-shard-mpi-hooks
 endif
 endif
 
 .PHONY: all lib cli tests examples benches test bench fuzz install clean loco
 all: lib cli tests examples loco
 loco: $(LOCO_CORE_OBJ) $(LOCO_ALL)
-all: $(SHARD_MPI_ALL)
+all: $(SHARD_MPI_ALL) $(SHARD_MPI_TEST)
 
 lib: $(STATIC) $(SHARED)
 cli: $(BUILD)/ferry
@@ -226,6 +227,20 @@ $(SHARD_MPI_LIB): $(BUILD)/lib/shard/shard_mpi.o
 
 $(BUILD)/ferry-shard-mpi: programs/ferry/cmd_shard_mpi.c $(SHARD_MPI_LIB) $(BUILD)/programs/ferry/cmd_sync.o $(BUILD)/programs/ferry/util.o $(STATIC)
 	$(MPICC_CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/programs/ferry/cmd_sync.o $(BUILD)/programs/ferry/util.o $(SHARD_MPI_LIB) $(STATIC) $(LDFLAGS) $(LIBS)
+
+# Test hooks (-DFERRY_TEST_HOOKS) exist only in test programs, never in
+# libferry or an installed program: tests/scripts/shard_mpi.sh kills a rank
+# mid-publish with build/tests/ferry-shard-mpi-hooks, the publisher with
+# lib/shard/shard_pub.c's stall and the program's pid files compiled in.
+# Its own shard_pub.o comes before libferry.a, so the archive's is unused.
+SHARD_HOOKS_OBJ := $(BUILD)/test-hooks/lib/shard/shard_pub.o
+$(SHARD_HOOKS_OBJ): lib/shard/shard_pub.c $(wildcard include/*.h lib/*/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -DFERRY_TEST_HOOKS $(CFLAGS) -c $< -o $@
+$(BUILD)/tests/ferry-shard-mpi-hooks: programs/ferry/cmd_shard_mpi.c $(SHARD_HOOKS_OBJ) $(SHARD_MPI_LIB) $(BUILD)/programs/ferry/cmd_sync.o $(BUILD)/programs/ferry/util.o $(STATIC)
+	@mkdir -p $(dir $@)
+	$(MPICC_CC) $(CPPFLAGS) -DFERRY_TEST_HOOKS $(CFLAGS) -o $@ $< $(BUILD)/programs/ferry/cmd_sync.o $(BUILD)/programs/ferry/util.o \
+	  $(SHARD_HOOKS_OBJ) $(SHARD_MPI_LIB) $(STATIC) $(LDFLAGS) $(LIBS)
 
 $(BUILD)/bench/%: bench/%.c $(wildcard bench/*.h) $(STATIC)
 	@mkdir -p $(dir $@)

@@ -351,14 +351,18 @@ int ferry_shard_put(ferry_shard_publisher *p, const char *token, size_t token_si
         }
         free(s);
     }
+#ifdef FERRY_TEST_HOOKS
+    /* Test builds only (the Makefile compiles this file so for
+     * build/tests/ferry-shard-mpi-hooks; libferry never has it):
+     * FERRY_SHARD_TEST_STALL="RANK:VERSION" stalls that rank after its
+     * upload, for tests/scripts/shard_mpi.sh to kill it mid-publish. */
     if (!rc && getenv("FERRY_SHARD_TEST_STALL")) {
-        /* test hook (tests/scripts/shard_mpi.sh): "RANK:VERSION" stalls that
-         * rank after its upload, for the test to kill it mid-publish */
         unsigned sr = 0;
         unsigned long long sv = 0;
         if (sscanf(getenv("FERRY_SHARD_TEST_STALL"), "%u:%llu", &sr, &sv) == 2 && sr == p->o.rank && sv == t.version)
             ferry__sleep_ms(60000);
     }
+#endif
 out:
     free(scratch);
     free(cast);

@@ -91,13 +91,17 @@ int main(int argc, char **argv)
         int rc = ferry_shard_publisher_open(store, c.run, &o, &p);
         if (rc) ret = sync_fail(cmd, rc, c.run);
     }
-    const char *piddir = getenv("FERRY_SHARD_TEST_PIDDIR"); /* tests/scripts/shard_mpi.sh kills a rank by its pid */
+#ifdef FERRY_TEST_HOOKS
+    /* build/tests/ferry-shard-mpi-hooks only: tests/scripts/shard_mpi.sh
+     * kills a rank by its pid */
+    const char *piddir = getenv("FERRY_SHARD_TEST_PIDDIR");
     if (!ret && piddir) {
         char path[4096], pid[32];
         snprintf(path, sizeof path, "%s/rank-%d.pid", piddir, rank);
         snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
         ferry_file_write(path, pid, strlen(pid));
     }
+#endif
     for (int f = 0; f < nfiles && !ret; f++) {
         ferry_model *m = NULL;
         int rc = ferry_model_open(files[f], &m);

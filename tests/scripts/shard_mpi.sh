@@ -21,9 +21,11 @@ set -u
 TEST_NAME=shard_mpi
 source tests/tools/sync_env.sh
 PUB=${FERRY_BUILD:-$PWD/build}/ferry-shard-mpi
+# the same publisher with its test hooks (stall, pid files) compiled in
+HOOKS=${FERRY_BUILD:-$PWD/build}/tests/ferry-shard-mpi-hooks
 ISL=${FERRY_BUILD:-$PWD/build}/tools/shard_island
 command -v mpirun >/dev/null 2>&1 || skip_all "no mpirun"
-[ -x "$PUB" ] && [ -x "$ISL" ] || skip_all "no $PUB or $ISL (NO_MPI=1?)"
+[ -x "$PUB" ] && [ -x "$ISL" ] && [ -x "$HOOKS" ] || skip_all "no $PUB, $ISL or $HOOKS (NO_MPI=1?)"
 [ -f "$DATA/rl-a/step-007.safetensors" ] || skip_all "no rl-a data in $DATA"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl=self,vader OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
@@ -64,7 +66,7 @@ check "... anchors at 1 and 5, every rank's peak RSS reported" json \
 
 # --- kill -9 of rank 2 after its upload of version 6 ---------------------------
 mkdir -p "$WORK/pids"
-pub 4 env FERRY_SHARD_TEST_STALL=2:6 FERRY_SHARD_TEST_PIDDIR="$WORK/pids" "$PUB" "$S" --run $RUN -q "$(step 5)" \
+pub 4 env FERRY_SHARD_TEST_STALL=2:6 FERRY_SHARD_TEST_PIDDIR="$WORK/pids" "$HOOKS" "$S" --run $RUN -q "$(step 5)" \
     >"$WORK/pub2.out" 2>&1 &
 MPI_PID=$!
 killed=0
