@@ -40,27 +40,14 @@ int ferry__mirror_get_record(mirror *mr, const char *key, size_t max, void **tex
     return rc;
 }
 
-/* SRC's HEAD: its bytes and what they say.  A HEAD that does not parse is
- * read again (a store that writes in place can show a partial one). */
+/* SRC's HEAD: its bytes and what they say, through the readers' HEAD
+ * reader (a torn HEAD, signed or not, is read again). */
 static int src_head(mirror *mr, fs_head *h, void **text, size_t *n)
 {
-    char key[FS_KEY_CAP];
-    ferry__sync_key_head(key, mr->run);
-    int rc = FERRY_OK;
-    for (int attempt = 0; attempt < 3; attempt++) {
-        if (attempt) ferry__sleep_ms(50);
-        size_t body;
-        if ((rc = ferry__mirror_get_record(mr, key, FS_JSON_MAX, text, n, &body))) {
-            if (rc == FERRY_ERR_STORE_NOT_FOUND)
-                return ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: the upstream %s has no version yet (no HEAD)", mr->run,
-                                   ferry_store_url(mr->src));
-            return rc;
-        }
-        if (!(rc = ferry__sync_head_parse(mr->run, key, *text, body, h))) return FERRY_OK;
-        ferry_free(*text);
-        *text = NULL;
-        if (rc != FERRY_ERR_SYNC_MANIFEST) return rc;
-    }
+    int rc = ferry__sync_head_read_raw(mr->src, mr->run, mr->o->keys, &mr->cnt, h, NULL, text, n);
+    if (rc == FERRY_ERR_STORE_NOT_FOUND)
+        return ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: the upstream %s has no version yet (no HEAD)", mr->run,
+                           ferry_store_url(mr->src));
     return rc;
 }
 

@@ -478,27 +478,14 @@ static int merge(const sh_token *t, sh_doc *recs, size_t n, sh_doc *m)
     return ferry__shard_parts_cover(m->parts, m->nparts, FERRY_ERR_SHARD_PARTS, what);
 }
 
-/* HEAD from the previous version to m, by compare-and-swap; a refused
- * swap is re-read: our own landed write is success, anything else is
- * another publisher. */
+/* HEAD from the previous version to m: the single-rank publisher's move
+ * (head.c: retries while HEAD is unchanged, our own landed write, a HEAD
+ * gone back refused as BACKWARDS, another version as CONFLICT). */
 static int move_head(ferry_shard_publisher *p, const sh_doc *m)
 {
     fs_head nh;
     ferry__sync_head_init(&nh, m->version, m->id, m->kind, m->model_hash, p->pubid);
-    char etag[FERRY_STORE_ETAG_MAX];
-    int rc = ferry__sync_head_swap(p->st, p->run, p->o.keys, &nh, m->prev.version ? p->head_etag : NULL, etag);
-    if (!rc) memcpy(p->head_etag, etag, sizeof etag);
-    if (rc != FERRY_ERR_STORE_CONFLICT) return rc;
-    fs_head h;
-    int r2 = ferry__sync_head_read(p->st, p->run, p->o.keys, NULL, &h, p->head_etag);
-    if (!r2 && h.version == m->version && !strcmp(h.id, m->id)) {
-        ferry__clear_error();
-        return FERRY_OK;
-    }
-    if (r2) return r2;
-    return ferry__fail(FERRY_ERR_SYNC_CONFLICT, "run %s: HEAD is at version %llu (id %s) published by '%s', not version %llu this "
-                       "publish started from: another publisher is writing this run", p->run, (unsigned long long)h.version, h.id,
-                       h.publisher, (unsigned long long)m->prev.version);
+    return ferry__sync_head_move(p->st, p->run, p->o.keys, &nh, &m->prev, p->pubid, p->head_etag);
 }
 
 int ferry_shard_commit(ferry_shard_publisher *p, const char *token, size_t token_size, const char *const *records,
@@ -604,7 +591,8 @@ out:
     free(recs);
     free(seen);
     ferry__shard_doc_release(&m);
-    if (rc && rc != FERRY_ERR_SYNC_CONFLICT) ferry__context(rc, "run %s: committing version %llu", p->run, (unsigned long long)t.version);
+    if (rc && rc != FERRY_ERR_SYNC_CONFLICT && rc != FERRY_ERR_SYNC_BACKWARDS)
+        ferry__context(rc, "run %s: committing version %llu", p->run, (unsigned long long)t.version);
     return rc;
 }
 

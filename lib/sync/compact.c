@@ -27,40 +27,22 @@ static int cmp_comp(const void *a, const void *b)
     return 0;
 }
 
-/* Adds c to the index by compare-and-swap, replacing an entry for the
- * same range (its object is then unreferenced and goes at the next GC). */
-static int index_add(ferry_store *st, const char *run, const ferry_keys *keys, const fs_compaction *c)
+/* Adds c to the index, replacing an entry for the same range (its object
+ * is then unreferenced and goes at the next GC). */
+static int add_entry(void *ctx, fs_index *ix, bool *write)
 {
-    char key[FS_KEY_CAP];
-    ferry__sync_key_index(key, run);
-    for (int attempt = 0; attempt < 10; attempt++) {
-        fs_index ix;
-        char etag[FERRY_STORE_ETAG_MAX];
-        int rc = ferry__sync_index_read(st, run, keys, NULL, &ix, etag);
-        if (rc) return rc;
-        fs_compaction *n = ferry__calloc(ix.n + 1, sizeof *n);
-        if (!n) {
-            ferry__sync_index_release(&ix);
-            return FERRY_ERR_NOMEM;
-        }
-        size_t k = 0;
-        for (size_t i = 0; i < ix.n; i++)
-            if (ix.c[i].from != c->from || ix.c[i].to != c->to) n[k++] = ix.c[i];
-        n[k++] = *c;
-        qsort(n, k, sizeof *n, cmp_comp);
-        ferry__sync_index_release(&ix);
-        fs_index nix = {n, k};
-        char *text = ferry__sync_index_json(run, &nix);
-        free(n);
-        if (!text) return FERRY_ERR_NOMEM;
-        if ((rc = ferry__sync_record_seal(keys, &text))) return rc;
-        rc = ferry_store_cas(st, key, etag[0] ? etag : NULL, text, strlen(text), NULL);
-        free(text);
-        if (rc != FERRY_ERR_STORE_CONFLICT) return rc;
-        ferry__clear_error();
-        ferry__sleep_ms(20u << (attempt < 5 ? attempt : 5));
-    }
-    return ferry__fail(FERRY_ERR_STORE_CONFLICT, "%s: still changing under this compaction after 10 attempts", key);
+    const fs_compaction *c = ctx;
+    *write = true;
+    fs_compaction *n = ferry__calloc(ix->n + 1, sizeof *n);
+    if (!n) return FERRY_ERR_NOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < ix->n; i++)
+        if (ix->c[i].from != c->from || ix->c[i].to != c->to) n[k++] = ix->c[i];
+    n[k++] = *c;
+    qsort(n, k, sizeof *n, cmp_comp);
+    ferry__sync_index_release(ix);
+    *ix = (fs_index){n, k};
+    return FERRY_OK;
 }
 
 int ferry_compact(ferry_store *store, const char *run, const ferry_compact_options *opts, ferry_compaction_info *out)
@@ -128,7 +110,7 @@ int ferry_compact(ferry_store *store, const char *run, const ferry_compact_optio
     ferry__sync_key_compact(key, run, from, to, c.id);
     /* the object is durable before the index names it */
     if ((rc = ferry_store_put(store, key, patch, psize, NULL))) goto out;
-    if ((rc = index_add(store, run, o.keys, &c))) goto out;
+    if ((rc = ferry__sync_index_update(store, run, o.keys, add_entry, &c))) goto out;
     if (out) {
         memset(out, 0, sizeof *out);
         out->from = from;

@@ -77,44 +77,45 @@ static bool keep_entry(const gc *g, const fs_compaction *c)
     return on_lineage(g, c->to, c->to_id) && c->from >= 1;
 }
 
-/* Drops the index entries that end outside the retained set; *kept gets
- * the index as written (or as it would be, in a dry run). */
+typedef struct prune {
+    gc *g;
+    fs_index *kept, *dropped;
+} prune;
+
+/* One reading of the index split into what GC keeps and drops (the kept
+ * entries are what is written back, if anything was dropped). */
+static int prune_edit(void *ctx, fs_index *ix, bool *write)
+{
+    prune *p = ctx;
+    ferry__sync_index_release(p->kept);
+    ferry__sync_index_release(p->dropped);
+    fs_compaction *kc = ferry__calloc(ix->n + 1, sizeof *kc), *dc = ferry__calloc(ix->n + 1, sizeof *dc);
+    if (!kc || !dc) {
+        free(kc);
+        free(dc);
+        return FERRY_ERR_NOMEM;
+    }
+    size_t k = 0, d = 0;
+    for (size_t i = 0; i < ix->n; i++) {
+        if (keep_entry(p->g, &ix->c[i])) kc[k++] = ix->c[i];
+        else dc[d++] = ix->c[i];
+    }
+    *p->kept = (fs_index){kc, k};
+    *p->dropped = (fs_index){dc, d};
+    for (size_t i = 0; i < k; i++) ix->c[i] = kc[i];
+    ix->n = k;
+    *write = d && !p->g->o->dry_run && !p->g->keep_index;
+    return FERRY_OK;
+}
+
+/* Drops the index entries that end outside the retained set, by
+ * compare-and-swap; *kept gets the index as written (or as it would be,
+ * in a dry run). */
 static int prune_index(gc *g, fs_index *kept, fs_index *dropped)
 {
-    char key[FS_KEY_CAP];
-    ferry__sync_key_index(key, g->run);
-    for (int attempt = 0; attempt < 10; attempt++) {
-        fs_index ix;
-        char etag[FERRY_STORE_ETAG_MAX];
-        int rc = ferry__sync_index_read(g->st, g->run, g->o->keys, NULL, &ix, etag);
-        if (rc) return rc;
-        size_t k = 0, d = 0;
-        fs_compaction *kc = ferry__calloc(ix.n + 1, sizeof *kc), *dc = ferry__calloc(ix.n + 1, sizeof *dc);
-        if (!kc || !dc) {
-            free(kc);
-            free(dc);
-            ferry__sync_index_release(&ix);
-            return FERRY_ERR_NOMEM;
-        }
-        for (size_t i = 0; i < ix.n; i++) {
-            if (keep_entry(g, &ix.c[i])) kc[k++] = ix.c[i];
-            else dc[d++] = ix.c[i];
-        }
-        ferry__sync_index_release(&ix);
-        *kept = (fs_index){kc, k};
-        *dropped = (fs_index){dc, d};
-        if (!d || g->o->dry_run || g->keep_index) return FERRY_OK;
-        char *text = ferry__sync_index_json(g->run, kept);
-        if (!text) return FERRY_ERR_NOMEM;
-        if ((rc = ferry__sync_record_seal(g->o->keys, &text))) return rc;
-        rc = ferry_store_cas(g->st, key, etag[0] ? etag : NULL, text, strlen(text), NULL);
-        free(text);
-        if (rc != FERRY_ERR_STORE_CONFLICT) return rc;
-        ferry__clear_error();
-        ferry__sync_index_release(kept);
-        ferry__sync_index_release(dropped);
-    }
-    return ferry__fail(FERRY_ERR_STORE_CONFLICT, "%s: still changing under GC after 10 attempts", key);
+    *kept = *dropped = (fs_index){0};
+    prune p = {g, kept, dropped};
+    return ferry__sync_index_update(g->st, g->run, g->o->keys, prune_edit, &p);
 }
 
 static bool in_index(const fs_index *ix, const fs_key_info *ki)

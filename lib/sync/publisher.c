@@ -155,42 +155,18 @@ static int check_head(ferry_publisher *p)
     return FERRY_OK;
 }
 
-/* Moves HEAD from this publisher's last version to m.  The loop re-reads
- * HEAD after a refused swap: our own write that landed (answer lost) is
- * success; an unchanged HEAD with a new etag is retried; anything else is
- * another publisher (or a HEAD moved backwards) and fences the handle. */
+/* Moves HEAD from this publisher's last version to m (head.c: retries,
+ * our own landed write, BACKWARDS vs CONFLICT); a HEAD found elsewhere
+ * fences the handle. */
 static int move_head(ferry_publisher *p, const fs_manifest *m, char new_etag[FERRY_STORE_ETAG_MAX])
 {
     fs_head nh;
     ferry__sync_head_init(&nh, m->version, m->id, m->kind, m->model_hash, p->pubid);
-    int rc = FERRY_OK;
-    for (int attempt = 0; attempt < 5; attempt++) {
-        rc = ferry__sync_head_swap(p->st, p->run, p->keys, &nh, p->last.version ? p->head_etag : NULL, new_etag);
-        if (rc != FERRY_ERR_STORE_CONFLICT) break;
-        fs_head h;
-        char etag[FERRY_STORE_ETAG_MAX];
-        int r2 = ferry__sync_head_read(p->st, p->run, p->keys, NULL, &h, etag);
-        if (r2 == FERRY_ERR_STORE_NOT_FOUND && !p->last.version) continue;
-        if (r2) {
-            rc = r2;
-            break;
-        }
-        if (h.version == m->version && !strcmp(h.id, m->id)) {
-            memcpy(new_etag, etag, FERRY_STORE_ETAG_MAX);
-            rc = FERRY_OK;
-            break;
-        }
-        if (h.version == p->last.version && !strcmp(h.id, p->last.id)) {
-            memcpy(p->head_etag, etag, sizeof etag);
-            continue;
-        }
-        rc = fenced(p, h.version < p->last.version ? FERRY_ERR_SYNC_BACKWARDS : FERRY_ERR_SYNC_CONFLICT,
-                    h.version < p->last.version
-                        ? "run %s: HEAD went back to version %llu (id %s, '%s'); this publisher ('%s') had moved it to %llu: refused"
-                        : k_other,
-                    &h);
-        break;
-    }
+    fs_ref from = {p->last.version, ""};
+    memcpy(from.id, p->last.id, FS_ID_CAP);
+    memcpy(new_etag, p->head_etag, FERRY_STORE_ETAG_MAX);
+    int rc = ferry__sync_head_move(p->st, p->run, p->keys, &nh, &from, p->pubid, new_etag);
+    if (rc == FERRY_ERR_SYNC_CONFLICT || rc == FERRY_ERR_SYNC_BACKWARDS) snprintf(p->fence, sizeof p->fence, "%s", ferry_last_error());
     return rc;
 }
 

@@ -536,25 +536,37 @@ static int get_small(ferry_store *st, const char *key, const ferry_keys *keys, f
     return FERRY_OK;
 }
 
-int ferry__sync_head_read(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_head *h,
-                 char etag[FERRY_STORE_ETAG_MAX])
+int ferry__sync_head_read_raw(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_head *h,
+                              char etag[FERRY_STORE_ETAG_MAX], void **text, size_t *n)
 {
     char key[FS_KEY_CAP];
     ferry__sync_key_head(key, run);
     int rc = FERRY_OK;
     for (int attempt = 0; attempt < 3; attempt++) {
         void *d;
-        size_t n, body;
+        size_t nd, body;
         if (attempt) ferry__sleep_ms(50);
-        rc = get_small(st, key, keys, cnt, &d, &n, &body, etag);
+        rc = get_small(st, key, keys, cnt, &d, &nd, &body, etag);
         if (!rc) {
             rc = ferry__sync_head_parse(run, key, d, body, h);
+            if (!rc && text) {
+                *text = d;
+                *n = nd;
+                d = NULL;
+            }
             ferry_free(d);
         }
-        /* a HEAD caught mid-write looks malformed or cut: read it again */
+        /* a HEAD caught mid-write looks malformed or cut (a signed one: its
+           trailer malformed or not matching): read it again */
         if (rc != FERRY_ERR_SYNC_MANIFEST && rc != FERRY_ERR_SIG_MALFORMED && rc != FERRY_ERR_SIG_INVALID) return rc;
     }
     return rc;
+}
+
+int ferry__sync_head_read(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_head *h,
+                 char etag[FERRY_STORE_ETAG_MAX])
+{
+    return ferry__sync_head_read_raw(st, run, keys, cnt, h, etag, NULL, NULL);
 }
 
 int ferry__sync_want_sha(const ferry_keys *keys, const char *key, bool has, const uint8_t sha[32], const uint8_t **out)

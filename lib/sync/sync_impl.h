@@ -145,8 +145,35 @@ typedef struct fs_count {
 void ferry__sync_head_init(fs_head *h, uint64_t version, const char *id, int kind, const uint8_t hash[16], const char *publisher);
 int ferry__sync_head_swap(ferry_store *st, const char *run, const ferry_keys *keys, const fs_head *h, const char *expected_etag,
                  char new_etag[FERRY_STORE_ETAG_MAX]);
+/* Moves HEAD from `from` (version 0: no HEAD yet) to nh by compare-and-swap
+ * against etag (HEAD's etag when it named `from`), with the retries of
+ * ferry__sync_cas_retry while HEAD still names `from` under a new etag; our
+ * own write found landed (its answer lost) is success.  etag receives the
+ * new HEAD's.  Else FERRY_ERR_SYNC_BACKWARDS (HEAD below `from`, or gone),
+ * FERRY_ERR_SYNC_CONFLICT (another version: another publisher), each named
+ * with `who` (the publisher id) in the message. */
+int ferry__sync_head_move(ferry_store *st, const char *run, const ferry_keys *keys, const fs_head *nh, const fs_ref *from,
+                          const char *who, char etag[FERRY_STORE_ETAG_MAX]);
 int ferry__sync_head_read(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_head *h,
                  char etag[FERRY_STORE_ETAG_MAX]);
+/* ferry__sync_head_read that also hands over HEAD's bytes as read (*text,
+ * *n: the signed record whole, for a mirror that copies them verbatim;
+ * ferry_free), under the same retries. */
+int ferry__sync_head_read_raw(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_head *h,
+                              char etag[FERRY_STORE_ETAG_MAX], void **text, size_t *n);
+
+/* ---- compare-and-swap with retries (cas.c) ---- */
+
+/* Calls attempt until it returns something other than
+ * FERRY_ERR_STORE_CONFLICT, at most 10 times, waiting 20, 40 ... 640 ms
+ * between calls; then FERRY_ERR_STORE_CONFLICT naming `what`. */
+int ferry__sync_cas_retry(int (*attempt)(void *ctx), void *ctx, const char *what);
+/* Changes the compaction index by compare-and-swap, with those retries:
+ * each attempt reads it (verified with keys), lets edit change ix (edit may
+ * replace ix->c; FERRY_OK with *write false leaves the index as it is) and
+ * writes it back sealed with keys against the etag read. */
+typedef int (*fs_index_edit)(void *ctx, fs_index *ix, bool *write);
+int ferry__sync_index_update(ferry_store *st, const char *run, const ferry_keys *keys, fs_index_edit edit, void *ctx);
 /* Reads and checks the manifest of (version, id).  With enforcing keys a
  * signed manifest must give the SHA-256 of each object it lists. */
 int ferry__sync_manifest_read(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id,
