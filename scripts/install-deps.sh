@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential clang pkg-config libzstd-dev libxxhash-dev libjansson-dev
       libcurl4-openssl-dev openmpi-bin libopenmpi-dev python3-numpy python3-torch
-      python3-pip python3-setuptools python3-wheel
+      python3-pip python3-setuptools python3-wheel python3-pytest
       zstd xdelta3 libclang-rt-14-dev awscli libssl-dev nginx-light iproute2 openssl)
 # node/npm may come from elsewhere (the image's nodesource build): only ask
 # Debian for them when the commands are absent.

@@ -1,7 +1,9 @@
 """Shared bits of the Python tests: import path, a tiny runner that prints
-its own "LABEL: N passed, N failed" line (tests/run.sh counts it) and exits
-non-zero on failure, and a reference safetensors reader that uses torch
-only (no ferry), to compare against."""
+its own "LABEL: N passed, N failed, N skipped" line (tests/run.sh counts
+it) and exits non-zero on failure, and a reference safetensors reader that
+uses torch only (no ferry), to compare against.  The same test modules run
+under pytest too (conftest.py): their cases are module-level test_*
+functions without arguments, and Skip is pytest's skip there."""
 import json
 import os
 import struct
@@ -46,8 +48,14 @@ if not os.path.isabs(DATA):
     DATA = os.path.join(ROOT, DATA)
 
 
-class Skip(Exception):
-    pass
+if "pytest" in sys.modules:
+    # Under pytest (tests/python/conftest.py) a Skip is pytest's own skip,
+    # so a case skipped here is reported as skipped there, not failed.
+    import pytest
+    Skip = pytest.skip.Exception
+else:
+    class Skip(Exception):
+        pass
 
 
 def run(label, tests):
@@ -67,9 +75,7 @@ def run(label, tests):
             continue
         passed += 1
         print("ok   %s (%.2fs)" % (t.__name__, time.time() - t0))
-    if skipped:
-        print("%d skipped" % skipped)
-    print("%s: %d passed, %d failed" % (label, passed, failed))
+    print("%s: %d passed, %d failed, %d skipped" % (label, passed, failed, skipped))
     sys.stdout.flush()
     sys.exit(1 if failed else 0)
 

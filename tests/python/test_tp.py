@@ -322,6 +322,8 @@ def test_tied_engine_parameters():
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 1:
+        shutil.rmtree(TMP, ignore_errors=True)   # a role process: the store is the parent's
     if len(sys.argv) > 1 and sys.argv[1] == "trainer-mpi":
         trainer_mpi(int(sys.argv[2]), sys.argv[3])
         sys.exit(0)
