@@ -8,9 +8,14 @@ pkg-config's default search); the system's library path (libferry.so.0,
 libferry.so).  Every prototype is declared here, so a call with a wrong argument
 type fails in ctypes instead of in C.
 """
+from __future__ import annotations
+
 import ctypes
 import ctypes.util
 import os
+from typing import Any, Optional, TypeVar
+
+_H = TypeVar("_H", bound="Handle")
 
 c_u8p = ctypes.POINTER(ctypes.c_uint8)
 c_u64p = ctypes.POINTER(ctypes.c_uint64)
@@ -164,7 +169,7 @@ _proto("ferry_patch_info_count", _S, _P)
 _proto("ferry_patch_info_tensor", ctypes.POINTER(PatchTensorInfo), _P, _S)
 
 
-def has(name):
+def has(name: str) -> bool:
     """Whether this build of libferry exports symbol ``name`` (the sync layer
     is absent from NO_NET=1 builds and from libraries built before it)."""
     try:
@@ -178,26 +183,29 @@ class Handle:
     """An owned libferry handle (self._h): .handle (ValueError once
     closed), close() with the class's C free function (_FREE, its name),
     with-blocks, and a free at garbage collection."""
-    _FREE = None
+    _FREE: Optional[str] = None
+    _h: ctypes.c_void_p
 
     @property
-    def handle(self):
+    def handle(self) -> ctypes.c_void_p:
+        """The C handle; ValueError once closed."""
         if not getattr(self, "_h", None):
             raise ValueError("%s is closed" % type(self).__name__)
         return self._h
 
-    def close(self):
+    def close(self) -> None:
+        """Frees the C object now (again: nothing)."""
         if getattr(self, "_h", None):
             getattr(lib, self._FREE)(self._h)
             self._h = ctypes.c_void_p()
 
-    def __enter__(self):
+    def __enter__(self: _H) -> _H:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:  # interpreter shutdown: the library may be gone

@@ -26,13 +26,18 @@ positions the library reports for a region index the parameter directly.
     lay.check_engine(engine_params)         # names, shapes: before any I/O
     lay.regions                             # what the island rank pulls
 """
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Mapping, Sequence, Tuple, Union
+
 from .errors import ERR_ARG, ERR_SHAPE_MISMATCH, FerryError
+from ._typing import Tensors
 
 COLUMN, ROW, FUSED, VOCAB, REPLICATED = "column", "row", "fused", "vocab", "replicated"
 KINDS = (COLUMN, ROW, FUSED, VOCAB, REPLICATED)
 
 
-def _2d(shape):
+def _2d(shape: Sequence[int]) -> Tuple[int, int]:
     rows = int(shape[0]) if len(shape) else 1
     cols = 1
     for d in shape[1:]:
@@ -48,25 +53,26 @@ class Region:
 
     __slots__ = ("source", "row_begin", "row_end", "col_begin", "col_end", "param", "offset")
 
-    def __init__(self, source, rows, cols, param, offset):
+    def __init__(self, source: str, rows: Tuple[int, int], cols: Tuple[int, int], param: str,
+                 offset: int) -> None:
         self.source = source
         self.row_begin, self.row_end = rows
         self.col_begin, self.col_end = cols
         self.param, self.offset = param, offset
 
     @property
-    def rows(self):
+    def rows(self) -> int:
         return self.row_end - self.row_begin
 
     @property
-    def cols(self):
+    def cols(self) -> int:
         return self.col_end - self.col_begin
 
     @property
-    def nelem(self):
+    def nelem(self) -> int:
         return self.rows * self.cols
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Region(%s[%d:%d, %d:%d] -> %s+%d)" % (self.source, self.row_begin, self.row_end,
                                                      self.col_begin, self.col_end, self.param,
                                                      self.offset)
@@ -78,12 +84,13 @@ class Param:
 
     __slots__ = ("name", "kind", "sources", "shape", "regions")
 
-    def __init__(self, name, kind, sources, shape, regions):
+    def __init__(self, name: str, kind: str, sources: Iterable[str], shape: Sequence[int],
+                 regions: List[Region]) -> None:
         self.name, self.kind, self.sources = name, kind, tuple(sources)
         self.shape, self.regions = tuple(shape), regions
 
     @property
-    def nelem(self):
+    def nelem(self) -> int:
         n = 1
         for d in self.shape:
             n *= d
@@ -100,15 +107,15 @@ class Layout:
     parameter when a split does not divide, PatchError ERR_SHAPE_MISMATCH
     when fused parts disagree)."""
 
-    def __init__(self, shapes, tp_size, rank):
+    def __init__(self, shapes: Mapping[str, Sequence[int]], tp_size: int, rank: int) -> None:
         if int(tp_size) < 1 or not 0 <= int(rank) < int(tp_size):
             raise FerryError(ERR_ARG, "layout: rank %r of tp_size %r" % (rank, tp_size))
         self.shapes = {k: tuple(int(d) for d in v) for k, v in shapes.items()}
         self.tp_size, self.rank = int(tp_size), int(rank)
-        self.params = {}
-        self.regions = []
+        self.params: Dict[str, Param] = {}
+        self.regions: List[Region] = []
 
-    def dims(self, source):
+    def dims(self, source: str) -> Tuple[int, int]:
         """(rows, cols) of checkpoint tensor `source` in its 2-D view."""
         return _2d(self.shapes[source])
 
@@ -125,7 +132,7 @@ class Layout:
         k = n // self.tp_size
         return self.rank * k, (self.rank + 1) * k
 
-    def add(self, name, kind, sources):
+    def add(self, name: str, kind: str, sources: Union[str, Iterable[str]]) -> Param:
         """Describes engine parameter `name` of `kind` (KINDS) made of
         checkpoint tensors `sources` (one name, or a list for FUSED)."""
         if kind not in KINDS:
@@ -170,7 +177,8 @@ class Layout:
 
     # ------------------------------------------------------------------
     @classmethod
-    def llama(cls, shapes, tp_size, rank, fuse_qkv=True, fuse_gate_up=True, prefix="model."):
+    def llama(cls, shapes: Mapping[str, Sequence[int]], tp_size: int, rank: int, fuse_qkv: bool = True,
+              fuse_gate_up: bool = True, prefix: str = "model.") -> Layout:
         """The vLLM-style layout of a Llama-family checkpoint (names like
         model.layers.N.self_attn.q_proj.weight): q/k/v fused into
         self_attn.qkv_proj.weight and gate/up into mlp.gate_up_proj.weight
@@ -206,7 +214,7 @@ class Layout:
         return lay
 
     # ------------------------------------------------------------------
-    def check_engine(self, params):
+    def check_engine(self, params: Tensors) -> None:
         """Checks the engine's tensors (mapping name -> tensor) against
         this layout before anything is fetched or written: every parameter
         present, of its shape, contiguous (PatchError ERR_SHAPE_MISMATCH /
@@ -226,7 +234,7 @@ class Layout:
             raise FerryError(ERR_ARG, "layout: the engine parameter %r is not in the layout"
                              % extra[0])
 
-    def shard(self, full):
+    def shard(self, full: Mapping[str, Any]) -> Dict[str, Any]:
         """This rank's engine parameters cut from full checkpoint tensors
         (mapping name -> tensor): what a correct apply must produce, and a
         way to load an engine from a checkpoint."""

@@ -11,16 +11,20 @@ be C-contiguous, native little-endian and of a dtype safetensors knows
 C -> Python.  Arrays returned by load() and apply() view memory that the
 library or a mapping owns; each array keeps that owner alive.
 """
+from __future__ import annotations
+
 import collections.abc
 import ctypes
 import mmap
 import os
 import sys
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from . import _lib
 from .errors import ERR_IO, FerryError, check, cpath, cstr
+from ._typing import ModelArg, PathArg, Tensors
 
 L = _lib.lib
 
@@ -85,7 +89,7 @@ class Raw:
 
     __slots__ = ("dtype", "shape", "data")
 
-    def __init__(self, dtype, shape, data):
+    def __init__(self, dtype: str, shape: Sequence[int], data: np.ndarray) -> None:
         if dtype not in _CODE:
             raise TypeError("ferry.Raw: unknown safetensors dtype %r" % (dtype,))
         if not isinstance(data, np.ndarray):
@@ -94,7 +98,7 @@ class Raw:
         self.shape = tuple(int(d) for d in shape)
         self.data = data
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "ferry.Raw(%r, %r, <%d bytes>)" % (self.dtype, self.shape, self.data.nbytes)
 
 
@@ -203,7 +207,7 @@ def _wrap(u8, code, shape, framework):
 # Model
 # ----------------------------------------------------------------------
 
-class Model:
+class Model(_lib.Handle):
     """A ferry_model: an ordered set of named tensors plus string metadata.
 
     Made by Model.open(path) (mmap of a .safetensors file or a sharded
@@ -211,20 +215,26 @@ class Model:
     caller's buffers, zero-copy).  close() (or a with block, or garbage
     collection) frees it; arrays obtained from tensors() keep it alive."""
 
-    def __init__(self, handle, keep=None, writable=False):
+    _FREE = "ferry_model_free"
+
+    def __init__(self, handle: Optional[int], keep: Optional[List[Any]] = None,
+                 writable: bool = False) -> None:
         self._h = ctypes.c_void_p(handle)
         self._keep = keep if keep is not None else []
         self.writable = writable
 
     # -- construction --------------------------------------------------
     @classmethod
-    def open(cls, path):
+    def open(cls, path: PathArg) -> Model:
+        """Opens a .safetensors file or a sharded checkpoint (directory or
+        .index.json), validated in full."""
         h = ctypes.c_void_p()
         check(L.ferry_model_open(cpath(path), ctypes.byref(h)))
         return cls(h.value)
 
     @classmethod
-    def from_tensors(cls, tensors, metadata=None, writable=False):
+    def from_tensors(cls, tensors: Tensors, metadata: Optional[Mapping[str, Any]] = None,
+                     writable: bool = False) -> Model:
         """Borrows every tensor of a mapping name -> array (zero-copy).
         writable=True: the library may write into them (in-place apply)."""
         if not isinstance(tensors, collections.abc.Mapping):
@@ -250,44 +260,24 @@ class Model:
             raise
         return m
 
-    def close(self):
-        if self._h:
-            L.ferry_model_free(self._h)
-            self._h = ctypes.c_void_p()
-            self._keep = []
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: the library may be gone
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    @property
-    def handle(self):
-        if not self._h:
-            raise ValueError("ferry.Model is closed")
-        return self._h
+    def close(self) -> None:
+        super().close()
+        self._keep = []   # the borrowed tensors are the caller's again
 
     # -- contents ------------------------------------------------------
-    def __len__(self):
+    def __len__(self) -> int:
         return L.ferry_model_count(self.handle)
 
     def _tensor(self, i):
         return L.ferry_model_tensor(self.handle, i).contents
 
-    def names(self):
+    def names(self) -> List[str]:
         return [self._tensor(i).name.decode("utf-8") for i in range(len(self))]
 
-    def __contains__(self, name):
+    def __contains__(self, name: object) -> bool:
         return bool(L.ferry_model_find(self.handle, cstr(name, "tensor name")))
 
-    def describe(self):
+    def describe(self) -> List[Tuple[str, str, Tuple[int, ...], int]]:
         """[(name, safetensors dtype, shape, nbytes)] in name order."""
         out = []
         for i in range(len(self)):
@@ -297,7 +287,8 @@ class Model:
         return out
 
     @property
-    def metadata(self):
+    def metadata(self) -> Dict[str, str]:
+        """The string metadata (safetensors __metadata__)."""
         out = {}
         k, v = ctypes.c_char_p(), ctypes.c_char_p()
         for i in range(L.ferry_model_metadata_count(self.handle)):
@@ -306,20 +297,21 @@ class Model:
         return out
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
+        """Total bytes of the tensors' data."""
         return L.ferry_model_nbytes(self.handle)
 
-    def hash(self):
+    def hash(self) -> bytes:
         """The 16-byte model hash (XXH3-128, docs/FORMAT.md)."""
         out = (ctypes.c_uint8 * 16)()
         check(L.ferry_model_hash(self.handle, out))
         return bytes(out)
 
-    def save(self, path):
+    def save(self, path: PathArg) -> None:
         """Writes one .safetensors file atomically (aside, fsync, rename)."""
         check(L.ferry_model_save(self.handle, cpath(path)))
 
-    def tensors(self, framework="auto"):
+    def tensors(self, framework: str = "auto") -> Dict[str, Any]:
         """name -> array viewing this model's memory (no copy).  The arrays
         keep the model alive.  For a model opened from a file the memory is
         a read-only mapping: the arrays are copied instead (see load())."""
@@ -337,7 +329,8 @@ class Model:
         return out
 
 
-def as_model(x, writable=False, metadata=None):
+def as_model(x: ModelArg, writable: bool = False,
+             metadata: Optional[Mapping[str, Any]] = None) -> Tuple[Model, bool]:
     """(Model, owned): a Model as is, a path opened, a mapping borrowed
     (with metadata, which only a mapping can take)."""
     if isinstance(x, (Model, str, bytes, os.PathLike)) and metadata:
@@ -369,7 +362,7 @@ class _Using:
 # load / save / hash
 # ----------------------------------------------------------------------
 
-def load(path, framework="auto"):
+def load(path: PathArg, framework: str = "auto") -> Dict[str, Any]:
     """Reads a .safetensors file (or a sharded checkpoint: directory or
     .index.json), validated in full by libferry.
 
@@ -423,20 +416,20 @@ def _load_file(path, framework):
         return out
 
 
-def save(path, tensors, metadata=None):
+def save(path: PathArg, tensors: ModelArg, metadata: Optional[Mapping[str, Any]] = None) -> None:
     """Writes tensors (mapping name -> array) as one .safetensors file,
     atomically, without copying the data first."""
     with _Using(tensors, metadata=metadata) as m:
         m.save(path)
 
 
-def model_hash(tensors, metadata=None):
+def model_hash(tensors: ModelArg, metadata: Optional[Mapping[str, Any]] = None) -> bytes:
     """16-byte model hash of a mapping (or a path, or a Model)."""
     with _Using(tensors, metadata=metadata) as m:
         return m.hash()
 
 
-def f32_to_bf16(a):
+def f32_to_bf16(a: Any) -> np.ndarray:
     """float32 array -> uint16 array of its bfloat16 words, rounded as
     PyTorch does (nearest even; every NaN -> 0x7FC0)."""
     a = np.ascontiguousarray(a, dtype=np.float32)

@@ -4,12 +4,16 @@ Every model argument may be a mapping name -> array (a state_dict; borrowed
 zero-copy), a path to a .safetensors file or sharded checkpoint, or a
 ferry.Model.  A patch is any bytes-like object.
 """
+from __future__ import annotations
+
 import collections.abc
 import ctypes
+from typing import Any, Dict, Optional
 
 from . import _alias, _lib
 from .errors import check, cpath
 from .model import Model, _Using
+from ._typing import Buffer, ModelArg, PathArg, Tensors
 
 L = _lib.lib
 
@@ -39,7 +43,8 @@ def _apply_options(threads, base_hash):
     return o, keep
 
 
-def diff(old, new, cast_bf16=False, threads=1, level=0, base_hash=None):
+def diff(old: ModelArg, new: ModelArg, cast_bf16: bool = False, threads: int = 1, level: int = 0,
+         base_hash: Optional[bytes] = None) -> bytes:
     """The patch old -> new, as bytes.
 
     cast_bf16=True: new holds FP32 masters; every F32 tensor of new is taken
@@ -63,7 +68,7 @@ def diff(old, new, cast_bf16=False, threads=1, level=0, base_hash=None):
         L.ferry_free(out)
 
 
-def apply(base, patch, threads=1, framework="auto"):
+def apply(base: ModelArg, patch: Buffer, threads: int = 1, framework: str = "auto") -> Dict[str, Any]:
     """Applies patch to base and returns the result as name -> array (views
     of the library's new model, no further copy).  Raises PatchError with
     code ERR_BASE_MISMATCH if base is not the patch's base,
@@ -77,7 +82,7 @@ def apply(base, patch, threads=1, framework="auto"):
     return Model(out.value).tensors(framework)
 
 
-def apply_file(base, patch, path, threads=1):
+def apply_file(base: ModelArg, patch: Buffer, path: PathArg, threads: int = 1) -> None:
     """Applies patch to base and writes the verified result to path as one
     .safetensors file, streaming with bounded memory; nothing is left at
     path on failure."""
@@ -87,7 +92,8 @@ def apply_file(base, patch, path, threads=1):
         check(L.ferry_apply_file(b.handle, p, n, ctypes.byref(o), cpath(path)))
 
 
-def apply_inplace(tensors, patch, threads=1, base_hash=None, verify_first=False):
+def apply_inplace(tensors: ModelArg, patch: Buffer, threads: int = 1, base_hash: Optional[bytes] = None,
+                  verify_first: bool = False) -> None:
     """Patches the caller's own arrays (mapping name -> numpy array / CPU
     torch tensor) in place.  On any error (wrong base, corrupt patch) they
     hold exactly their old bytes again: the library writes while it
@@ -122,7 +128,7 @@ def apply_inplace(tensors, patch, threads=1, base_hash=None, verify_first=False)
     _alias.write_back(tensors, work, tied)
 
 
-def inspect(patch):
+def inspect(patch: Buffer) -> Dict[str, Any]:
     """What a patch holds, without a base: {"format", "base_hash",
     "target_hash", "tensors": [{"name", "dtype", "nelem", "changed",
     "bytes", "kind"}]}."""

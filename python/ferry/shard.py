@@ -19,7 +19,10 @@ The library runs no collective: publish() moves its three small texts
 (token, part records, commit status) with torch.distributed's own object
 collectives, and an island rank needs none at all.
 """
+from __future__ import annotations
+
 import ctypes
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -27,6 +30,15 @@ from . import _alias, _lib
 from .errors import ERR_ARG, ERR_SHAPE_MISMATCH, FerryError, check, cstr
 from .model import _torch, _torch_tables, _view_bytes, _describe
 from .sync import _info_dict, _store, wait_head
+from ._typing import StoreArg, Tensors
+
+if TYPE_CHECKING:
+    from .layout import Layout
+    from .sign import Keys
+
+# One rank's part of a tensor: (name, full shape, row_begin, row_end, rows);
+# row_begin == row_end == 0: the whole tensor (see dim0_parts).
+Part = Tuple[str, Tuple[int, ...], int, int, Any]
 
 L = _lib.lib
 _P, _I, _U32, _U64, _S, _SZ = (ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_uint64,
@@ -114,7 +126,7 @@ def _take_text(ptr, size):
 # Trainer side
 # ----------------------------------------------------------------------
 
-def dim0_parts(state_dict, rank, world):
+def dim0_parts(state_dict: Tensors, rank: int, world: int) -> List[Part]:
     """The FSDP-style parts of one rank: rows [b, e) of dim 0 of every
     tensor, the rows split as evenly as they go (the first rows % world
     ranks one more); a 0-D tensor (and a tensor with fewer rows than
@@ -141,7 +153,7 @@ _LAUNCHERS = (("RANK", "WORLD_SIZE"),                              # torchrun, b
               ("SLURM_PROCID", "SLURM_NTASKS"))                  # srun
 
 
-def launcher_rank():
+def launcher_rank() -> Optional[Tuple[int, int]]:
     """(rank, world) as the launcher of this process gave them (torchrun
     or a hand-made RANK/WORLD_SIZE, mpirun, srun), or None."""
     import os
@@ -151,7 +163,8 @@ def launcher_rank():
     return None
 
 
-def init_process_group(backend="gloo", addr=None, port=None, timeout_s=300):
+def init_process_group(backend: str = "gloo", addr: Optional[str] = None, port: Optional[int] = None,
+                       timeout_s: float = 300) -> Tuple[int, int]:
     """Joins this process to the trainer ranks' torch.distributed group
     with the rank and world its launcher gave (launcher_rank: so
     `mpirun -np R python train.py` works as torchrun does) and the
@@ -195,8 +208,10 @@ class ShardPublisher(_lib.Handle):
 
     _FREE = "ferry_shard_publisher_free"
 
-    def __init__(self, store, run, rank=None, world=None, group=None, anchor_every=0,
-                 cast_bf16=True, level=0, threads=1, min_tile_words=0, publisher_id=None, keys=None):
+    def __init__(self, store: StoreArg, run: str, rank: Optional[int] = None, world: Optional[int] = None,
+                 group: Any = None, anchor_every: int = 0, cast_bf16: bool = True, level: int = 0,
+                 threads: int = 1, min_tile_words: int = 0, publisher_id: Optional[str] = None,
+                 keys: Optional[Keys] = None) -> None:
         self.group = group
         self._keys = keys  # the library borrows it: kept alive with the handle
         if rank is None or world is None:
@@ -204,7 +219,7 @@ class ShardPublisher(_lib.Handle):
             rank = d.get_rank(group) if rank is None else rank
             world = d.get_world_size(group) if world is None else world
         self.rank, self.world, self.run = int(rank), int(world), run
-        self._store = _store(store, create=True)
+        self._store = _store(store, create=True, user=self)
         self._id = None if publisher_id is None else cstr(publisher_id, "publisher_id")
         o = _Options(rank=self.rank, world=self.world, publisher_id=self._id,
                      anchor_every=int(anchor_every), cast_bf16=1 if cast_bf16 else 0,
@@ -214,17 +229,17 @@ class ShardPublisher(_lib.Handle):
         check(L.ferry_shard_publisher_open(self._store.handle, cstr(run, "run name"),
                                            ctypes.byref(o), ctypes.byref(h)))
         self._h = h
-        self.last_info = None
+        self.last_info: Optional[Dict[str, Any]] = None
 
     # -- the library's four steps, for callers with their own collectives --
-    def begin(self, anchor=False):
+    def begin(self, anchor: bool = False) -> str:
         """Rank 0: the token (str) of the next version, to broadcast."""
         tok, size = ctypes.c_void_p(), ctypes.c_size_t()
         check(L.ferry_shard_begin(self.handle, FLAG_ANCHOR if anchor else 0,
                                   ctypes.byref(tok), ctypes.byref(size)))
         return _take_text(tok, size)
 
-    def put(self, token, parts):
+    def put(self, token: str, parts: Sequence[Part]) -> str:
         """Every rank: uploads its parts ([(name, full_shape, row_begin,
         row_end, rows)], see dim0_parts) and returns its part record
         (str), to gather on rank 0."""
@@ -235,7 +250,7 @@ class ShardPublisher(_lib.Handle):
                                 ctypes.byref(size)))
         return _take_text(rec, size)
 
-    def commit(self, token, records):
+    def commit(self, token: str, records: Sequence[str]) -> Dict[str, Any]:
         """Rank 0: validates the records of every rank, writes the manifest,
         moves HEAD; returns the publish info (dict)."""
         tb = token.encode("utf-8")
@@ -249,12 +264,12 @@ class ShardPublisher(_lib.Handle):
         out["kind"] = "anchor" if info.kind == 1 else "delta"
         return out
 
-    def finish(self, committed):
+    def finish(self, committed: bool) -> None:
         """Every rank, with rank 0's commit outcome."""
         check(L.ferry_shard_finish(self.handle, 1 if committed else 0))
 
     # -- all of it over torch.distributed --------------------------------
-    def publish(self, parts, anchor=False):
+    def publish(self, parts: Sequence[Part], anchor: bool = False) -> int:
         """Publishes this rank's parts as the next version, collectively
         with the other ranks of the group (each calls publish), and returns
         the version.  Every rank raises the same FerryError when any rank
@@ -280,7 +295,8 @@ class ShardPublisher(_lib.Handle):
         return self.last_info["version"]
 
     @property
-    def version(self):
+    def version(self) -> int:
+        """The last version published or resumed from (0 = none)."""
         return L.ferry_shard_publisher_version(self.handle)
 
 
@@ -344,10 +360,11 @@ class ShardSubscriber(_lib.Handle):
 
     _FREE = "ferry_shard_subscriber_free"
 
-    def __init__(self, store, run, layout, threads=1, coalesce_gap=0, poll_interval_s=None, keys=None):
+    def __init__(self, store: StoreArg, run: str, layout: Layout, threads: int = 1, coalesce_gap: int = 0,
+                 poll_interval_s: Optional[float] = None, keys: Optional[Keys] = None) -> None:
         self.layout, self.run = layout, run
         self._keys = keys  # trusted keys (ferry.Keys): HEAD and manifests must verify
-        self._store = _store(store, create=False)
+        self._store = _store(store, create=False, user=self)
         self._names = [cstr(r.source, "tensor name") for r in layout.regions]
         regs = (_Region * max(1, len(self._names)))()
         for i, r in enumerate(layout.regions):
@@ -368,11 +385,12 @@ class ShardSubscriber(_lib.Handle):
         self._h = h
         self.version = 0          # the version the ENGINE's parameters hold
         self._whole = True        # next apply copies whole regions (cold, or after a refusal)
-        self._sig = None          # the engine tensors of the last apply
-        self.last_info = None
-        self.last_apply = None    # {"copied": regions, "indexed": regions, "elements": n}
+        self._sig: Optional[tuple] = None   # the engine tensors of the last apply
+        self.last_info: Optional[Dict[str, Any]] = None
+        # {"copied": regions, "indexed": regions, "elements": n}
+        self.last_apply: Optional[Dict[str, int]] = None
 
-    def pull(self, min_version=None, exact_version=None):
+    def pull(self, min_version: Optional[int] = None, exact_version: Optional[int] = None) -> int:
         """The library's pull alone (fetch + verify into its own cover);
         returns the version it holds.  apply() calls it."""
         from .sync import Subscriber
@@ -382,7 +400,8 @@ class ShardSubscriber(_lib.Handle):
         self.last_info = _info_dict(info)
         return L.ferry_shard_subscriber_version(self.handle)
 
-    def apply(self, params, min_version=None, exact_version=None):
+    def apply(self, params: Tensors, min_version: Optional[int] = None,
+              exact_version: Optional[int] = None) -> int:
         """Brings the engine's parameters (mapping engine name -> tensor,
         any device; the same tensors every call, else whole regions are
         copied) to the target version and returns it.  On any error
@@ -460,14 +479,16 @@ class ShardSubscriber(_lib.Handle):
                 plan[r.param].append(("index", r.offset, idx, v))
         return plan
 
-    def wait(self, after_version=None, timeout_s=None):
+    def wait(self, after_version: Optional[int] = None,
+             timeout_s: Optional[float] = None) -> Optional[int]:
         """Blocks until HEAD names a version above after_version (default:
         the version the engine holds); HEAD's version, or None on timeout."""
         return wait_head(L.ferry_shard_wait, self.handle,
                          self.version if after_version is None else after_version, timeout_s)
 
     @property
-    def stats(self):
+    def stats(self) -> Dict[str, Any]:
+        """The ferry_shard_sub_stats counters, as a dict."""
         st = _SubStats()
         L.ferry_shard_subscriber_get_stats(self.handle, ctypes.byref(st))
         return _info_dict(st)

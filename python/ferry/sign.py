@@ -8,11 +8,15 @@ docs/SECURITY.md).
 A Subscriber given trusted keys refuses anything unsigned or wrongly signed
 (SignatureError) and checks every object against its signed SHA-256;
 one given no keys reads signed and unsigned runs without checking."""
+from __future__ import annotations
+
 import ctypes
 import os
+from typing import Iterable, List, Optional, Tuple, Union
 
 from . import _lib
 from .errors import check, cpath
+from ._typing import PathArg
 
 L = _lib.lib
 _P, _I, _S, _SZ = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t
@@ -24,7 +28,7 @@ _lib._proto("ferry_keys_trust", _I, _P, _S, ctypes.c_int64, ctypes.c_char_p)
 _lib._proto("ferry_keys_trusted", _SZ, _P)
 
 
-def keygen(prefix):
+def keygen(prefix: PathArg) -> str:
     """Makes PREFIX.key (private, mode 0600) and PREFIX.pub; neither may
     exist.  Returns the key id (16 hex digits)."""
     kid = ctypes.create_string_buffer(17)
@@ -40,11 +44,12 @@ class Keys(_lib.Handle):
 
     _FREE = "ferry_keys_free"
 
-    def __init__(self, sign=None, trust=()):
+    def __init__(self, sign: Optional[PathArg] = None,
+                 trust: Iterable[Union[PathArg, Tuple[PathArg, int]]] = ()) -> None:
         h = ctypes.c_void_p()
         check(L.ferry_keys_create(ctypes.byref(h)))
         self._h = h
-        self.ids = []
+        self.ids: List[str] = []
         if sign is not None:
             kid = ctypes.create_string_buffer(17)
             check(L.ferry_keys_set_signer(h, cpath(sign), kid))
@@ -56,6 +61,6 @@ class Keys(_lib.Handle):
             self.ids.append(kid.value.decode())
 
     @property
-    def trusted(self):
+    def trusted(self) -> int:
         """Number of trusted keys (readers enforce signatures when > 0)."""
         return L.ferry_keys_trusted(self.handle)

@@ -11,14 +11,22 @@ A store is a URL (file:///dir, a plain path, s3://bucket/prefix,
 http(s)://...) or a ferry.Store.  Network stores take their credentials and
 endpoint from the environment (docs/STORE.md).
 """
+from __future__ import annotations
+
 import collections.abc
 import ctypes
 import os
+import weakref
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Optional, Union
 
 from . import _lib
 from . import _alias
 from .errors import ERR_NOT_FOUND, FerryError, check, cpath, cstr
 from .model import Model, Raw, _Using, _torch
+from ._typing import ModelArg, PathArg, StoreArg, Tensors
+
+if TYPE_CHECKING:
+    from .sign import Keys
 
 L = _lib.lib
 _P, _I, _U32, _U64, _S = (ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32,
@@ -118,11 +126,11 @@ SYNC_LATEST, SYNC_MIN, SYNC_EXACT = 0, 1, 2
 ERR_SYNC_TIMEOUT = 88
 
 
-def _enc(s, what="path"):
+def _enc(s: Optional[PathArg], what: str = "path") -> Optional[bytes]:
     return None if s is None else cpath(s, what)
 
 
-def _info_dict(st):
+def _info_dict(st: ctypes.Structure) -> Dict[str, Any]:
     out = {}
     for name, _ in st._fields_:
         v = getattr(st, name)
@@ -138,14 +146,25 @@ def _info_dict(st):
 # Store
 # ----------------------------------------------------------------------
 
-class Store:
+class Store(_lib.Handle):
     """An open object store.  url: "file:///abs/dir" or a plain path,
     "s3://BUCKET[/PREFIX]", "http[s]://HOST/PATH" (read-only).
     create: make a missing file:// root.  deadline_s: per call, retries
     included (default 300 s).  Other ferry_store_options by keyword
-    (endpoint, region, max_attempts ...; see include/ferry_store.h)."""
+    (endpoint, region, max_attempts ...; see include/ferry_store.h).
 
-    def __init__(self, url, create=False, deadline_s=None, **options):
+    close() (or the end of a with block) frees it.  Publishers and
+    Subscribers opened on it borrow it (their C handles use it and keep
+    no reference): while one of them is still open, close() only refuses
+    new uses, and the store is freed when it is garbage collected, which
+    is after all of them.  So closing it early is safe, never a crash."""
+
+    _FREE = "ferry_store_free"
+
+    def __init__(self, url: Union[str, os.PathLike], create: bool = False,
+                 deadline_s: Optional[float] = None, **options: Any) -> None:
+        self._users: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._closed = False
         o = _StoreOptions(create=1 if create else 0)
         if deadline_s is not None:
             o.deadline_ms = max(1, int(deadline_s * 1000))
@@ -162,29 +181,35 @@ class Store:
         self._h = h
 
     @property
-    def url(self):
+    def url(self) -> str:
+        """The store's URL as the library normalized it."""
         return L.ferry_store_url(self.handle).decode("utf-8")
 
     @property
-    def handle(self):
-        if not self._h:
-            raise ValueError("ferry.Store is closed")
-        return self._h
+    def handle(self) -> ctypes.c_void_p:
+        if getattr(self, "_closed", False):
+            raise ValueError("Store is closed")
+        return super().handle
 
-    def close(self):
-        if getattr(self, "_h", None):
-            L.ferry_store_free(self._h)
-            self._h = ctypes.c_void_p()
+    def _lend(self, user: Any) -> "Store":
+        """The store, borrowed by `user` (a Handle holding a reference to
+        it) for as long as user's handle is open."""
+        self.handle  # noqa: B018  (ValueError once closed: a closed store is not lent)
+        self._users.add(user)
+        return self
 
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+    def close(self) -> None:
+        self._closed = True
+        users = getattr(self, "_users", ())
+        if not any(getattr(u, "_h", None) for u in users):
+            super().close()
 
 
-def _store(store, create):
-    return store if isinstance(store, Store) else Store(store, create=create)
+def _store(store: StoreArg, create: bool, user: Any = None) -> Store:
+    """A Store for a URL (opened here) or a caller's Store; lent to `user`,
+    which keeps it (self._store) while its own handle is open."""
+    s = store if isinstance(store, Store) else Store(store, create=create)
+    return s._lend(user) if user is not None else s
 
 
 # ----------------------------------------------------------------------
@@ -205,9 +230,11 @@ class Publisher(_lib.Handle):
 
     _FREE = "ferry_publisher_free"
 
-    def __init__(self, store, run, anchor_every=0, cast_bf16=True, threads=1, level=0,
-                 verify=False, publisher_id=None, cache_path=None, tmp_dir=None, keys=None):
-        self._store = _store(store, create=True)
+    def __init__(self, store: StoreArg, run: str, anchor_every: int = 0, cast_bf16: bool = True,
+                 threads: int = 1, level: int = 0, verify: bool = False,
+                 publisher_id: Optional[str] = None, cache_path: Optional[PathArg] = None,
+                 tmp_dir: Optional[PathArg] = None, keys: Optional[Keys] = None) -> None:
+        self._store = _store(store, create=True, user=self)
         self._keys = keys  # the library borrows it: kept alive with the handle
         self._strs = [_enc(publisher_id, "publisher_id"), _enc(cache_path), _enc(tmp_dir)]
         o = _PublisherOptions(publisher_id=self._strs[0], anchor_every=int(anchor_every),
@@ -220,9 +247,9 @@ class Publisher(_lib.Handle):
                                      ctypes.byref(o), ctypes.byref(h)))
         self._h = h
         self.run = run
-        self.last_info = None
+        self.last_info: Optional[Dict[str, Any]] = None
 
-    def publish(self, named_tensors, anchor=False):
+    def publish(self, named_tensors: Union[ModelArg, Iterable[Any]], anchor: bool = False) -> int:
         """Publishes a mapping name -> tensor (a state_dict; or a Model, or
         a checkpoint's path) as the next version and returns its number.  The tensors are read in place
         (CPU) or copied to the host once (GPU); the library keeps its own
@@ -241,7 +268,7 @@ class Publisher(_lib.Handle):
         return info.version
 
     @property
-    def version(self):
+    def version(self) -> int:
         """The last version published or resumed from (0 = none)."""
         return L.ferry_publisher_version(self.handle)
 
@@ -281,12 +308,14 @@ class Subscriber(_lib.Handle):
     a store is down, behind or serves what does not verify
     (docs/MIRROR.md); store_used says which one served the last sync."""
 
-    def __init__(self, store, run, path=None, threads=1, poll_interval_s=None,
-                 max_attempts=0, no_compactions=False, tmp_dir=None, keys=None, stores=()):
-        self._store = _store(store, create=False)
+    def __init__(self, store: StoreArg, run: str, path: Optional[PathArg] = None, threads: int = 1,
+                 poll_interval_s: Optional[float] = None, max_attempts: int = 0,
+                 no_compactions: bool = False, tmp_dir: Optional[PathArg] = None,
+                 keys: Optional[Keys] = None, stores: Iterable[StoreArg] = ()) -> None:
+        self._store = _store(store, create=False, user=self)
         if isinstance(stores, (str, bytes, os.PathLike, Store)):
             raise TypeError("ferry.Subscriber: stores is a list of further stores")
-        self._stores = [_store(x, create=False) for x in stores]
+        self._stores = [_store(x, create=False, user=self) for x in stores]
         self._keys = keys  # the library borrows it: kept alive with the handle
         self.run = run
         self.path = path
@@ -303,7 +332,7 @@ class Subscriber(_lib.Handle):
         self._all_mirrored = False
         self._version = 0
         self._claimed = 0
-        self.last_info = None
+        self.last_info: Optional[Dict[str, Any]] = None
         if path is not None:
             self._open(path=_enc(path))
 
@@ -351,7 +380,7 @@ class Subscriber(_lib.Handle):
         self._version = L.ferry_subscriber_version(self._h)
         return self._version
 
-    def sync(self, min_version=None, exact_version=None):
+    def sync(self, min_version: Optional[int] = None, exact_version: Optional[int] = None) -> int:
         """File or private mode: brings the held model to the latest version
         (or at least min_version, or exactly exact_version) and returns the
         version now held.  Raises SyncError: ERR_SYNC_NOT_YET (asked for a
@@ -362,7 +391,8 @@ class Subscriber(_lib.Handle):
             self._open()
         return self._sync(min_version, exact_version)
 
-    def sync_into(self, named_tensors, min_version=None, exact_version=None, version=None):
+    def sync_into(self, named_tensors: Union[Tensors, Iterable[Any]], min_version: Optional[int] = None,
+                  exact_version: Optional[int] = None, version: Optional[int] = None) -> int:
         """Memory mode: patches named_tensors (the same tensors every call,
         e.g. an engine's weights) to the target version in place and
         returns the version they hold.  On any error they are untouched and
@@ -438,7 +468,8 @@ class Subscriber(_lib.Handle):
         self._mirror, self._sig, self._version = None, None, before
         return err
 
-    def wait(self, after_version=None, timeout_s=None):
+    def wait(self, after_version: Optional[int] = None,
+             timeout_s: Optional[float] = None) -> Optional[int]:
         """Blocks until HEAD names a version above after_version (default:
         the version held); returns HEAD's version, or None on timeout
         (timeout_s None waits up to a day; 0 polls once)."""
@@ -447,24 +478,24 @@ class Subscriber(_lib.Handle):
         return wait_head(L.ferry_subscriber_wait, self._h,
                          self._version if after_version is None else after_version, timeout_s)
 
-    def wake(self):
+    def wake(self) -> None:
         """Makes a wait() in another thread return at once."""
         if self._h:
             L.ferry_subscriber_wake(self._h)
 
     @property
-    def version(self):
+    def version(self) -> int:
         """The version held (0 = none): always complete and verified."""
         return self._version
 
     @property
-    def store_used(self):
+    def store_used(self) -> int:
         """Which store served the last successful sync: 0 = `store`, 1.. =
         the entries of `stores`, in order."""
         return L.ferry_subscriber_store_used(self._h) if self._h else 0
 
     @property
-    def hash(self):
+    def hash(self) -> Optional[bytes]:
         """Model hash of the version held (16 bytes), or None."""
         if not self._h or not self._version:
             return None
@@ -473,13 +504,14 @@ class Subscriber(_lib.Handle):
         return bytes(out)
 
     @property
-    def stats(self):
+    def stats(self) -> Dict[str, Any]:
+        """The ferry_subscriber_stats counters, as a dict."""
         st = _SubscriberStats()
         if self._h:
             L.ferry_subscriber_get_stats(self._h, ctypes.byref(st))
         return _info_dict(st)
 
-    def tensors(self, framework="auto"):
+    def tensors(self, framework: str = "auto") -> Dict[str, Any]:
         """The version held, as name -> array: file mode maps the file
         (copy-on-write, as ferry.load); private mode copies the library's
         model out; memory mode returns the caller's own tensors' names
@@ -498,7 +530,7 @@ class Subscriber(_lib.Handle):
         finally:
             m._h = ctypes.c_void_p()   # borrowed: the subscriber owns it
 
-    def close(self):
+    def close(self) -> None:
         self._close_handle()
         if self._model is not None:
             self._model.close()
@@ -509,8 +541,9 @@ class Subscriber(_lib.Handle):
 # Mirror
 # ----------------------------------------------------------------------
 
-def mirror_once(src, dst, run, keep=0, keys=None, concurrency=0, chunk_size=0,
-                grace_s=0, tmp_dir=None, max_versions=0):
+def mirror_once(src: StoreArg, dst: StoreArg, run: str, keep: int = 0, keys: Optional[Keys] = None,
+                concurrency: int = 0, chunk_size: int = 0, grace_s: int = 0,
+                tmp_dir: Optional[PathArg] = None, max_versions: int = 0) -> Dict[str, Any]:
     """Brings DST's copy of RUN up to SRC's HEAD, once (ferry_mirror_once,
     docs/MIRROR.md): every object verified before the manifest that names
     it, HEAD last by compare-and-swap; sharded versions and compacted
@@ -537,7 +570,8 @@ def mirror_once(src, dst, run, keep=0, keys=None, concurrency=0, chunk_size=0,
     return _info_dict(info)
 
 
-def wait_head(fn, handle, after, timeout_s):
+def wait_head(fn: Callable[..., int], handle: ctypes.c_void_p, after: int,
+              timeout_s: Optional[float]) -> Optional[int]:
     """fn (ferry_subscriber_wait, ferry_shard_wait) until HEAD passes
     `after`: HEAD's version, or None on timeout (None waits up to a day)."""
     ms = 86400000 if timeout_s is None else max(0, int(timeout_s * 1000))
