@@ -152,7 +152,10 @@ FERRY_API uint64_t ferry_publisher_version(const ferry_publisher *p);
  *    writable buffers it owns (FERRY_ADD_BORROW of its own memory, e.g. an
  *    inference engine's weights).  Deltas are applied in place by
  *    ferry_apply_inplace_ex, which returns with the whole result verified
- *    or with the buffers exactly as they were; a step that needs an anchor
+ *    or with the buffers exactly as they were; a sync of several steps is
+ *    undone as a whole (a failure at a later step puts back what the
+ *    earlier ones wrote: the buffers hold the version they held before the
+ *    sync); a step that needs an anchor
  *    or changes metadata is built
  *    aside and copied in only if every tensor keeps its name, dtype and
  *    shape, else FERRY_ERR_SYNC_SHAPE and the buffers are untouched.  The
@@ -169,7 +172,10 @@ typedef struct ferry_subscriber_options {
     uint64_t model_version;    /* memory mode: the version the caller says its
                                   buffers hold (0 = none / unknown).  Checked:
                                   the model is hashed and compared with that
-                                  version's manifest at the first sync */
+                                  version's manifest at the first sync.  A
+                                  HEAD below it is refused
+                                  (FERRY_ERR_SYNC_BACKWARDS): a store rolled
+                                  back must not take a restarted island back */
     int threads;               /* codec threads, 0 = 1 */
     uint32_t poll_interval_ms; /* ferry_subscriber_wait's HEAD polling, 0 = 1000 */
     uint32_t max_attempts;     /* paths tried per sync after a rejected object
@@ -255,6 +261,14 @@ FERRY_API int ferry_subscriber_sync(ferry_subscriber *s, int mode, uint64_t vers
 FERRY_API uint64_t ferry_subscriber_version(const ferry_subscriber *s);
 /* Model hash of that version; FERRY_ERR_NOT_FOUND if none. */
 FERRY_API int ferry_subscriber_hash(const ferry_subscriber *s, uint8_t out[16]);
+/* Raises the floor below which a HEAD is refused (FERRY_ERR_SYNC_BACKWARDS,
+ * in every mode) to `version`, and returns the floor in force (0 leaves it:
+ * a read).  The floor starts at model_version and rises with every version
+ * synced.  For a caller that reopens a handle for the same weights (new
+ * buffers, a restarted process): it carries the old handle's floor over,
+ * so that a store writer who puts an older signed HEAD back cannot take
+ * the island back to it. */
+FERRY_API uint64_t ferry_subscriber_min_head(ferry_subscriber *s, uint64_t version);
 /* The model held (memory mode: the caller's; private mode: the library's,
  * valid until the next sync or free; file mode: PATH mapped read-only), or
  * NULL if none. */

@@ -10,6 +10,7 @@
 #include "patch.h"
 #include "sparse.h"
 #include "apply_sink.h"
+#include "undo.h"
 
 typedef struct chunk_ref {
     size_t entry;
@@ -39,6 +40,7 @@ typedef struct dec {
     uint8_t *arena;          /* in place: the undo log */
     uint64_t arena_used, arena_size; /* bytes handed out (atomic adds), held */
     int arena_mapped;        /* mmap'd (munmap), else malloc'd */
+    bool keep;               /* in place, for an undo record: no chunk is deferred */
 } dec;
 
 /* Default undo budget of ferry_apply_inplace: 64 MiB + 16 x the patch, and
@@ -60,6 +62,7 @@ typedef struct undo {
     uint16_t *lo;
     uint8_t *old;
     size_t k, nwin;
+    void *own;               /* the chunk's own buffer when the log was full (keep mode) */
 } undo;
 
 static size_t undo_windows(uint64_t n) { return (size_t)((n + ((uint64_t)1 << UNDO_WIN_LOG2) - 1) >> UNDO_WIN_LOG2); }
@@ -240,6 +243,7 @@ static int begin(dec *d, const ferry_model *base, const void *patch, size_t size
 
 static void end(dec *d)
 {
+    for (size_t j = 0; d->undo && j < d->nch; j++) free(d->undo[j].own);
     free(d->undo);
     if (d->arena_mapped) munmap(d->arena, (size_t)d->arena_size);
     else free(d->arena);
@@ -557,11 +561,17 @@ static int write_with_undo(dec *d, const chunk_ref *c, int w, size_t k)
     undo *u = &d->undo[c - d->ch];
     size_t nwin = undo_windows(c->n);
     uint64_t bytes = ((nwin + 1) * 4 + (uint64_t)k * (2 + W / 8) + 7) & ~(uint64_t)7;
-    if (!d->arena) return 1;
-    uint64_t at = __atomic_fetch_add(&d->arena_used, bytes, __ATOMIC_RELAXED);
-    if (at > d->arena_size || bytes > d->arena_size - at) return 1; /* no room: deferred to pass 2 */
+    uint8_t *mem = NULL;
+    if (d->arena) {
+        uint64_t at = __atomic_fetch_add(&d->arena_used, bytes, __ATOMIC_RELAXED);
+        if (at <= d->arena_size && bytes <= d->arena_size - at) mem = d->arena + at;
+    }
+    if (!mem) { /* no room: deferred to pass 2, or (keep mode) a buffer of its own */
+        if (!d->keep) return 1;
+        if (bytes > SIZE_MAX || !(mem = u->own = ferry__malloc((size_t)bytes))) return FERRY_ERR_NOMEM;
+    }
     const sp_scratch *s = &d->coder[w].s;
-    u->first = (uint32_t *)(void *)(d->arena + at);
+    u->first = (uint32_t *)(void *)mem;
     u->lo = (uint16_t *)(void *)(u->first + nwin + 1);
     u->old = (uint8_t *)(u->lo + k); /* 2-byte aligned: the BF16 path stores uint16_t */
     u->k = k;
@@ -633,18 +643,27 @@ static void undo_arena(dec *d, uint64_t limit)
     d->arena_size = size;
 }
 
+/* Puts back the words of one chunk (at: its first word). */
+static void undo_chunk(const undo *u, uint8_t *at, unsigned W)
+{
+    for (size_t h = 0; h < u->nwin; h++)
+        for (size_t i = u->first[h]; i < u->first[h + 1]; i++)
+            sp_store(at, (h << UNDO_WIN_LOG2) | u->lo[i], W, sp_load(u->old, i, W));
+}
+
+static uint8_t *chunk_at(const dec *d, const chunk_ref *c, unsigned *W)
+{
+    *W = sp_dtype_of(d->t.e[c->entry].dtype).W;
+    return (uint8_t *)base_of(d, c->entry)->data + c->lo * *W / 8;
+}
+
 /* Puts back every word pass 1 wrote. */
 static void roll_back(dec *d)
 {
     for (size_t j = 0; j < d->nch; j++) {
-        undo *u = &d->undo[j];
-        if (!u->first) continue;
-        const chunk_ref *c = &d->ch[j];
-        unsigned W = sp_dtype_of(d->t.e[c->entry].dtype).W;
-        uint8_t *base = (uint8_t *)base_of(d, c->entry)->data + c->lo * W / 8;
-        for (size_t h = 0; h < u->nwin; h++)
-            for (size_t i = u->first[h]; i < u->first[h + 1]; i++)
-                sp_store(base, (h << UNDO_WIN_LOG2) | u->lo[i], W, sp_load(u->old, i, W));
+        unsigned W;
+        uint8_t *at = chunk_at(d, &d->ch[j], &W);
+        if (d->undo[j].first) undo_chunk(&d->undo[j], at, W);
     }
 }
 
@@ -705,15 +724,115 @@ static int check_inplace(const dec *d, ferry_model *base)
     return FERRY_OK;
 }
 
-int ferry_apply_inplace_ex(ferry_model *base, const void *patch, size_t size, const ferry_apply_options *opts)
+struct ferry__codec_undo {
+    size_t n;                /* chunks */
+    undo *u;                 /* per chunk: its old words (first NULL: none) */
+    uint8_t **at;            /* per chunk: its first word in the model */
+    uint8_t *W;              /* per chunk: word width */
+    uint8_t *arena;          /* the undo log the chunks point into */
+    uint64_t arena_size;
+    int arena_mapped;
+    size_t nwhole;           /* tensors carried whole: where, old bytes, size */
+    uint8_t **whole_at, **whole_old;
+    uint64_t *whole_n;
+};
+
+/* Exchanges n bytes of a and b (a tensor carried whole and its new bytes:
+ * the buffer then holds the old ones, for the undo record). */
+static void swap_bytes(uint8_t *a, uint8_t *b, uint64_t n)
 {
+    uint8_t t[4096];
+    for (uint64_t off = 0; off < n; off += sizeof t) {
+        size_t k = (size_t)(n - off < sizeof t ? n - off : sizeof t);
+        memcpy(t, a + off, k);
+        memcpy(a + off, b + off, k);
+        memcpy(b + off, t, k);
+    }
+}
+
+/* The record's arrays, allocated before anything is written (so that
+ * handing the record over cannot fail once the model has changed). */
+static ferry__codec_undo *undo_record_new(const dec *d)
+{
+    ferry__codec_undo *r = ferry__calloc(1, sizeof *r);
+    if (!r) return NULL;
+    for (size_t j = 0; j < d->t.n; j++) r->nwhole += d->t.e[j].kind == PK_WHOLE;
+    r->at = ferry__calloc(d->nch + 1, sizeof *r->at);
+    r->W = ferry__calloc(d->nch + 1, 1);
+    r->whole_at = ferry__calloc(r->nwhole + 1, sizeof *r->whole_at);
+    r->whole_old = ferry__calloc(r->nwhole + 1, sizeof *r->whole_old);
+    r->whole_n = ferry__calloc(r->nwhole + 1, sizeof *r->whole_n);
+    if (!r->at || !r->W || !r->whole_at || !r->whole_old || !r->whole_n) {
+        ferry__codec_undo_free(r);
+        return NULL;
+    }
+    r->nwhole = 0;
+    return r;
+}
+
+/* Moves what the apply overwrote (undo log, chunk buffers, whole tensors'
+ * old bytes) from d into r. */
+static void undo_record_take(dec *d, ferry__codec_undo *r)
+{
+    r->n = d->nch;
+    r->u = d->undo;
+    d->undo = NULL;
+    for (size_t j = 0; j < d->nch; j++) {
+        unsigned W;
+        r->at[j] = chunk_at(d, &d->ch[j], &W);
+        r->W[j] = (uint8_t)W;
+    }
+    r->arena = d->arena;
+    r->arena_size = d->arena_size;
+    r->arena_mapped = d->arena_mapped;
+    d->arena = NULL;
+    d->arena_mapped = 0;
+    for (size_t j = 0; j < d->t.n; j++)
+        if (d->whole[j]) {
+            r->whole_at[r->nwhole] = (uint8_t *)base_of(d, j)->data;
+            r->whole_old[r->nwhole] = d->whole[j];
+            r->whole_n[r->nwhole++] = d->t.e[j].nbytes;
+            d->whole[j] = NULL;
+        }
+}
+
+void ferry__codec_undo_revert(const ferry__codec_undo *r)
+{
+    if (!r) return;
+    for (size_t j = 0; j < r->n; j++)
+        if (r->u[j].first) undo_chunk(&r->u[j], r->at[j], r->W[j]);
+    for (size_t k = 0; k < r->nwhole; k++) memcpy(r->whole_at[k], r->whole_old[k], (size_t)r->whole_n[k]);
+}
+
+void ferry__codec_undo_free(ferry__codec_undo *r)
+{
+    if (!r) return;
+    for (size_t j = 0; r->u && j < r->n; j++) free(r->u[j].own);
+    free(r->u);
+    if (r->arena_mapped) munmap(r->arena, (size_t)r->arena_size);
+    else free(r->arena);
+    for (size_t k = 0; k < r->nwhole; k++) free(r->whole_old[k]);
+    free(r->at);
+    free(r->W);
+    free(r->whole_at);
+    free(r->whole_old);
+    free(r->whole_n);
+    free(r);
+}
+
+static int apply_inplace(ferry_model *base, const void *patch, size_t size, const ferry_apply_options *opts, ferry__codec_undo **keep)
+{
+    if (keep) *keep = NULL;
     if (!base || !patch) return ferry__fail(FERRY_ERR_ARG, "ferry_apply_inplace: NULL argument");
     dec d;
+    ferry__codec_undo *rec = NULL;
     int rc = begin(&d, base, patch, size, opts);
+    d.keep = keep != NULL;
     if (!rc) rc = check_inplace(&d, base);
     if (!rc) rc = check_whole_sizes(&d);
     if (!rc && (!(d.tmp = ferry__calloc((size_t)d.threads, sizeof *d.tmp)) ||
-                !(d.whole = ferry__calloc(d.t.n + 1, sizeof *d.whole)) || !(d.undo = ferry__calloc(d.nch + 1, sizeof *d.undo))))
+                !(d.whole = ferry__calloc(d.t.n + 1, sizeof *d.whole)) || !(d.undo = ferry__calloc(d.nch + 1, sizeof *d.undo)) ||
+                (keep && !(rec = undo_record_new(&d)))))
         rc = FERRY_ERR_NOMEM;
     if (!rc) undo_arena(&d, opts && opts->undo_limit ? opts->undo_limit : undo_limit_default(size, ferry_model_nbytes(base)));
     if (!rc) rc = ferry__parallel(d.threads, d.nch, verify_job, &d);
@@ -721,10 +840,31 @@ int ferry_apply_inplace_ex(ferry_model *base, const void *patch, size_t size, co
     if (!rc) rc = check_target(&d);
     if (rc && d.undo) roll_back(&d);
     if (!rc) rc = ferry__parallel(d.threads, d.nch, write_job, &d);
-    for (size_t j = 0; !rc && j < d.t.n; j++)
-        if (d.whole[j]) memcpy(ferry_model_data_mut(base, (size_t)d.bi[j]), d.whole[j], (size_t)d.t.e[j].nbytes);
+    for (size_t j = 0; !rc && j < d.t.n; j++) {
+        if (!d.whole[j]) continue;
+        uint8_t *dst = ferry_model_data_mut(base, (size_t)d.bi[j]);
+        if (keep) swap_bytes(dst, d.whole[j], d.t.e[j].nbytes);
+        else memcpy(dst, d.whole[j], (size_t)d.t.e[j].nbytes);
+    }
+    if (!rc && keep) {
+        undo_record_take(&d, rec);
+        *keep = rec;
+        rec = NULL;
+    }
+    ferry__codec_undo_free(rec);
     end(&d);
     return rc;
+}
+
+int ferry_apply_inplace_ex(ferry_model *base, const void *patch, size_t size, const ferry_apply_options *opts)
+{
+    return apply_inplace(base, patch, size, opts, NULL);
+}
+
+int ferry__codec_apply_inplace_undo(ferry_model *base, const void *patch, size_t size, const ferry_apply_options *opts,
+                                    ferry__codec_undo **record)
+{
+    return apply_inplace(base, patch, size, opts, record);
 }
 
 int ferry_apply_inplace(ferry_model *base, const void *patch, size_t size)

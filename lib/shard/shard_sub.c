@@ -34,6 +34,7 @@ struct ferry_shard_subscriber {
     region *rg;
     size_t nrg;
     sh_tileset held;
+    uint64_t max_held;        /* highest version held: a HEAD below it is refused */
     ferry_model *empty;
     ferry_shard_sub_stats stats;
 };
@@ -537,10 +538,12 @@ static int pull_from(ferry_shard_subscriber *s, int mode, uint64_t version, ferr
     if (rc == FERRY_ERR_STORE_NOT_FOUND) rc = ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: no version published yet", s->run);
     if (rc) goto out;
     in->head_version = h.version;
-    uint64_t cur = s->held.version, target = h.version;
-    if (s->nst > 1 && mode != FERRY_SYNC_EXACT && h.version < cur) { /* a store behind: the next one may not be */
-        rc = ferry__fail(FERRY_ERR_SYNC_BACKWARDS, "run %s: HEAD is at %llu, below the version held (%llu)", s->run,
-                         (unsigned long long)h.version, (unsigned long long)cur);
+    uint64_t cur = s->held.version, target = h.version, floor = s->max_held > cur ? s->max_held : cur;
+    /* a store behind (the next one may not be), or one whose HEAD was put
+       back to an older signed version: never a way back, in any mode */
+    if (h.version < floor) {
+        rc = ferry__fail(FERRY_ERR_SYNC_BACKWARDS, "run %s: HEAD is at %llu, below version %llu held: refused", s->run,
+                         (unsigned long long)h.version, (unsigned long long)floor);
         goto out;
     }
     if (mode == FERRY_SYNC_MIN && cur >= version && cur) target = cur;
@@ -651,6 +654,7 @@ int ferry_shard_pull(ferry_shard_subscriber *s, int mode, uint64_t version, ferr
         s->st = s->alt[i];
         if (!(rc = pull_from(s, mode, version, in))) {
             s->used = (unsigned)i;
+            if (s->held.version > s->max_held) s->max_held = s->held.version;
             break;
         }
         if (!i) snprintf(first, sizeof first, "%s", ferry_last_error());

@@ -13,8 +13,9 @@
  *    manifest's (or the signed index's) before it is parsed: the model hash
  *    (XXH3) guards against accidents, the digest against a forger.
  * The model the subscriber exposes changes only to a verified version: in
- * place by ferry_apply_inplace_ex (which returns with the verified target or
- * with the base exactly as it was), or
+ * place (returning with the verified target or with the base exactly as it
+ * was, and keeping what it overwrote so that a failure at a later step of
+ * the route puts back the version held before the sync), or
  * by an atomic rename, or by a copy of a verified model. */
 #include "sub.h"
 
@@ -52,9 +53,27 @@ static void work_replace(sub_work *w, ferry_model *m, char *staged)
     w->staged = staged;
 }
 
+static void drop_undo(sub_work *w)
+{
+    for (size_t i = 0; i < w->nundo; i++) ferry__codec_undo_free(w->undo[i]);
+    free(w->undo);
+    w->undo = NULL;
+    w->nundo = 0;
+}
+
+void ferry__sync_sub_work_undo(ferry_subscriber *s, sub_work *w, const fs_state *start, bool start_off_lineage)
+{
+    if (!w->nundo) return;
+    for (size_t i = w->nundo; i-- > 0;) ferry__codec_undo_revert(w->undo[i]);
+    drop_undo(w);
+    s->cur = *start;
+    s->cur_off_lineage = start_off_lineage;
+}
+
 void ferry__sync_sub_work_release(ferry_subscriber *s, sub_work *w)
 {
     (void)s;
+    drop_undo(w);
     if (w->owned) ferry_model_free(w->m);
     if (w->staged) {
         unlink(w->staged);
@@ -105,10 +124,20 @@ static int step_delta(ferry_subscriber *s, sub_work *w, const char *key, uint64_
     /* the result may not exceed the model size its manifest declares */
     ferry_apply_options ao = {.threads = s->threads, .base_hash = w->st.hash, .max_output_bytes = max_out ? max_out : 1};
     if (w->writable) {
-        rc = ferry_apply_inplace_ex(w->m, patch, n, &ao);
+        /* the exposed model keeps a record of what it lost (a later step
+           may fail); a model this sync built needs none */
+        ferry__codec_undo *rec = NULL;
+        ferry__codec_undo **more = w->held ? ferry__realloc(w->undo, (w->nundo + 1) * sizeof *more) : NULL;
+        if (w->held && !more) {
+            ferry_free(patch);
+            return FERRY_ERR_NOMEM;
+        }
+        if (more) w->undo = more;
+        rc = ferry__codec_apply_inplace_undo(w->m, patch, n, &ao, w->held ? &rec : NULL);
         if (rc != FERRY_ERR_SHAPE_MISMATCH) {
             ferry_free(patch);
             if (rc) return ferry__context(rc, "%s", key);
+            if (rec) w->undo[w->nundo++] = rec;
             advance(s, w, to);
             return FERRY_OK;
         }
@@ -370,6 +399,7 @@ int ferry__sync_sub_commit(ferry_subscriber *s, sub_work *w)
         s->own = w->m;
         s->own_owned = true;
         s->own_writable = w->writable;
+        drop_undo(w); /* the model they would revert is replaced */
         if (w->staged) {
             unlink(w->staged);
             free(w->staged);

@@ -4,6 +4,7 @@
 #define FERRY_SYNC_SUB_H
 
 #include "sync_impl.h"
+#include "codec/undo.h"
 
 #include <pthread.h>
 
@@ -64,6 +65,12 @@ typedef struct sub_work {
     bool writable;  /* in-place apply allowed */
     char *staged;   /* file mode: m is mapped from this downloaded anchor, unchanged */
     fs_state st;
+    /* What each step applied in place to the exposed model overwrote,
+       oldest first: a sync that fails puts that model back to the version
+       it held when the sync began (ferry__sync_sub_work_undo), not to the
+       last version a step reached. */
+    ferry__codec_undo **undo;
+    size_t nundo;
 } sub_work;
 
 /* Runs one sync (subscriber.c's sync_run) on each store of the list in
@@ -87,5 +94,9 @@ int ferry__sync_sub_exec(ferry_subscriber *s, sub_work *w, const fs_plan *p, con
 int ferry__sync_sub_commit(ferry_subscriber *s, sub_work *w);
 /* Frees what the sync created and did not commit. */
 void ferry__sync_sub_work_release(ferry_subscriber *s, sub_work *w);
+/* After a failed sync: reverts the steps applied in place to the exposed
+ * model, newest first, and makes start (what it held before) the
+ * subscriber's version again. */
+void ferry__sync_sub_work_undo(ferry_subscriber *s, sub_work *w, const fs_state *start, bool start_off_lineage);
 
 #endif

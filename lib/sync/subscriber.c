@@ -63,6 +63,7 @@ int ferry_subscriber_open(ferry_store *store, const char *run, const ferry_subsc
             }
             s->cur.version = o.model_version;
             s->cur_unchecked = true;
+            s->max_head = o.model_version; /* a restart is not a way back */
         }
     }
     *out = s;
@@ -88,6 +89,13 @@ int ferry_subscriber_hash(const ferry_subscriber *s, uint8_t out[16])
     if (!s->cur.version || s->cur_unchecked) return ferry__fail(FERRY_ERR_NOT_FOUND, "run %s: the subscriber holds no version", s->run);
     memcpy(out, s->cur.hash, 16);
     return FERRY_OK;
+}
+
+uint64_t ferry_subscriber_min_head(ferry_subscriber *s, uint64_t version)
+{
+    if (!s) return 0;
+    if (version > s->max_head) s->max_head = version;
+    return s->max_head;
 }
 
 const ferry_model *ferry_subscriber_model(const ferry_subscriber *s)
@@ -305,6 +313,10 @@ static int sync_run(ferry_subscriber *s, int mode, uint64_t version, ferry_sync_
     /* a state found not to be on the target's lineage: no chain from it */
     bool off = s->cur_off_lineage;
     fs_state off_state = s->cur;
+    /* a sync that fails leaves the version held before it (the whole route,
+       not only its last step: steps.c keeps what in-place steps overwrote) */
+    const fs_state start = s->cur;
+    const bool start_off = s->cur_off_lineage;
 
     sub_work w = {0};
     w.m = s->mode == SUB_MEMORY ? s->user : s->own;
@@ -312,7 +324,7 @@ static int sync_run(ferry_subscriber *s, int mode, uint64_t version, ferry_sync_
     w.writable = s->mode == SUB_MEMORY || (s->mode == SUB_PRIVATE && s->own_owned && s->own_writable);
     w.st = s->cur;
     fs_index ix = {0};
-    bool ix_read = false;
+    bool ix_read = false, ix_dropped = false;
     uint64_t bad_d[SUB_BAD], bad_f[SUB_BAD];
 
     for (uint32_t attempt = 0;; attempt++) {
@@ -323,7 +335,7 @@ static int sync_run(ferry_subscriber *s, int mode, uint64_t version, ferry_sync_
         }
         bool usable = w.st.version && !(off && w.st.version == off_state.version && !strcmp(w.st.id, off_state.id));
         bool chain_of_one = usable && w.st.version + 1 == t.m.version;
-        if (!ix_read && !s->no_compactions && !chain_of_one) {
+        if (!ix_read && !ix_dropped && !s->no_compactions && !chain_of_one) {
             if ((rc = load_compactions(s, &t.m, &ix))) break;
             ix_read = true;
         }
@@ -367,6 +379,16 @@ static int sync_run(ferry_subscriber *s, int mode, uint64_t version, ferry_sync_
             snprintf(s->stats.last_rejection, sizeof s->stats.last_rejection, "%s", ferry_last_error());
         } else {
             reject(s, badkey, info);
+            fs_key_info ki;
+            ferry__sync_key_parse(s->run, badkey, &ki);
+            if (ki.kind == FS_KEY_COMPACT) {
+                /* A shortcut failed: the index is dropped for the rest of
+                   this sync.  Whoever can write it can list any number of
+                   well-formed entries whose objects are absent or bad, each
+                   costing an attempt, while the chain needs no index. */
+                ferry__sync_index_release(&ix);
+                ix_dropped = true;
+            }
         }
         if (rc == FERRY_ERR_STORE_NOT_FOUND && mode != FERRY_SYNC_EXACT && !retargeted) {
             /* something vanished (a GC since HEAD was read): start again
@@ -384,6 +406,7 @@ static int sync_run(ferry_subscriber *s, int mode, uint64_t version, ferry_sync_
         }
     }
     ferry__sync_index_release(&ix);
+    if (rc) ferry__sync_sub_work_undo(s, &w, &start, start_off);
     /* frees whatever the sync built and did not commit (after a commit,
      * or with w still the subscriber's own model, there is nothing) */
     ferry__sync_sub_work_release(s, &w);

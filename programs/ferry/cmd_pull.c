@@ -108,11 +108,15 @@ static int check_local(const sync_common *c, ferry_store *st, ferry_subscriber *
 }
 
 /* Errors worth waiting out while following: the store, or a version
- * without a path yet (a later anchor may give one). */
+ * without a path yet (a later anchor may give one), or a bad HEAD or
+ * manifest (oversize, malformed, unsigned where keys are trusted, or not
+ * a regular file in a file:// store: STORE_CORRUPT), which whoever can
+ * write the store can put there and must not stop an island for good. */
 static bool transient(int rc)
 {
     return rc == FERRY_ERR_STORE_TIMEOUT || rc == FERRY_ERR_STORE_NET || rc == FERRY_ERR_STORE_HTTP ||
            rc == FERRY_ERR_SYNC_NO_PATH || rc == FERRY_ERR_SYNC_NOT_YET || rc == FERRY_ERR_STORE_CORRUPT ||
+           rc == FERRY_ERR_SYNC_MANIFEST ||
            /* a HEAD rolled back, or forged, is reported and waited out: the
               file keeps its version and follows again once HEAD is valid */
            rc == FERRY_ERR_SYNC_BACKWARDS || (rc >= FERRY_ERR_SIG_MISSING && rc <= FERRY_ERR_SIG_DIGEST);

@@ -113,6 +113,7 @@ _lib._proto("ferry_subscriber_free", None, _P)
 _lib._proto("ferry_subscriber_sync", _I, _P, _I, _U64, ctypes.POINTER(_SyncInfo))
 _lib._proto("ferry_subscriber_version", _U64, _P)
 _lib._proto("ferry_subscriber_hash", _I, _P, ctypes.POINTER(ctypes.c_uint8))
+_lib._proto("ferry_subscriber_min_head", _U64, _P, _U64)
 _lib._proto("ferry_subscriber_model", _P, _P)
 _lib._proto("ferry_subscriber_wait", _I, _P, _U64, _U64, ctypes.POINTER(_U64))
 _lib._proto("ferry_subscriber_wake", None, _P)
@@ -332,6 +333,7 @@ class Subscriber(_lib.Handle):
         self._all_mirrored = False
         self._version = 0
         self._claimed = 0
+        self._floor = 0          # the highest version any handle of this island held
         self.last_info: Optional[Dict[str, Any]] = None
         if path is not None:
             self._open(path=_enc(path))
@@ -349,6 +351,12 @@ class Subscriber(_lib.Handle):
             if rc:
                 L.ferry_subscriber_free(h)
                 check(rc)
+        # The floor below which HEAD is refused carries over to the new
+        # handle (new buffers are the same island): a store put back to an
+        # older version must not take it there.
+        if self._h:
+            self._floor = max(self._floor, L.ferry_subscriber_min_head(self._h, 0))
+        self._floor = L.ferry_subscriber_min_head(h, self._floor)
         self._close_handle()
         self._h = h
         self._version = L.ferry_subscriber_version(h)
@@ -374,10 +382,13 @@ class Subscriber(_lib.Handle):
     def _sync(self, min_version, exact_version):
         mode, v = self._target(min_version, exact_version)
         info = _SyncInfo()
-        check(L.ferry_subscriber_sync(self._h, mode, v, ctypes.byref(info)))
+        rc = L.ferry_subscriber_sync(self._h, mode, v, ctypes.byref(info))
+        # after an error too: the library says what the tensors hold (the
+        # version before the sync: a failed sync is undone as a whole)
+        self._version = L.ferry_subscriber_version(self._h)
+        check(rc)
         self.last_info = _info_dict(info)
         self.last_info["store_used"] = L.ferry_subscriber_store_used(self._h)
-        self._version = L.ferry_subscriber_version(self._h)
         return self._version
 
     def sync(self, min_version: Optional[int] = None, exact_version: Optional[int] = None) -> int:

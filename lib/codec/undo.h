@@ -1,0 +1,26 @@
+/* An in-place apply that keeps what it overwrote after it succeeded, so
+ * that a caller applying several patches in a row (the sync layer's route:
+ * compacted delta, then a chain) can put the model back to where it was
+ * before the first one when a later one fails.  Sparse patches change few
+ * words: the record is those words' old values (the same undo log
+ * ferry_apply_inplace_ex keeps while it verifies), plus the old bytes of
+ * every tensor the patch carries whole. */
+#ifndef FERRY_CODEC_UNDO_H
+#define FERRY_CODEC_UNDO_H
+#include "model.h"
+
+typedef struct ferry__codec_undo ferry__codec_undo;
+
+/* ferry_apply_inplace_ex; on FERRY_OK, *record (when not NULL) receives the
+ * record of every word and whole tensor it wrote.  Unlike
+ * ferry_apply_inplace_ex with a small undo_limit it never defers writing a
+ * chunk: each chunk's old words are kept (in the undo log, or in a buffer
+ * of the chunk's own when the log is full).  On failure base is as it was
+ * and *record is NULL. */
+int ferry__codec_apply_inplace_undo(ferry_model *base, const void *patch, size_t size, const ferry_apply_options *opts,
+                                    ferry__codec_undo **record);
+/* Writes the old words and bytes back.  Records must be reverted newest
+ * first, into the same buffers (the model must not have been reallocated). */
+void ferry__codec_undo_revert(const ferry__codec_undo *u);
+void ferry__codec_undo_free(ferry__codec_undo *u);
+#endif
