@@ -17,10 +17,10 @@ run_one() { # name, command...
     local t0=$SECONDS
     "$@" >"$log" 2>&1; local rc=$?
     local line p f s=0
-    line=$(grep -E '^([A-Za-z]+: )?[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+    line=$(grep -E '^([A-Za-z0-9_]+: )?[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
     if [ -n "$line" ]; then
-        p=$(sed -E 's/^([A-Za-z]+: )?([0-9]+) passed.*/\2/' <<<"$line")
-        f=$(sed -E 's/^([A-Za-z]+: )?[0-9]+ passed, ([0-9]+) failed.*/\2/' <<<"$line")
+        p=$(sed -E 's/^([A-Za-z0-9_]+: )?([0-9]+) passed.*/\2/' <<<"$line")
+        f=$(sed -E 's/^([A-Za-z0-9_]+: )?[0-9]+ passed, ([0-9]+) failed.*/\2/' <<<"$line")
         if [[ $line =~ ", "([0-9]+)" skipped" ]]; then s=${BASH_REMATCH[1]}; fi
         if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
     elif [ "$rc" -eq 0 ]; then p=1; f=0; else p=0; f=1; fi
