@@ -21,7 +21,8 @@ patch (diff/apply), sync (Store, Publisher, Subscriber; present when
 libferry has the sync layer), layout (engine
 layout of a tensor-parallel model), shard (sharded publish from
 torch.distributed trainer ranks, sliced pull applied to an engine's TP
-parameters; present when libferry has ferry_shard.h).
+parameters; present when libferry has ferry_shard.h), dock (Dock: engines
+put trajectory batches, the trainer takes them under a staleness policy).
 """
 from . import _lib
 from .errors import (FerryError, FormatError, PatchError, StoreError, SyncError, DockError,
@@ -49,5 +50,8 @@ if _lib.has("ferry_mirror_once"):
 if _lib.has("ferry_keygen"):
     from .sign import Keys, keygen  # noqa: F401
     __all__ += ["Keys", "keygen"]
+if _lib.has("ferry_dock_open") and "Store" in __all__:
+    from .dock import Dock, Batch  # noqa: F401
+    __all__ += ["Dock", "Batch"]
 if _lib.has("ferry_shard_pull"):
     from . import shard  # noqa: F401  (ShardPublisher, ShardSubscriber)

@@ -36,6 +36,13 @@ if hasattr(ferry, "shard"):
                 ("ferry_shard_sub_options", shard._SubOptions, "ferry_shard.h"),
                 ("ferry_shard_pull_info", shard._PullInfo, "ferry_shard.h"),
                 ("ferry_shard_sub_stats", shard._SubStats, "ferry_shard.h")]
+if hasattr(ferry, "Dock"):
+    from ferry import dock
+    STRUCTS += [("ferry_dock_policy", dock._Policy, "ferry_dock.h"),
+                ("ferry_dock_event", dock._Event, "ferry_dock.h"),
+                ("ferry_dock_options", dock._Options, "ferry_dock.h"),
+                ("ferry_dock_batch", dock._Batch, "ferry_dock.h"),
+                ("ferry_dock_stats", dock._Stats, "ferry_dock.h")]
 
 
 def test_struct_layouts_match_headers():
