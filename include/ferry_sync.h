@@ -93,6 +93,15 @@ typedef struct ferry_publisher_options {
                                  object.  With trusted keys (the signer's is
                                  one): the HEAD and manifest resumed from
                                  must verify (include/ferry_sign.h) */
+    int quantize;             /* a ferry_quant (include/ferry_quant.h), 0 =
+                                 none: every version's model is
+                                 ferry_quantize(model, quantize, cast_bf16,
+                                 the previous version's model): the FP8
+                                 checkpoint is what the run holds (anchors,
+                                 deltas, hashes).  Its name is in the model's
+                                 metadata ("ferry.quantize"); resuming a run
+                                 published under another scheme (none
+                                 included) is refused (FERRY_ERR_ARG) */
 } ferry_publisher_options;
 
 /* Opens a publisher on RUN.  Reads HEAD: on a new run the first publish

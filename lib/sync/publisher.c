@@ -10,6 +10,8 @@
  * the published model. */
 #include "sync_impl.h"
 
+#include "ferry_quant.h"
+
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,6 +22,7 @@ struct ferry_publisher {
     char pubid[FERRY_SYNC_PUBLISHER_MAX];
     uint32_t anchor_every;
     int cast, level, threads, verify;
+    ferry_quant quant;           /* each version published as its quantized model */
     char *cache_path, *tmp_dir;
     const ferry_keys *keys;      /* borrowed: signs, and verifies what is read */
     ferry_model *prev;           /* last published model, or NULL */
@@ -58,6 +61,20 @@ static int resume_model(ferry_publisher *p, const fs_head *h)
     return rc;
 }
 
+/* The resumed model's scheme (its "ferry.quantize" metadata, none when
+ * absent) must be this publisher's: a delta from an FP8 model to a BF16 one
+ * (or to another quantization) would change every island's layout. */
+static int quant_check(const ferry_publisher *p)
+{
+    const char *had = ferry_model_metadata_get(p->prev, FERRY_QUANT_METADATA_KEY);
+    const char *want = ferry_quant_name(p->quant);
+    if (!had) had = ferry_quant_name(FERRY_QUANT_NONE);
+    if (!strcmp(had, want)) return FERRY_OK;
+    return ferry__fail(FERRY_ERR_ARG, "run %s: version %llu was published with quantize '%.64s' (model metadata %s); this publisher's "
+                       "quantize is '%s': refused (open it with the run's scheme)", p->run, (unsigned long long)p->last.version, had,
+                       FERRY_QUANT_METADATA_KEY, want);
+}
+
 int ferry_publisher_open(ferry_store *store, const char *run, const ferry_publisher_options *opts, ferry_publisher **out)
 {
     if (!store || !out) return ferry__fail(FERRY_ERR_ARG, "ferry_publisher_open: NULL argument");
@@ -69,6 +86,8 @@ int ferry_publisher_open(ferry_store *store, const char *run, const ferry_publis
     ferry_publisher_options o = {0};
     if (opts) o = *opts;
     if ((rc = ferry__sign_ring_check(o.keys, "ferry_publisher_open"))) return rc;
+    if (!ferry_quant_name((ferry_quant)o.quantize))
+        return ferry__fail(FERRY_ERR_ARG, "ferry_publisher_open: quantize %d is no ferry_quant", o.quantize);
     if (o.publisher_id && !ferry__sync_publisher_valid(o.publisher_id))
         return ferry__fail(FERRY_ERR_ARG, "publisher id '%.200s': empty, longer than %d bytes, or not printable ASCII without quotes",
                            o.publisher_id, FERRY_SYNC_PUBLISHER_MAX - 1);
@@ -83,6 +102,7 @@ int ferry_publisher_open(ferry_store *store, const char *run, const ferry_publis
     p->level = o.level;
     p->threads = o.threads;
     p->verify = o.verify;
+    p->quant = (ferry_quant)o.quantize;
     p->keys = o.keys;
     if ((o.cache_path && !(p->cache_path = ferry__strdup(o.cache_path))) || (o.tmp_dir && !(p->tmp_dir = ferry__strdup(o.tmp_dir)))) {
         ferry_publisher_free(p);
@@ -101,6 +121,7 @@ int ferry_publisher_open(ferry_store *store, const char *run, const ferry_publis
         rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "run %s: HEAD and the manifest of version %llu disagree on its model hash", run,
                          (unsigned long long)h.version);
     if (!rc) rc = resume_model(p, &h);
+    if (!rc) rc = quant_check(p);
     if (rc) {
         ferry_publisher_free(p);
         return rc;
@@ -211,16 +232,27 @@ int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flag
     ferry_model *next = NULL;
     void *patch = NULL;
     size_t psize = 0;
+    /* quantized: the FP8 model (owned, made here; sticky scales from the
+       previous version's) is what is published, diffed and kept */
+    int cast = p->cast;
+    if (p->quant != FERRY_QUANT_NONE) {
+        if ((rc = ferry_quantize(model, p->quant, cast, p->prev, &next, NULL))) {
+            ferry__context(rc, "run %s: quantizing version %llu (%s)", p->run, (unsigned long long)m.version, ferry_quant_name(p->quant));
+            return rc;
+        }
+        model = next;
+        cast = 0;
+    }
     /* A delta version needs no copy of the model before HEAD moves: the
      * previous model's buffers are overwritten with it once the version is
      * published (off the time-to-fresh-policy path, no allocation).  An
      * anchor (saved from the copy), --verify (hashes it) or a new layout
-     * copies it first. */
-    bool reuse = !anchor && !p->verify && p->prev && ferry__sync_model_fits(p->prev, model, p->cast);
-    if (!reuse && (rc = ferry__sync_model_copy(model, p->cast, &next))) return rc;
+     * copies it first; a quantized model is a copy already. */
+    bool reuse = !next && !anchor && !p->verify && p->prev && ferry__sync_model_fits(p->prev, model, cast);
+    if (!reuse && !next && (rc = ferry__sync_model_copy(model, cast, &next))) return rc;
     const ferry_model *pub = reuse ? p->prev : next; /* its layout is the published model's */
     if (m.version > 1) {
-        ferry_diff_options d = {.level = p->level, .threads = p->threads, .cast_bf16 = p->cast, .base_hash = L->model_hash};
+        ferry_diff_options d = {.level = p->level, .threads = p->threads, .cast_bf16 = cast, .base_hash = L->model_hash};
         ferry_patch_info *pi = NULL;
         if ((rc = ferry_diff(p->prev, model, &d, &patch, &psize))) goto out;
         if ((rc = ferry_patch_inspect(patch, psize, &pi))) goto out;
@@ -296,7 +328,7 @@ int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flag
 
     /* published: this is now the base of the next delta */
     if (reuse) {
-        ferry__sync_model_overwrite(p->prev, model, p->cast);
+        ferry__sync_model_overwrite(p->prev, model, cast);
     } else {
         ferry_model_free(p->prev);
         p->prev = next;

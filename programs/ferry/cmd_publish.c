@@ -6,13 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ferry_quant.h"
 #include "util.h"
 
 static void publish_help(void)
 {
     printf("usage: ferry publish STORE --run RUN CKPT [--anchor-every K] [--anchor] [--cast-bf16]\n"
            "                     [--publisher-id ID] [--cache PATH] [--verify] [--level N]\n"
-           "                     [--threads N] [--concurrency N] [--json] [-q]\n\n"
+           "                     [--threads N] [--concurrency N] [--quantize SCHEME] [--json] [-q]\n\n"
            "Publishes checkpoint CKPT (a .safetensors file or a sharded checkpoint) as the\n"
            "next version of RUN: the delta from the version HEAD names (and, every K\n"
            "versions, the full model as an anchor), then the version's manifest, then HEAD\n"
@@ -23,6 +24,9 @@ static void publish_help(void)
            "  --anchor-every K   a full anchor when K versions passed since the last (default 10)\n"
            "  --anchor           make this version an anchor\n"
            "  --cast-bf16        publish FP32 tensors as their BF16 cast (FP32 masters)\n"
+           "  --quantize SCHEME  publish the FP8 checkpoint (`ferry quantize`): fp8-block128, or\n"
+           "                     fp8-block128-sticky (block scales kept from the previous\n"
+           "                     version while they fit); a run keeps its scheme\n"
            "  --publisher-id ID  named in HEAD, manifests and conflict errors\n"
            "                     (default HOST:PID:RANDOM)\n"
            "  --cache PATH       keep the published model at PATH (with PATH.ferry.json) so the\n"
@@ -52,6 +56,12 @@ int cmd_publish(int argc, char **argv)
         if (!strcmp(a, "--anchor")) flags |= FERRY_PUBLISH_ANCHOR;
         else if (!strcmp(a, "--cast-bf16")) po.cast_bf16 = 1;
         else if (!strcmp(a, "--verify")) po.verify = 1;
+        else if (!strcmp(a, "--quantize")) {
+            ferry_quant q;
+            if (++i == argc) return cli_usage_error("publish", "--quantize needs a scheme");
+            if (ferry_quant_parse(argv[i], &q)) return cli_usage_error("publish", "--quantize: %s", ferry_last_error());
+            po.quantize = (int)q;
+        }
         else if (!strcmp(a, "--publisher-id") || !strcmp(a, "--cache")) {
             if (++i == argc) return cli_usage_error("publish", "%s needs a value", a);
             if (a[2] == 'p') po.publisher_id = argv[i];

@@ -54,7 +54,8 @@ class _PublisherOptions(ctypes.Structure):
     _fields_ = [("publisher_id", _S), ("anchor_every", _U32), ("cast_bf16", _I),
                 ("level", _I), ("threads", _I), ("verify", _I),
                 ("cache_path", _S), ("tmp_dir", _S),
-                ("keys", _P)]  # const ferry_keys * (ferry.Keys, include/ferry_sign.h)
+                ("keys", _P),  # const ferry_keys * (ferry.Keys, include/ferry_sign.h)
+                ("quantize", _I)]  # a ferry_quant (include/ferry_quant.h)
 
 
 class _PublishInfo(ctypes.Structure):
@@ -105,6 +106,7 @@ _lib._proto("ferry_store_open", _I, _S, ctypes.POINTER(_StoreOptions), _PP)
 _lib._proto("ferry_store_free", None, _P)
 _lib._proto("ferry_store_url", _S, _P)
 _lib._proto("ferry_publisher_open", _I, _P, _S, ctypes.POINTER(_PublisherOptions), _PP)
+_lib._proto("ferry_quant_parse", _I, _S, ctypes.POINTER(_I))
 _lib._proto("ferry_publisher_free", None, _P)
 _lib._proto("ferry_publish_ex", _I, _P, _P, ctypes.c_uint, ctypes.POINTER(_PublishInfo))
 _lib._proto("ferry_publisher_version", _U64, _P)
@@ -227,14 +229,22 @@ class Publisher(_lib.Handle):
     publishes its FP32 masters directly.  Other options as
     ferry_publisher_options.  A second publisher on the same run makes
     publish() raise SyncError ERR_SYNC_CONFLICT.  keys: a
-    ferry.Keys whose signing key signs every version (docs/SECURITY.md)."""
+    ferry.Keys whose signing key signs every version (docs/SECURITY.md).
+    quantize: "fp8-block128" or "fp8-block128-sticky" publishes each
+    version as its FP8 checkpoint (NAME F8_E4M3 + NAME_scale_inv F32,
+    include/ferry_quant.h; ferry.fp8.dequantize reads it back); a run
+    keeps its scheme (reopening with another raises FerryError ERR_ARG)."""
 
     _FREE = "ferry_publisher_free"
 
     def __init__(self, store: StoreArg, run: str, anchor_every: int = 0, cast_bf16: bool = True,
                  threads: int = 1, level: int = 0, verify: bool = False,
                  publisher_id: Optional[str] = None, cache_path: Optional[PathArg] = None,
-                 tmp_dir: Optional[PathArg] = None, keys: Optional[Keys] = None) -> None:
+                 tmp_dir: Optional[PathArg] = None, keys: Optional[Keys] = None,
+                 quantize: Optional[str] = None) -> None:
+        q = _I(0)
+        if quantize is not None:
+            check(L.ferry_quant_parse(cstr(quantize, "quantize scheme"), ctypes.byref(q)))
         self._store = _store(store, create=True, user=self)
         self._keys = keys  # the library borrows it: kept alive with the handle
         self._strs = [_enc(publisher_id, "publisher_id"), _enc(cache_path), _enc(tmp_dir)]
@@ -242,7 +252,8 @@ class Publisher(_lib.Handle):
                               cast_bf16=1 if cast_bf16 else 0, level=int(level),
                               threads=int(threads), verify=1 if verify else 0,
                               cache_path=self._strs[1], tmp_dir=self._strs[2],
-                              keys=keys.handle if keys is not None else None)
+                              keys=keys.handle if keys is not None else None,
+                              quantize=q.value)
         h = ctypes.c_void_p()
         check(L.ferry_publisher_open(self._store.handle, cstr(run, "run name"),
                                      ctypes.byref(o), ctypes.byref(h)))

@@ -237,5 +237,87 @@ def test_refusals():
         assert r.returncode == 2 and "fp4" in r.stderr, r.stderr
 
 
+def _masters(rng, steps):
+    """FP32 masters of a few versions: about 1% of the words move by an
+    Adam-like step each version; at version 3 one block's max grows 4x (a
+    fresh scale under either scheme)."""
+    v = {"model.layers.0.mlp.down_proj.weight": rng.standard_normal((300, 260)).astype(np.float32) * 0.02,
+         "model.layers.0.attn.weight": rng.standard_normal((256, 128)).astype(np.float32) * 0.02,
+         "model.embed_tokens.weight": rng.standard_normal((256, 128)).astype(np.float32) * 0.02,
+         "model.norm.weight": np.ones(260, np.float32)}
+    out = [v]
+    for k in range(1, steps):
+        v = {n: a.copy() for n, a in v.items()}
+        for a in v.values():
+            f = a.reshape(-1)
+            idx = rng.choice(f.size, max(1, f.size // 100), replace=False)
+            f[idx] += rng.choice([-1, 1], idx.size).astype(np.float32) * np.abs(f[idx]) * np.float32(0.02)
+        if k == 2:
+            v["model.layers.0.attn.weight"][5, 5] = np.float32(0.4)
+        out.append(v)
+    return out
+
+
+def test_publish_fp8_memory_mode():
+    """Publisher(quantize=...) from FP32 masters (cast_bf16) and a memory
+    mode Subscriber: after every version (anchors, deltas, a publisher
+    reopened between versions) the island's buffers hold bit for bit
+    `ferry quantize --cast-bf16` of the version's masters (with --prev the
+    previous output under the sticky scheme).  Reopening the run under
+    another scheme, none included, is refused naming both."""
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    import ferry
+    if not hasattr(ferry, "Publisher"):
+        raise _harness.Skip("sync layer not built")
+    versions = _masters(np.random.default_rng(5), 5)
+    for scheme in ("fp8-block128", "fp8-block128-sticky"):
+        with tempfile.TemporaryDirectory() as tmp:
+            store = os.path.join(tmp, "store")
+            pub = ferry.Publisher(store, "r", quantize=scheme, anchor_every=3, cast_bf16=True)
+            sub = ferry.Subscriber(store, "r")
+            weights, prev, kinds, moved = None, None, [], 0
+            for i, masters in enumerate(versions):
+                src = os.path.join(tmp, "m%d.safetensors" % i)
+                st_write(src, {n: ("F32", a) for n, a in masters.items()})
+                if i == 2:  # a new process would do the same: resume from the store
+                    pub.close()
+                    for other in ("fp8-block128", "fp8-block128-sticky", None):
+                        if other == scheme:
+                            continue
+                        try:
+                            ferry.Publisher(store, "r", quantize=other)
+                            raise AssertionError("reopened under %s" % other)
+                        except ferry.FerryError as e:
+                            assert e.code == ferry.errors.ERR_ARG and scheme in str(e) and str(other or "none") in str(e), e
+                    pub = ferry.Publisher(store, "r", quantize=scheme, anchor_every=3, cast_bf16=True)
+                    assert pub.version == 2
+                assert pub.publish(src) == i + 1
+                kinds.append(pub.last_info["kind"])
+                ref = os.path.join(tmp, "q%d.safetensors" % i)
+                args = ["--cast-bf16", "--scheme", scheme] + (["--prev", prev] if prev and "sticky" in scheme else [])
+                r = subprocess.run([FERRY, "quantize", src, ref] + args, capture_output=True, text=True)
+                assert r.returncode == 0, r.stderr
+                want, meta = st_read(ref)
+                assert meta.get("ferry.quantize") == scheme
+                if weights is None:  # the engine's buffers, laid out as the FP8 checkpoint
+                    weights = {n: (np.zeros_like(a) if d == "F32" else ferry.Raw(d, a.shape, np.zeros_like(a)))
+                               for n, (d, a) in want.items()}
+                assert sub.sync_into(weights) == i + 1
+                for n, (d, a) in want.items():
+                    got = weights[n] if d == "F32" else weights[n].data
+                    assert np.array_equal(got.view(np.uint8), a.view(np.uint8)), "%s v%d: %s differs" % (scheme, i + 1, n)
+                assert want["model.layers.0.attn.weight"][0] == "F8_E4M3"
+                assert want["model.embed_tokens.weight"][0] == "BF16" and "model.embed_tokens.weight_scale_inv" not in want
+                if prev:
+                    moved += int(np.count_nonzero(st_read(prev)[0]["model.layers.0.mlp.down_proj.weight"][1]
+                                                  != want["model.layers.0.mlp.down_proj.weight"][1]))
+                prev = ref
+            assert kinds == ["anchor", "delta", "delta", "anchor", "delta"], kinds
+            assert moved > 0, "the versions move FP8 codes (the deltas are not empty)"
+            pub.close()
+            sub.close()
+
+
 if __name__ == "__main__":
-    _harness.run("test_fp8", [test_scalar_codes, test_quantize_matches_reference, test_sticky_scales, test_refusals])
+    _harness.run("test_fp8", [test_scalar_codes, test_quantize_matches_reference, test_sticky_scales, test_refusals,
+                              test_publish_fp8_memory_mode])
