@@ -19,7 +19,8 @@ Modules: _lib (loading, prototypes), errors (FerryError, its subclass per
 error area, the ERR_* codes), model (Model, load/save, dtype mapping),
 patch (diff/apply), sync (Store, Publisher, Subscriber; present when
 libferry has the sync layer), layout (engine
-layout of a tensor-parallel model), shard (sharded publish from
+layout of a tensor-parallel model), fp8 (dequantize FP8 block-quantized
+weights, include/ferry_quant.h), shard (sharded publish from
 torch.distributed trainer ranks, sliced pull applied to an engine's TP
 parameters; present when libferry has ferry_shard.h), dock (Dock: engines
 put trajectory batches, the trainer takes them under a staleness policy).
@@ -31,6 +32,7 @@ from . import errors
 from .model import (Model, Raw, DTYPE_NAMES, load, save, model_hash, f32_to_bf16)
 from .patch import diff, apply, apply_file, apply_inplace, inspect
 from . import layout
+from . import fp8
 
 __version__ = _lib.lib.ferry_version().decode()
 library_path = _lib.path
@@ -39,7 +41,7 @@ __all__ = ["FerryError", "FormatError", "PatchError", "StoreError", "SyncError",
            "LocoError", "SignatureError", "ShardError", "errors", "strerror", "last_error",
            "Model", "Raw", "DTYPE_NAMES",
            "load", "save", "model_hash", "f32_to_bf16", "diff", "apply",
-           "apply_file", "apply_inplace", "inspect", "library_path"]
+           "apply_file", "apply_inplace", "inspect", "library_path", "fp8"]
 
 if _lib.has("ferry_publisher_open") or _lib.has("ferry_publisher_create"):
     from .sync import Publisher, Subscriber, Store  # noqa: F401

@@ -25,12 +25,22 @@ positions the library reports for a region index the parameter directly.
     lay = ferry.layout.Layout.llama(shapes, tp_size=2, rank=1)
     lay.check_engine(engine_params)         # names, shapes: before any I/O
     lay.regions                             # what the island rank pulls
+
+FP8 checkpoints (include/ferry_quant.h): a checkpoint tensor NAME with a
+NAME_scale_inv beside it (one FP32 scale per 128 x 128 block) gives its
+engine parameter P a companion parameter P_scale_inv, split the same way
+on the block grid (rows / cols divided by 128), so that each rank's codes
+and scales dequantize (ferry.fp8.dequantize) to exactly its slice of the
+full dequantized tensor.  A split whose bounds are not on multiples of
+128 (or a fused part that ends inside a block) would cut a block that has
+one scale for both sides: refused, naming the parameter.
 """
 from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List, Mapping, Sequence, Tuple, Union
 
 from .errors import ERR_ARG, ERR_SHAPE_MISMATCH, FerryError
+from .fp8 import BLOCK, SCALE_SUFFIX, scale_shape
 from ._typing import Tensors
 
 COLUMN, ROW, FUSED, VOCAB, REPLICATED = "column", "row", "fused", "vocab", "replicated"
@@ -82,12 +92,13 @@ class Param:
     """One engine parameter: name, kind, the checkpoint tensors it is made
     of, its shape on this rank, and its regions (in offset order)."""
 
-    __slots__ = ("name", "kind", "sources", "shape", "regions")
+    __slots__ = ("name", "kind", "sources", "shape", "regions", "scale")
 
     def __init__(self, name: str, kind: str, sources: Iterable[str], shape: Sequence[int],
                  regions: List[Region]) -> None:
         self.name, self.kind, self.sources = name, kind, tuple(sources)
         self.shape, self.regions = tuple(shape), regions
+        self.scale = None  # FP8: the name of its block-scale parameter
 
     @property
     def nelem(self) -> int:
@@ -170,10 +181,55 @@ class Layout:
             reg = Region(src, r, c, name, offset)
             regions.append(reg)
             offset += reg.nelem
+        scales = self._scales(name, kind, sources, regions)  # checked before anything is kept
         p = Param(name, kind, sources, eshape, regions)
         self.params[name] = p
         self.regions += regions
+        if scales is not None:
+            p.scale = scales.name
+            self.params[scales.name] = scales
+            self.regions += scales.regions
         return p
+
+    def _scales(self, name, kind, sources, regions):
+        """Parameter name's block scales (a Param over the sources'
+        NAME_scale_inv, regions on the block grid), or None when its
+        checkpoint tensors are not FP8."""
+        fp8 = [s + SCALE_SUFFIX in self.shapes for s in sources]
+        if not any(fp8):
+            return None
+        sname = name + SCALE_SUFFIX
+        if not all(fp8):
+            raise FerryError(ERR_ARG, "layout: parameter %r: fused parts mix FP8 tensors (with %s) and others"
+                             % (name, SCALE_SUFFIX))
+        if sname in self.params:
+            raise FerryError(ERR_ARG, "layout: parameter %r described twice (the scales of %r)" % (sname, name))
+        out, offset = [], 0
+        for i, reg in enumerate(regions):
+            src = reg.source
+            rows, cols = self.dims(src)
+            sshape = self.shapes[src + SCALE_SUFFIX]
+            if len(self.shapes[src]) != 2 or tuple(sshape) != scale_shape(rows, cols):
+                raise FerryError(ERR_SHAPE_MISMATCH, "layout: parameter %r: %r is %s, its %r %s (a %dx%d block "
+                                 "grid of a 2-D tensor needs %s)" % (name, src, list(self.shapes[src]),
+                                                                    src + SCALE_SUFFIX, list(sshape), BLOCK,
+                                                                    BLOCK, list(scale_shape(rows, cols))))
+            for what, lo, hi, n in (("rows", reg.row_begin, reg.row_end, rows),
+                                    ("cols", reg.col_begin, reg.col_end, cols)):
+                if any(b % BLOCK and b != n for b in (lo, hi)):
+                    raise FerryError(ERR_ARG, "layout: parameter %r: rank %d of %d holds %s %d..%d of %r, "
+                                     "which cuts a %dx%d FP8 block (one scale for both sides): a split of an "
+                                     "FP8 tensor needs bounds on multiples of %d"
+                                     % (name, self.rank, self.tp_size, what, lo, hi, src, BLOCK, BLOCK, BLOCK))
+            if kind == FUSED and i + 1 < len(regions) and reg.rows % BLOCK:
+                raise FerryError(ERR_ARG, "layout: parameter %r: fused part %r gives %d rows, which end inside "
+                                 "a %dx%d FP8 block of the fused parameter" % (name, src, reg.rows, BLOCK, BLOCK))
+            sreg = Region(src + SCALE_SUFFIX, (reg.row_begin // BLOCK, -(-reg.row_end // BLOCK)),
+                          (reg.col_begin // BLOCK, -(-reg.col_end // BLOCK)), sname, offset)
+            out.append(sreg)
+            offset += sreg.nelem
+        shape = (sum(r.rows for r in out), out[0].cols)
+        return Param(sname, kind, [s + SCALE_SUFFIX for s in sources], shape, out)
 
     # ------------------------------------------------------------------
     @classmethod
@@ -189,8 +245,8 @@ class Layout:
         lay = cls(shapes, tp_size, rank)
         done = set()
         for name in shapes:
-            if name in done:
-                continue
+            if name in done or (name.endswith(SCALE_SUFFIX) and name[:-len(SCALE_SUFFIX)] in shapes):
+                continue                  # FP8 scales: with their tensor's parameter
             base, leaf = name.rsplit(".", 1) if "." in name else ("", name)
             mod = base.rsplit(".", 1)[-1]
             parent = base[:-len(mod)]
