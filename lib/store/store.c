@@ -5,10 +5,12 @@
 
 #include "store_impl.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -137,6 +139,25 @@ void ferry_store_listing_free(ferry_store_listing *l)
 
 static int starts(const char *s, const char *p) { return !strncmp(s, p, strlen(p)); }
 
+/* Whether a path without "://" reads as a URL with its slashes lost
+ * ("s3:/bkt", "http:/x", "file:/x", "s3:bkt"): a scheme-like first word
+ * (a letter, then letters, digits, '+', '-', '.') and a ':' followed by a
+ * '/' or after one of our schemes.  Taken as a plain path it would become
+ * a local directory "./s3:/bkt" and publish there without a word; a real
+ * directory of that name is still reachable as "./s3:/bkt". */
+static int scheme_like(const char *url)
+{
+    const char *p = url;
+    if (!isalpha((unsigned char)*p)) return 0;
+    while (isalnum((unsigned char)*p) || *p == '+' || *p == '-' || *p == '.') p++;
+    if (*p != ':') return 0;
+    size_t n = (size_t)(p - url);
+    static const char *const ours[] = {"file", "s3", "http", "https"};
+    for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++)
+        if (n == strlen(ours[i]) && !strncasecmp(url, ours[i], n)) return 1;
+    return p[1] == '/';
+}
+
 int ferry_store_open(const char *url, const ferry_store_options *opts, ferry_store **out)
 {
     if (!url || !out) return ferry__fail(FERRY_ERR_ARG, "ferry_store_open: NULL argument");
@@ -193,6 +214,11 @@ int ferry_store_open(const char *url, const ferry_store_options *opts, ferry_sto
         rc = ferry__http_init(s, url);
     } else if (strstr(url, "://")) {
         rc = ferry__fail(FERRY_ERR_STORE_URL, "%s: unknown scheme (file://, s3://, http://, https://)", url);
+    } else if (scheme_like(url)) {
+        rc = ferry__fail(FERRY_ERR_STORE_URL,
+                         "'%s' looks like a URL without its '//' (s3://BUCKET, http://HOST, file:///DIR); "
+                         "for a local directory of that name write ./%s",
+                         url, url);
     } else {
         rc = ferry__file_init(s, url, o->create);
     }

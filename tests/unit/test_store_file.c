@@ -77,6 +77,28 @@ static void test_open_forms(void)
     CHECK(s == NULL);
     CHECK_RC(ferry_store_open("ftp://host/x", NULL, &s), FERRY_ERR_STORE_URL);
     CHECK_RC(ferry_store_open("", NULL, &s), FERRY_ERR_STORE_URL);
+    /* a URL that lost its "//" is refused, naming it, never made a local
+     * directory (issue 27: Publisher("s3:/bkt/typo") published into ./s3:/bkt/typo) */
+    {
+        char here[256];
+        CHECK(getcwd(here, sizeof here) != NULL);
+        CHECK(chdir(g_root) == 0);
+        static const char *const lost[] = {"s3:/bkt/typo", "http:/x", "file:/x", "HTTPS:/h", "s3:bkt", "gs:/b"};
+        ferry_store_options mk = {.create = 1};
+        for (size_t i = 0; i < sizeof lost / sizeof lost[0]; i++) {
+            CHECK_RC(ferry_store_open(lost[i], &mk, &s), FERRY_ERR_STORE_URL);
+            CHECK(s == NULL && strstr(ferry_last_error(), lost[i]) != NULL);
+        }
+        struct stat ls;
+        CHECK(stat("s3:", &ls) != 0 && stat("http:", &ls) != 0 && stat("file:", &ls) != 0);
+        /* the escape it names works, and a ':' elsewhere is a plain path */
+        CHECK_OK(ferry_store_open("./s3:/bkt", &mk, &s));
+        ferry_store_free(s);
+        CHECK_OK(ferry_store_open("data:2024", &mk, &s));
+        ferry_store_free(s);
+        s = NULL;
+        CHECK(chdir(here) == 0);
+    }
     CHECK_RC(ferry_store_open(NULL, NULL, &s), FERRY_ERR_ARG);
     /* a missing root: refused unless create is set */
     char missing[200];
