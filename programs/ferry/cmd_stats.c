@@ -21,6 +21,31 @@ static void hist_json(const uint64_t *h, uint64_t far)
     printf(", \"far\": %llu}", (unsigned long long)far);
 }
 
+/* Whether path starts with a patch's magic (docs/FORMAT.md: ASCII
+ * "FERRYPAT"): asked only after it failed to open as a checkpoint, so that
+ * a patch given to stats is named as one instead of as a checkpoint with
+ * a bad header length. */
+static bool is_patch(const char *path)
+{
+    char m[8];
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    bool yes = fread(m, 1, sizeof m, f) == sizeof m && !memcmp(m, "FERRYPAT", sizeof m);
+    fclose(f);
+    return yes;
+}
+
+static int open_checkpoint(const char *path, ferry_model **out)
+{
+    int rc = ferry_model_open(path, out);
+    if (rc && is_patch(path)) {
+        fprintf(stderr, "%s stats: %s: this is a patch, not a checkpoint: use %s inspect %s "
+                        "(stats compares two .safetensors checkpoints)\n", cli_program, path, cli_program, path);
+        return 1;
+    }
+    return rc ? cli_fail("stats", rc, path) : 0;
+}
+
 int cmd_stats(int argc, char **argv)
 {
     const char *pos[2];
@@ -37,8 +62,8 @@ int cmd_stats(int argc, char **argv)
     ferry_model *a = NULL, *b = NULL;
     ferry_stats s;
     int rc;
-    if ((rc = ferry_model_open(pos[0], &a))) return cli_fail("stats", rc, pos[0]);
-    if ((rc = ferry_model_open(pos[1], &b))) { ferry_model_free(a); return cli_fail("stats", rc, pos[1]); }
+    if ((rc = open_checkpoint(pos[0], &a))) return rc;
+    if ((rc = open_checkpoint(pos[1], &b))) { ferry_model_free(a); return rc; }
     if ((rc = ferry_stats_compute(a, b, &s))) { ferry_model_free(a); ferry_model_free(b); return cli_fail("stats", rc, "comparing"); }
     double share = s.nelem ? (double)s.changed / (double)s.nelem : 0.0;
     if (json) {

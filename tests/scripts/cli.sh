@@ -112,6 +112,11 @@ usage_error "diff without -o: one line on stderr" diff "$G/a.safetensors" "$G/b.
 usage_error "apply with one argument: one line on stderr" apply "$G/a.safetensors"
 usage_error "inspect with two arguments: one line on stderr" inspect "$G/ab.patch" "$G/ab.patch"
 usage_error "stats with one argument: one line on stderr" stats "$G/a.safetensors"
+# a patch given to stats is named as one (issue 27: it reported a header length)
+usage_error "stats PATCH PATCH: one line on stderr" stats "$G/ab.patch" "$G/ab.patch"
+check "stats PATCH PATCH: says it is a patch and to use inspect" grep -q "this is a patch.*inspect" "$tmp/err"
+usage_error "stats OLD PATCH: one line on stderr" stats "$G/a.safetensors" "$G/ab.patch"
+check "stats OLD PATCH: names the patch" grep -q "ab.patch: this is a patch" "$tmp/err"
 usage_error "diff --level 99: one line on stderr" diff "$G/a.safetensors" "$G/b.safetensors" -o "$tmp/x.patch" --level 99
 
 # ---------------------------------------------------------------- round trips
