@@ -154,6 +154,23 @@ static int on_progress(void *user, uint64_t done, uint64_t total)
 static ferry_keys *g_keys;
 static void free_keys(void) { ferry_keys_free(g_keys); }
 
+/* Whether a key file holds a private key (a PEM "... PRIVATE KEY" block).
+ * The library trusts one's public half, as documented, but a private key
+ * passed where a public one belongs is usually a mistake that also copies
+ * the secret to every reader's machine: warn (issue 27). */
+static bool holds_private_key(const char *path)
+{
+    char head[128] = "";
+    FILE *f = fopen(path, "rb");
+    if (!f) return false; /* the ring's load reports it */
+    size_t n = fread(head, 1, sizeof head - 1, f);
+    fclose(f);
+    head[n] = 0;
+    char *nl = strchr(head, '\n');
+    if (nl) *nl = 0;
+    return !strncmp(head, "-----BEGIN ", 11) && strstr(head, "PRIVATE KEY-----");
+}
+
 static int load_keys(const char *cmd, sync_common *c)
 {
     if (!c->sign_key && !c->ntrust) return 0;
@@ -162,8 +179,13 @@ static int load_keys(const char *cmd, sync_common *c)
         if (rc) return sync_fail(cmd, rc, "key ring");
         atexit(free_keys);
         if (c->sign_key && (rc = ferry_keys_set_signer(g_keys, c->sign_key, NULL))) return sync_fail(cmd, rc, c->sign_key);
-        for (int i = 0; i < c->ntrust; i++)
+        for (int i = 0; i < c->ntrust; i++) {
+            if (holds_private_key(c->trust[i]))
+                fprintf(stderr, "%s %s: warning: --trust-key %s is a PRIVATE key: only its public half is "
+                                "trusted; give readers the .pub file and keep the .key on the trainer\n",
+                        cli_program, cmd, c->trust[i]);
             if ((rc = ferry_keys_trust(g_keys, c->trust[i], -1, NULL))) return sync_fail(cmd, rc, c->trust[i]);
+        }
     }
     c->keys = g_keys;
     return 0;

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import warnings
 from typing import Iterable, List, Optional, Tuple, Union
 
 from . import _lib
@@ -36,6 +37,19 @@ def keygen(prefix: PathArg) -> str:
     return kid.value.decode()
 
 
+def _holds_private_key(path: PathArg) -> bool:
+    """Whether a key file holds a PEM private key.  The library trusts its
+    public half (documented), but a private key given to trust is usually a
+    mistake that copies the secret to every reader: Keys warns (issue 27;
+    the CLI's --trust-key the same)."""
+    try:
+        with open(path, "rb") as f:
+            first = f.read(128).split(b"\n", 1)[0]
+    except OSError:
+        return False  # the library's load reports it
+    return first.startswith(b"-----BEGIN ") and b"PRIVATE KEY-----" in first
+
+
 class Keys(_lib.Handle):
     """A key ring: sign = a private key file (its public half is trusted
     too); trust = public key files, or (path, island) pairs enrolling a key
@@ -56,6 +70,10 @@ class Keys(_lib.Handle):
             self.ids.append(kid.value.decode())
         for t in trust:
             path, island = (t, -1) if isinstance(t, (str, bytes, os.PathLike)) else t
+            if _holds_private_key(path):
+                warnings.warn("ferry.Keys: trusted key %s is a PRIVATE key: only its public half is "
+                              "trusted; give readers the .pub file and keep the .key on the trainer"
+                              % os.fsdecode(path), UserWarning, stacklevel=2)
             kid = ctypes.create_string_buffer(17)
             check(L.ferry_keys_trust(h, cpath(path), int(island), kid))
             self.ids.append(kid.value.decode())
