@@ -156,9 +156,11 @@ typedef struct ferry_dock_options {
     uint64_t max_payload;       /* bound on a batch's payload, both ways; 0 = 256 MiB.
                                    Should not exceed the store's max_object_size - 128 */
     uint32_t max_scan;          /* objects one pass of take may fetch, delete or
-                                   quarantine besides those it admits; 0 = 256
-                                   (also: resume_seq's reads of objects that
-                                   are not the island's batches) */
+                                   quarantine besides those it admits; 0 = 256.
+                                   Of those reads, one island's name may take
+                                   max_scan / 8 (at least 8) a pass.  Also:
+                                   resume_seq's reads of objects that are not
+                                   the island's batches */
     uint32_t sweep_every;       /* a full listing of RUN/traj/ every this many
                                    takes (and at the first); 0 = 16 */
     int32_t corrupt_grace_ms;   /* a corrupt-looking object is rejected only when

@@ -22,6 +22,9 @@
 /* A window (or a set of versions that left it) wider than this is read
  * with one listing of RUN/traj/ instead of one listing per version. */
 #define DK_MAX_VERSION_LISTS 16u
+/* Reads that admit nothing one island may spend in a pass: max_scan / 8,
+ * at least this (dock_take.c, "each island's share"). */
+#define DK_MIN_SHARE 8u
 /* Cursor CAS attempts per commit before FERRY_ERR_DOCK_CONTENDED. */
 #define DK_COMMIT_ATTEMPTS 8
 /* Slots of the memory of objects judged and left in place (dock_memo.c);

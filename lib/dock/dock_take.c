@@ -171,16 +171,74 @@ static void quarantine_key(const ferry_dock *d, const char *key, int code, char 
 }
 
 /* ---- classification --------------------------------------------------- */
+/* ---- each island's share of a pass's reads ------------------------------ */
+/* Reads that admit nothing are counted per island (names that are not batch
+ * keys share one count); once an island has spent its share, the rest of
+ * its objects wait for a later pass.  So objects planted under one name
+ * cannot use up a pass's budget ahead of the other islands' batches: 20 000
+ * of them ahead in key order kept every good batch out for 78 passes, each
+ * reading 256 of them (issue 23 item 10). */
+typedef struct dk_shares {
+    uint64_t *id;    /* island + 2; 1 = names that are not batch keys; 0 = empty */
+    uint32_t *spent;
+    size_t mask;
+    uint32_t cap;    /* reads one share may spend in a pass */
+} dk_shares;
+
+#define DK_SHARE_NAMES 1u
+static uint64_t share_of(uint32_t island) { return (uint64_t)island + 2; }
+
+/* Every read that admits nothing spends budget, so at most max_scan + 1
+ * shares are ever spent from: twice that many slots always hold them. */
+static int shares_init(dk_shares *sh, uint32_t max_scan)
+{
+    size_t cap = 16;
+    while (cap < 2 * ((size_t)max_scan + 1)) cap *= 2;
+    sh->id = ferry__calloc(cap, sizeof *sh->id);
+    sh->spent = ferry__calloc(cap, sizeof *sh->spent);
+    sh->mask = cap - 1;
+    sh->cap = max_scan / 8 > DK_MIN_SHARE ? max_scan / 8 : DK_MIN_SHARE;
+    return sh->id && sh->spent ? FERRY_OK : FERRY_ERR_NOMEM;
+}
+
+static void shares_release(dk_shares *sh)
+{
+    free(sh->id);
+    free(sh->spent);
+}
+
+static uint32_t *share_slot(dk_shares *sh, uint64_t who)
+{
+    for (size_t i = (size_t)XXH3_64bits(&who, sizeof who) & sh->mask;; i = (i + 1) & sh->mask) {
+        if (sh->id[i] == who) return &sh->spent[i];
+        if (!sh->id[i]) {
+            sh->id[i] = who;
+            return &sh->spent[i];
+        }
+    }
+}
+
 typedef struct dk_pass {
     ferry_dock *d;
     uint64_t tv, lo, hi;
     bool sequential; /* versions above the window are left, not "future" */
     size_t want, admitted;
     uint32_t budget;
-    bool budget_hit;
+    bool budget_hit; /* objects were left for lack of budget or share */
     dk_items items;
     dk_pairs picked;
+    dk_shares shares;
 } dk_pass;
+
+/* Whether `who` may still read in this pass; if not, what it left waits. */
+static bool share_left(dk_pass *ps, uint64_t who)
+{
+    if (*share_slot(&ps->shares, who) < ps->shares.cap) return true;
+    ps->budget_hit = true;
+    return false;
+}
+
+static void share_spend(dk_pass *ps, uint64_t who) { (*share_slot(&ps->shares, who))++; }
 
 /* Records a rejection.  With the object's bytes, they are copied to the
  * quarantine now (before the commit, so the bytes need not be held);
@@ -333,19 +391,34 @@ static int classify(dk_pass *ps, const ferry_store_entry *e)
     bool admitted;
     bool keys = ferry__sign_keys_enforce(d->o.keys);
     if (ferry_dock_key_parse(d->run, e->key, &v, &isl, &s)) {
-        if (!spend(ps)) return FERRY_OK;
+        if (!share_left(ps, DK_SHARE_NAMES) || !spend(ps)) return FERRY_OK;
+        if (d->o.delete_rejected) { /* no copy to keep: its bytes do not matter */
+            ferry__fail(FERRY_ERR_DOCK_KEY, "%s: not a batch key of run '%s' (deleted unread)", e->key, d->run);
+            return reject(ps, e->key, FERRY_ERR_DOCK_KEY, 0, 0, 0, NULL, 0);
+        }
+        share_spend(ps, DK_SHARE_NAMES);
         return fetch(ps, e, false, 0, 0, 0, FETCH_ADMIT, &admitted);
+    }
+    if (keys && !ferry__sign_role_keys(d->o.keys, isl)) {
+        /* no key is enrolled for that island: nothing under its name can
+         * ever verify, so it is not read (nor copied: deleted) */
+        if (!spend(ps)) return FERRY_OK;
+        ferry__fail(FERRY_ERR_DOCK_SIGNATURE, "%s: no key is enrolled for island %" PRIu32 " in this consumer's ring (deleted unread)",
+                    e->key, isl);
+        return reject(ps, e->key, FERRY_ERR_DOCK_SIGNATURE, v, isl, s, NULL, 0);
     }
     if (v > ps->hi) {
         if (ps->sequential) return FERRY_OK; /* a later request's version */
-        if (grace_skip(d, e) || !spend(ps)) return FERRY_OK;
+        if (grace_skip(d, e) || !share_left(ps, share_of(isl)) || !spend(ps)) return FERRY_OK;
+        share_spend(ps, share_of(isl));
         return fetch(ps, e, true, v, isl, s, FETCH_ADMIT, &admitted);
     }
     bool seen = ferry__dock_state_has(&d->st, isl, s);
     if (keys && (seen || v < ps->lo)) {
         /* read: a replay of a signed batch from a forgery, or (stale) the
          * island's own batch from a name planted to burn its seq */
-        if (grace_skip(d, e) || !spend(ps)) return FERRY_OK;
+        if (grace_skip(d, e) || !share_left(ps, share_of(isl)) || !spend(ps)) return FERRY_OK;
+        share_spend(ps, share_of(isl));
         return fetch(ps, e, true, v, isl, s, seen ? FETCH_REPLAY : FETCH_STALE, &admitted);
     }
     if (v < ps->lo || seen) {
@@ -358,7 +431,7 @@ static int classify(dk_pass *ps, const ferry_store_entry *e)
         if (!spend(ps)) return FERRY_OK;
         return add_resolved(ps, e->key, IT_DUP, v, isl, s);
     }
-    if (grace_skip(d, e)) return FERRY_OK;
+    if (grace_skip(d, e) || !share_left(ps, share_of(isl))) return FERRY_OK;
     if (!ps->budget) { /* reading may end in a rejection, which needs budget */
         ps->budget_hit = true;
         return FERRY_OK;
@@ -369,6 +442,7 @@ static int classify(dk_pass *ps, const ferry_store_entry *e)
         pairs_add(&ps->picked, isl, s);
     } else {
         ps->budget--;
+        share_spend(ps, share_of(isl));
     }
     return rc;
 }
@@ -520,6 +594,7 @@ static int pass(ferry_dock *d, const ferry_dock_policy *p, uint64_t tv, size_t w
     for (size_t i = 0; i < nls; i++) total += ls[i]->count;
     size_t expect = (want < total ? want : total) + d->o.max_scan + 1;
     if (!rc) rc = pairs_init(&ps.picked, expect);
+    if (!rc) rc = shares_init(&ps.shares, d->o.max_scan);
 
     /* Classify, stopping at the first store error: what was decided
      * before it is still committed below.  The window's objects go first,
@@ -539,6 +614,7 @@ static int pass(ferry_dock *d, const ferry_dock_policy *p, uint64_t tv, size_t w
             }
     for (size_t i = 0; i < nls; i++) ferry_store_listing_free(ls[i]);
     free(ps.picked.slot);
+    shares_release(&ps.shares);
     if (rc) {
         items_release(&ps.items);
         return rc;

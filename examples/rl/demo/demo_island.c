@@ -489,12 +489,15 @@ int cmd_island(int argc, char **argv)
     }
     if (key_dir) {
         /* signed run: follow only versions the trainer's key signed, sign
-         * every batch with this island's own key */
+         * every batch with this island's own key (an island signer: it
+         * signs batches only); the dock ring also trusts the trainer's key,
+         * so that resume_seq believes the trainer's signed cursor */
         char kp[4200], pp[4200];
         snprintf(kp, sizeof kp, "%s/island-%u.key", key_dir, is.id);
         snprintf(pp, sizeof pp, "%s/trainer.pub", key_dir);
-        if ((rc = ferry_keys_create(&is.trust)) || (rc = ferry_keys_trust(is.trust, pp, -1, NULL)) ||
-            (rc = ferry_keys_create(&is.sign)) || (rc = ferry_keys_set_signer(is.sign, kp, NULL))) {
+        if ((rc = ferry_keys_create(&is.trust)) || (rc = ferry_keys_trust(is.trust, pp, FERRY_KEY_PUBLISHER, NULL)) ||
+            (rc = ferry_keys_create(&is.sign)) || (rc = ferry_keys_set_island_signer(is.sign, kp, is.id, NULL)) ||
+            (rc = ferry_keys_trust(is.sign, pp, FERRY_KEY_PUBLISHER, NULL))) {
             island_fail(&is, "keys", rc);
             goto out;
         }

@@ -598,8 +598,9 @@ void demo_leg_release(demo_leg *leg)
     leg->steps = NULL;
 }
 
-/* The trainer's rings of a signed run: its signing key, and each
- * island's public key enrolled for that island. */
+/* The trainer's rings of a signed run: its signing key, and (the dock's)
+ * each island's public key enrolled for that island plus the trainer's
+ * signing key, which signs the dock's cursor. */
 static int demo_trainer_keys(const demo_options *o, ferry_keys **sign, ferry_keys **enrolled)
 {
     char path[4400];
@@ -607,6 +608,7 @@ static int demo_trainer_keys(const demo_options *o, ferry_keys **sign, ferry_key
     if (!rc) rc = ferry_keys_create(enrolled);
     snprintf(path, sizeof path, "%s/trainer.key", o->key_dir);
     if (!rc) rc = ferry_keys_set_signer(*sign, path, NULL);
+    if (!rc) rc = ferry_keys_set_signer(*enrolled, path, NULL);
     for (uint32_t i = 0; !rc && i < o->islands; i++) {
         snprintf(path, sizeof path, "%s/island-%u.pub", o->key_dir, i);
         rc = ferry_keys_trust(*enrolled, path, i, NULL);
