@@ -14,13 +14,26 @@ checkpoint's:
   vocab      vocabulary-parallel embedding or head: rows split, as column
   replicated the whole tensor on every rank (norms, biases of row-parallel
              layers)
+  experts_w13, experts_w2
+             the fused experts of one MoE layer as vLLM's FusedMoE holds
+             them: w13 [E_local, 2*I/mtp, H] (each expert's gate rows, then
+             its up rows) and w2 [E_local, H, I/mtp], made of a fused 3-D
+             checkpoint tensor ([E, 2I, H] / [E, H, I]) or of per-expert
+             ones (experts.N.gate_proj / up_proj [I, H], down_proj [H, I]).
+             Expert parallelism: the rank holds experts
+             [ep_rank*E/ep, (ep_rank+1)*E/ep), each TP-split inside over
+             the mtp = tp_size/ep_size ranks of its EP group (SGLang's
+             moe_tp; ep_size = tp_size is vLLM's EP, ep_size = 1 plain TP)
 
 Every tensor is seen as 2-D (rows = shape[0], cols = the product of the
 other dims), as ferry_shard.h sees it.  A rank's piece of one checkpoint
-tensor is a REGION (tensor, row range, col range) and always spans the
-engine parameter's full width, so region element (row, col) lands at flat
-index offset + row * cols + col of the engine parameter: the changed
-positions the library reports for a region index the parameter directly.
+tensor is a REGION (tensor, row range, col range); region element (row,
+col) lands at flat index offset + row * pitch + col of the engine
+parameter, where pitch is the region's width (so the changed positions
+the library reports for a region index the parameter directly) except in
+expert regions that interleave (a TP slice of fused experts: gate and up
+rows of each expert alternate; w2's [E, H, I] view needs one region per
+hidden row, as the library's 2-D view of it has rows = experts).
 
     lay = ferry.layout.Layout.llama(shapes, tp_size=2, rank=1)
     lay.check_engine(engine_params)         # names, shapes: before any I/O
@@ -37,14 +50,19 @@ one scale for both sides: refused, naming the parameter.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping, Sequence, Tuple, Union
+import re
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import ERR_ARG, ERR_SHAPE_MISMATCH, FerryError
 from .fp8 import BLOCK, SCALE_SUFFIX, scale_shape
 from ._typing import Tensors
 
 COLUMN, ROW, FUSED, VOCAB, REPLICATED = "column", "row", "fused", "vocab", "replicated"
-KINDS = (COLUMN, ROW, FUSED, VOCAB, REPLICATED)
+EXPERTS_W13, EXPERTS_W2 = "experts_w13", "experts_w2"
+KINDS = (COLUMN, ROW, FUSED, VOCAB, REPLICATED, EXPERTS_W13, EXPERTS_W2)
+# Per-expert checkpoint tensors and fused ones (vLLM's FusedMoE names).
+_PER_EXPERT = re.compile(r"^(.*\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+_FUSED_EXPERTS = re.compile(r"^(.*\.experts)\.(w13_weight|w2_weight)$")
 
 
 def _2d(shape: Sequence[int]) -> Tuple[int, int]:
@@ -59,16 +77,29 @@ class Region:
     """One slice of a checkpoint tensor held by this rank: rows
     [row_begin, row_end) x cols [col_begin, col_end) of `source` (2-D
     view), stored in engine parameter `param` from flat element `offset`
-    on, row-major, rows x cols."""
+    on, row-major, rows x cols, `pitch` elements from one row's start to
+    the next's (default: cols, contiguous)."""
 
-    __slots__ = ("source", "row_begin", "row_end", "col_begin", "col_end", "param", "offset")
+    __slots__ = ("source", "row_begin", "row_end", "col_begin", "col_end", "param", "offset", "pitch")
 
     def __init__(self, source: str, rows: Tuple[int, int], cols: Tuple[int, int], param: str,
-                 offset: int) -> None:
+                 offset: int, pitch: Optional[int] = None) -> None:
         self.source = source
         self.row_begin, self.row_end = rows
         self.col_begin, self.col_end = cols
         self.param, self.offset = param, offset
+        self.pitch = self.cols if pitch is None else int(pitch)
+
+    @property
+    def contiguous(self) -> bool:
+        return self.pitch == self.cols or self.rows <= 1
+
+    def positions(self, flat: Any) -> Any:
+        """Region flat positions (row * cols + col, a torch int64 tensor)
+        as positions in the engine parameter, offset included."""
+        if self.contiguous:
+            return flat + self.offset
+        return flat // self.cols * self.pitch + flat % self.cols + self.offset
 
     @property
     def rows(self) -> int:
@@ -83,9 +114,9 @@ class Region:
         return self.rows * self.cols
 
     def __repr__(self) -> str:
-        return "Region(%s[%d:%d, %d:%d] -> %s+%d)" % (self.source, self.row_begin, self.row_end,
-                                                     self.col_begin, self.col_end, self.param,
-                                                     self.offset)
+        return "Region(%s[%d:%d, %d:%d] -> %s+%d%s)" % (
+            self.source, self.row_begin, self.row_end, self.col_begin, self.col_end, self.param,
+            self.offset, "" if self.contiguous else " pitch %d" % self.pitch)
 
 
 class Param:
@@ -113,16 +144,25 @@ class Layout:
 
     shapes: checkpoint tensor name -> full shape (a state_dict's shapes, a
     safetensors header's, a config's); tp_size, rank: the engine's tensor
-    parallel world and this rank.  add() describes one parameter and
-    checks it against shapes at once (FerryError ERR_ARG naming the
-    parameter when a split does not divide, PatchError ERR_SHAPE_MISMATCH
-    when fused parts disagree)."""
+    parallel world and this rank; ep_size: the expert-parallel groups
+    the experts are split over (it divides tp_size; each group of
+    moe_tp = tp_size / ep_size consecutive ranks holds one expert range,
+    TP-split inside: ep_rank = rank // moe_tp, moe_tp_rank = rank % moe_tp).
+    add() describes one parameter and checks it against shapes at once
+    (FerryError ERR_ARG naming the parameter when a split does not divide,
+    PatchError ERR_SHAPE_MISMATCH when fused parts disagree)."""
 
-    def __init__(self, shapes: Mapping[str, Sequence[int]], tp_size: int, rank: int) -> None:
+    def __init__(self, shapes: Mapping[str, Sequence[int]], tp_size: int, rank: int,
+                 ep_size: int = 1) -> None:
         if int(tp_size) < 1 or not 0 <= int(rank) < int(tp_size):
             raise FerryError(ERR_ARG, "layout: rank %r of tp_size %r" % (rank, tp_size))
+        if int(ep_size) < 1 or int(tp_size) % int(ep_size):
+            raise FerryError(ERR_ARG, "layout: ep_size %r does not divide tp_size %r" % (ep_size, tp_size))
         self.shapes = {k: tuple(int(d) for d in v) for k, v in shapes.items()}
         self.tp_size, self.rank = int(tp_size), int(rank)
+        self.ep_size = int(ep_size)
+        self.moe_tp = self.tp_size // self.ep_size
+        self.ep_rank, self.moe_tp_rank = divmod(self.rank, self.moe_tp)
         self.params: Dict[str, Param] = {}
         self.regions: List[Region] = []
 
@@ -136,24 +176,33 @@ class Layout:
                              % (param, source))
         return self.shapes[source]
 
-    def _split(self, param, source, n, what):
-        if n % self.tp_size:
+    def _split(self, param, source, n, what, split=None):
+        size, rank, world = split or (self.tp_size, self.rank, "tp_size")
+        if n % size:
             raise FerryError(ERR_ARG, "layout: parameter %r: %s of %r is %d, not divisible by "
-                             "tp_size %d" % (param, what, source, n, self.tp_size))
-        k = n // self.tp_size
-        return self.rank * k, (self.rank + 1) * k
+                             "%s %d" % (param, what, source, n, world, size))
+        k = n // size
+        return rank * k, (rank + 1) * k
 
-    def add(self, name: str, kind: str, sources: Union[str, Iterable[str]]) -> Param:
+    def add(self, name: str, kind: str, sources: Union[str, Iterable[str]], moe: bool = False) -> Param:
         """Describes engine parameter `name` of `kind` (KINDS) made of
-        checkpoint tensors `sources` (one name, or a list for FUSED)."""
+        checkpoint tensors `sources` (one name, or a list for FUSED; for
+        EXPERTS_W13 one fused [E, 2I, H] tensor or every expert's gate and
+        up, [gate_0, up_0, gate_1, ...]; for EXPERTS_W2 one [E, H, I]
+        tensor or every expert's down).  moe: a column/row/fused split over
+        the moe_tp ranks of this rank's EP group (a per-expert parameter of
+        an expert this rank holds), not over tp_size."""
         if kind not in KINDS:
             raise FerryError(ERR_ARG, "layout: parameter %r: unknown kind %r" % (name, kind))
         if name in self.params:
             raise FerryError(ERR_ARG, "layout: parameter %r described twice" % name)
         sources = [sources] if isinstance(sources, str) else list(sources)
+        if kind in (EXPERTS_W13, EXPERTS_W2):
+            return self._experts(name, kind, sources)
         if not sources or (kind != FUSED and len(sources) != 1):
             raise FerryError(ERR_ARG, "layout: parameter %r: %s takes %s checkpoint tensor"
                              % (name, kind, "one or more" if kind == FUSED else "exactly one"))
+        split = (self.moe_tp, self.moe_tp_rank, "moe_tp") if moe else None
         regions, offset, rows_total, tail = [], 0, 0, None
         for src in sources:
             shape = self._shape(name, src)
@@ -164,13 +213,13 @@ class Layout:
                 if len(shape) != 2:
                     raise FerryError(ERR_ARG, "layout: parameter %r: row-parallel needs a 2-D "
                                      "tensor, %r is %s" % (name, src, list(shape)))
-                r, c = (0, rows), self._split(name, src, cols, "dim 1")
+                r, c = (0, rows), self._split(name, src, cols, "dim 1", split)
                 eshape = (rows, c[1] - c[0])
             else:
                 if not shape:
                     raise FerryError(ERR_ARG, "layout: parameter %r: %r is a scalar and cannot "
                                      "be split" % (name, src))
-                r, c = self._split(name, src, rows, "dim 0"), (0, cols)
+                r, c = self._split(name, src, rows, "dim 0", split), (0, cols)
                 if tail is not None and shape[1:] != tail:
                     raise FerryError(ERR_SHAPE_MISMATCH, "layout: parameter %r: fused parts "
                                      "differ past dim 0 (%r is %s, the first part %s)"
@@ -189,6 +238,64 @@ class Layout:
             p.scale = scales.name
             self.params[scales.name] = scales
             self.regions += scales.regions
+        return p
+
+    def _experts(self, name, kind, sources):
+        """add() of EXPERTS_W13 / EXPERTS_W2: this rank's expert range,
+        TP-split inside over moe_tp, in FusedMoE's engine shape."""
+        w13 = kind == EXPERTS_W13
+        shapes = [self._shape(name, src) for src in sources]
+        if any(src + SCALE_SUFFIX in self.shapes for src in sources):
+            raise FerryError(ERR_ARG, "layout: parameter %r: FP8 experts (%s) are not supported yet"
+                             % (name, SCALE_SUFFIX))
+        fused = len(sources) == 1 and len(shapes[0]) == 3
+        if fused:
+            if w13:
+                E, I2, H = shapes[0]
+                if I2 % 2:
+                    raise FerryError(ERR_SHAPE_MISMATCH, "layout: parameter %r: %r is %s, dim 1 (gate "
+                                     "and up rows) is odd" % (name, sources[0], list(shapes[0])))
+                inter = I2 // 2
+            else:
+                E, H, inter = shapes[0]
+        else:
+            per = 2 if w13 else 1
+            want = shapes[0] if shapes[0] and len(shapes[0]) == 2 else None
+            bad = [s for s, sh in zip(sources, shapes) if want is None or sh != want]
+            if bad or len(sources) % per:
+                raise FerryError(ERR_SHAPE_MISMATCH, "layout: parameter %r: %s needs one 3-D fused tensor "
+                                 "or 2-D per-expert tensors of one shape%s (%r is %s)"
+                                 % (name, kind, " in gate/up pairs" if w13 else "",
+                                    (bad or sources)[0], list(self.shapes[(bad or sources)[0]])))
+            E = len(sources) // per
+            inter, H = want if w13 else want[::-1]
+        e0, e1 = self._split(name, sources[0] if fused else "%d experts" % E, E, "the expert count",
+                             (self.ep_size, self.ep_rank, "ep_size"))
+        a, b = self._split(name, sources[0], inter, "the expert intermediate size",
+                           (self.moe_tp, self.moe_tp_rank, "moe_tp (tp_size / ep_size)"))
+        k, n = b - a, e1 - e0
+        if w13:
+            eshape = (n, 2 * k, H)
+            if fused and k == inter:
+                regions = [Region(sources[0], (e0, e1), (0, I2 * H), name, 0)]
+            elif fused:   # gate rows a..b, then up rows I+a..I+b, of each expert
+                regions = [Region(sources[0], (e0, e1), ((j * inter + a) * H, (j * inter + b) * H), name,
+                                  j * k * H, pitch=2 * k * H) for j in (0, 1)]
+            else:
+                regions = [Region(sources[2 * e + j], (a, b), (0, H), name, (2 * (e - e0) + j) * k * H)
+                           for e in range(e0, e1) for j in (0, 1)]
+        else:
+            eshape = (n, H, k)
+            if fused and k == inter:
+                regions = [Region(sources[0], (e0, e1), (0, H * inter), name, 0)]
+            elif fused:   # the library's view of [E, H, I] is E x (H*I): one region per hidden row
+                regions = [Region(sources[0], (e0, e1), (h * inter + a, h * inter + b), name, h * k,
+                                  pitch=H * k) for h in range(H)]
+            else:
+                regions = [Region(sources[e], (0, H), (a, b), name, (e - e0) * H * k) for e in range(e0, e1)]
+        p = Param(name, kind, sources, eshape, regions)
+        self.params[name] = p
+        self.regions += regions
         return p
 
     def _scales(self, name, kind, sources, regions):
@@ -243,6 +350,77 @@ class Layout:
         parallel, every other tensor (norms) replicated.  Engine names are
         the checkpoint's, the fused ones as above."""
         lay = cls(shapes, tp_size, rank)
+        lay._llama_rules(shapes, fuse_qkv, fuse_gate_up, prefix)
+        return lay
+
+    @classmethod
+    def moe(cls, shapes: Mapping[str, Sequence[int]], tp_size: int, rank: int, ep_size: Optional[int] = None,
+            fuse_experts: bool = True, fuse_qkv: bool = True, fuse_gate_up: bool = True,
+            prefix: str = "model.") -> Layout:
+        """The layout of a MoE checkpoint (Qwen-MoE, DeepSeek, Mixtral
+        names) on an engine of tp_size ranks whose experts are split over
+        ep_size EP groups (default tp_size: vLLM's expert parallelism,
+        whole experts; 1: experts TP-split like a dense MLP; between:
+        SGLang's moe_tp = tp_size / ep_size inside each expert).
+
+        Experts come as per-expert tensors (...mlp.experts.N.gate_proj /
+        up_proj / down_proj.weight) or fused 3-D ones (...mlp.experts.
+        w13_weight [E, 2I, H], w2_weight [E, H, I]).  Either way the engine
+        holds them fused (EXPERTS_W13 / EXPERTS_W2 as ...mlp.experts.
+        w13_weight / w2_weight) unless fuse_experts=False, which keeps
+        per-expert parameters (only the experts of this rank's range,
+        gate/up fused as fuse_gate_up says) for per-expert checkpoints.
+        Everything else follows llama(): the router (mlp.gate.weight) and
+        norms replicated, shared experts (mlp.shared_expert(s).*_proj)
+        split like the dense MLP over all tp_size ranks."""
+        lay = cls(shapes, tp_size, rank, tp_size if ep_size is None else ep_size)
+        groups: Dict[str, Dict[str, Any]] = {}
+        dense = {}
+        for name, shp in shapes.items():
+            m = _PER_EXPERT.match(name)
+            if m:
+                groups.setdefault(m.group(1), {}).setdefault(m.group(3), {})[int(m.group(2))] = name
+                continue
+            m = _FUSED_EXPERTS.match(name)
+            if m:
+                groups.setdefault(m.group(1), {})[m.group(2)] = name
+            else:
+                dense[name] = shp
+        lay._llama_rules(dense, fuse_qkv, fuse_gate_up, prefix)
+        for base, g in groups.items():
+            w13, w2 = base + ".w13_weight", base + ".w2_weight"
+            if "w13_weight" in g or "w2_weight" in g:
+                for leaf in ("w13_weight", "w2_weight"):
+                    if leaf not in g or len(g) != 2:
+                        raise FerryError(ERR_ARG, "layout: %s: the checkpoint has %s; fused experts need "
+                                         "w13_weight and w2_weight and nothing else" % (base, sorted(g)))
+                lay.add(w13, EXPERTS_W13, g["w13_weight"])
+                lay.add(w2, EXPERTS_W2, g["w2_weight"])
+                continue
+            E = 1 + max(e for part in g.values() for e in part)
+            for e in range(E):
+                for m in ("gate_proj", "up_proj", "down_proj"):
+                    if e not in g.get(m, {}):
+                        raise FerryError(ERR_ARG, "layout: %s: the checkpoint has no %s.%d.%s.weight (experts "
+                                         "0..%d need gate_proj, up_proj and down_proj)" % (base, base, e, m, E - 1))
+            if fuse_experts:
+                lay.add(w13, EXPERTS_W13, [g[m][e] for e in range(E) for m in ("gate_proj", "up_proj")])
+                lay.add(w2, EXPERTS_W2, [g["down_proj"][e] for e in range(E)])
+                continue
+            e0, e1 = lay._split(base, "%d experts" % E, E, "the expert count", (lay.ep_size, lay.ep_rank, "ep_size"))
+            for e in range(e0, e1):
+                gate, up, down = (g[m][e] for m in ("gate_proj", "up_proj", "down_proj"))
+                if fuse_gate_up:
+                    lay.add("%s.%d.gate_up_proj.weight" % (base, e), FUSED, [gate, up], moe=True)
+                else:
+                    lay.add(gate, COLUMN, gate, moe=True)
+                    lay.add(up, COLUMN, up, moe=True)
+                lay.add(down, ROW, down, moe=True)
+        return lay
+
+    def _llama_rules(self, shapes, fuse_qkv, fuse_gate_up, prefix):
+        """llama()'s parameters of the tensors `shapes` names."""
+        lay = self
         done = set()
         for name in shapes:
             if name in done or (name.endswith(SCALE_SUFFIX) and name[:-len(SCALE_SUFFIX)] in shapes):
@@ -267,7 +445,6 @@ class Layout:
             else:
                 lay.add(name, REPLICATED, name)
             done.add(name)
-        return lay
 
     # ------------------------------------------------------------------
     def check_engine(self, params: Tensors) -> None:
@@ -297,8 +474,10 @@ class Layout:
         import torch
         out = {}
         for name, p in self.params.items():
-            pieces = [full[r.source].reshape(_2d(full[r.source].shape))
-                      [r.row_begin:r.row_end, r.col_begin:r.col_end].reshape(-1)
-                      for r in p.regions]
-            out[name] = torch.cat(pieces).reshape(p.shape).contiguous()
+            flat = torch.empty(p.nelem, dtype=full[p.regions[0].source].dtype)
+            for r in p.regions:
+                piece = full[r.source].reshape(_2d(full[r.source].shape))[r.row_begin:r.row_end,
+                                                                          r.col_begin:r.col_end]
+                flat.as_strided((r.rows, r.cols), (r.pitch, 1), r.offset).copy_(piece)
+            out[name] = flat.reshape(p.shape)
         return out

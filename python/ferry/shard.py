@@ -430,8 +430,10 @@ class ShardSubscriber(_lib.Handle):
                 continue                      # the same storage as its group's first
             flat = params[name].view(-1)
             for kind, off, a, b in steps:
-                if kind == "copy":
+                if kind == "copy" and b is None:
                     flat[off:off + a.numel()].copy_(a.to(flat.device))
+                elif kind == "copy":          # an interleaved region: b, its positions
+                    flat.index_copy_(0, b.to(flat.device), a.to(flat.device))
                 else:
                     flat.index_copy_(0, a.to(flat.device) + off, b.to(flat.device))
         self._whole = False
@@ -443,8 +445,10 @@ class ShardSubscriber(_lib.Handle):
         return got
 
     def _plan(self, params, whole):
-        """{engine name: [("copy", offset, values, None) | ("index",
-        offset, positions, values)]} from the library's cover."""
+        """{engine name: [("copy", offset, values, None | positions) |
+        ("index", offset, positions, values)]} from the library's cover
+        (positions of a region that is not contiguous in its parameter
+        are mapped through its pitch, offset included: then offset 0)."""
         torch = _torch(required=True)
         _, from_code = _torch_tables(torch)
         plan = {n: [] for n in self.layout.params}
@@ -470,13 +474,19 @@ class ShardSubscriber(_lib.Handle):
             if whole or allflag.value:
                 buf = torch.empty(r.nelem, dtype=p.dtype)
                 check(L.ferry_shard_region_copy(self.handle, i, buf.data_ptr(), r.nelem * esz))
-                plan[r.param].append(("copy", r.offset, buf, None))
+                if r.contiguous:
+                    plan[r.param].append(("copy", r.offset, buf, None))
+                else:
+                    plan[r.param].append(("copy", 0, buf, r.positions(torch.arange(r.nelem))))
             elif count.value:
                 n = count.value
                 idx = torch.from_numpy(np.ctypeslib.as_array(pos, (n,)).copy())
                 words = _view_bytes(vals.value, n * esz, self).view(_WORD[esz]).copy()
                 v = torch.from_numpy(words).view(p.dtype)
-                plan[r.param].append(("index", r.offset, idx, v))
+                if r.contiguous:
+                    plan[r.param].append(("index", r.offset, idx, v))
+                else:
+                    plan[r.param].append(("index", 0, r.positions(idx), v))
         return plan
 
     def wait(self, after_version: Optional[int] = None,
