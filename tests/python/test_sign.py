@@ -94,6 +94,48 @@ def test_signed_run_followed_and_forgeries_refused():
     pub.close()
 
 
+def test_key_roles_and_empty_rings():
+    """Issue 23 items 1 and 13: island 0's key, enrolled in the trainer's ring
+    for island 0's batches, signs a HEAD and manifest of its own: the
+    trainer's Subscriber and Publisher refuse them (SignatureError 142), the
+    engine's tensors untouched; a ring with no key raises."""
+    need_keys()
+    for name in ("t3", "isl0"):
+        ferry.keygen(os.path.join(TMP, name))
+    url = "file://" + os.path.join(TMP, "roles")
+    tk = ferry.Keys(sign=os.path.join(TMP, "t3.key"), trust=[(os.path.join(TMP, "isl0.pub"), 0)])
+    assert tk.trusted == 2 and tk.publishers == 1
+    pub = ferry.Publisher(url, "rl", keys=tk)
+    pub.publish(masters(1))
+    pub.close()
+    forger = ferry.Keys(sign=os.path.join(TMP, "isl0.key"), trust=[os.path.join(TMP, "t3.pub")])
+    fp = ferry.Publisher(url, "rl", keys=forger)   # resumes on the trainer's version 1
+    fp.publish(masters(66))
+    fp.close()
+    w = engine()
+    before = {k: v.clone() for k, v in w.items()}
+    sub = ferry.Subscriber(url, "rl", keys=tk)
+    e = _raises(ferry.FerryError, sub.sync_into, w)
+    assert e.code == 142 and "not enrolled as a publisher" in str(e), e
+    assert all(torch.equal(w[k], before[k]) for k in w)
+    sub.close()
+    e = _raises(ferry.FerryError, ferry.Publisher, url, "rl", keys=tk)
+    assert e.code == 142
+    # island 0's batch ring cannot sign a version
+    ik = ferry.Keys(sign=os.path.join(TMP, "isl0.key"), island=0)
+    assert ik.trusted == 1 and ik.publishers == 0
+    p2 = ferry.Publisher("file://" + os.path.join(TMP, "roles2"), "rl", keys=ik)
+    e = _raises(ferry.FerryError, p2.publish, masters(2))
+    assert e.code == ferry.errors.ERR_ARG
+    p2.close()
+    # empty rings: a glob that matched nothing, nothing at all
+    for kw in ({"trust": []}, {"trust": iter(())}, {}, {"sign": os.path.join(TMP, "t3.key"), "trust": []}):
+        e = _raises(ferry.FerryError, ferry.Keys, **kw)
+        assert e.code == ferry.errors.ERR_ARG, kw
+    e = _raises(ferry.FerryError, ferry.Keys, island=0, trust=[os.path.join(TMP, "t3.pub")])
+    assert e.code == ferry.errors.ERR_ARG
+
+
 if __name__ == "__main__":
     try:
         run("sign", [v for k, v in list(globals().items()) if k.startswith("test_")])
