@@ -155,6 +155,10 @@
         /* ferry_subscriber_wait: no newer version in time */ \
     X(FERRY_ERR_SYNC_RUN, 89, "sync: invalid run name") \
         /* invalid run name */ \
+    X(FERRY_ERR_SYNC_FOREIGN, 90, "sync: a version of another run (run id differs)") \
+        /* HEAD (or the state, cache or index read with it) carries another \
+           run id than the one this handle pinned: a version copied from \
+           another store or prefix, or a run restarted (names both ids) */ \
     \
     /* ---- 100..119 dock (ferry_dock.h) ------------------------------- \
        The first ten are the reasons a stored object is rejected (each is \

@@ -88,6 +88,10 @@ typedef struct ferry_shard_options {
                                  rank reads (begin, a restarted rank's own
                                  tiles) must verify: a publisher with a key
                                  never resumes from a HEAD it cannot verify */
+    int new_run;              /* as ferry_publisher_options.new_run: HEAD is
+                                 absent but RUN/v/ holds versions: begin the
+                                 run anew at version 1 (a new run id) instead
+                                 of FERRY_ERR_SYNC_BACKWARDS */
 } ferry_shard_options;
 
 /* Opens the publisher of one rank on RUN; sends no request.  The handle

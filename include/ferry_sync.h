@@ -102,10 +102,25 @@ typedef struct ferry_publisher_options {
                                  metadata ("ferry.quantize"); resuming a run
                                  published under another scheme (none
                                  included) is refused (FERRY_ERR_ARG) */
+    const char *run_id;       /* optional: the run id (FERRY_SYNC_ID_LEN hex
+                                 digits, ferry_publisher_run_id) this
+                                 publisher must resume; a HEAD of another
+                                 (a version copied from another store or
+                                 prefix) is FERRY_ERR_SYNC_FOREIGN.  The
+                                 cache_path state pins it too.  NULL = the
+                                 run id of HEAD, or a new one at version 1 */
+    int new_run;              /* HEAD is absent but RUN/v/ (or cache_path)
+                                 holds versions: start the run anew at
+                                 version 1 with a new run id.  Without it
+                                 that open is refused
+                                 (FERRY_ERR_SYNC_BACKWARDS): a deleted HEAD
+                                 must be restored (ferry head-repair), not
+                                 silently replaced by a new version 1 */
 } ferry_publisher_options;
 
 /* Opens a publisher on RUN.  Reads HEAD: on a new run the first publish
- * makes version 1; otherwise the publisher resumes after HEAD, fetching
+ * makes version 1 (a run whose HEAD is gone while versions remain is
+ * refused unless new_run); otherwise the publisher resumes after HEAD, fetching
  * that version's model through the subscriber path (or taking it from
  * cache_path when its hash matches) so that the next delta is against the
  * exact bits subscribers hold.  opts may be NULL.
@@ -114,6 +129,11 @@ typedef struct ferry_publisher_options {
 FERRY_API int ferry_publisher_open(ferry_store *store, const char *run, const ferry_publisher_options *opts,
                                    ferry_publisher **out);
 FERRY_API void ferry_publisher_free(ferry_publisher *p);
+/* The run id of the versions this publisher writes ("" until version 1 of
+ * a new run is published): FERRY_SYNC_ID_LEN random hex digits drawn at
+ * version 1 and signed into every record (docs/PROTOCOL.md "Run
+ * identity").  Valid until the handle is freed. */
+FERRY_API const char *ferry_publisher_run_id(const ferry_publisher *p);
 
 /* Flags of ferry_publish_ex. */
 #define FERRY_PUBLISH_ANCHOR 1u   /* make this version an anchor whatever K says */
@@ -212,6 +232,13 @@ typedef struct ferry_subscriber_options {
                                   continued by the next sync that needs the
                                   same anchor; the object is verified (size,
                                   hashes) as a whole before it is used */
+    const char *run_id;        /* optional: pin the run id (FERRY_SYNC_ID_LEN
+                                  hex digits) before the first sync.  Without
+                                  it the first version synced pins it (file
+                                  mode: kept in PATH's state file).  A HEAD of
+                                  another run id — a version copied from
+                                  another store or prefix, signed by the same
+                                  key — is FERRY_ERR_SYNC_FOREIGN, naming both */
 } ferry_subscriber_options;
 
 /* Opens a subscriber; sends no request.  File mode reads PATH and its
@@ -221,6 +248,8 @@ typedef struct ferry_subscriber_options {
 FERRY_API int ferry_subscriber_open(ferry_store *store, const char *run, const ferry_subscriber_options *opts,
                                     ferry_subscriber **out);
 FERRY_API void ferry_subscriber_free(ferry_subscriber *s);
+/* The run id this subscriber is pinned to ("" if none yet). */
+FERRY_API const char *ferry_subscriber_run_id(const ferry_subscriber *s);
 
 /* Targets of ferry_subscriber_sync. */
 enum {
@@ -342,6 +371,7 @@ typedef struct ferry_run_log {
     int verified;                  /* 1: read with trusted keys, and HEAD, every
                                       manifest listed and the compaction index
                                       verified (ferry_run_log_read_keys) */
+    char run_id[FERRY_SYNC_ID_LEN + 1]; /* HEAD's run id ("" before run ids) */
 } ferry_run_log;
 
 /* Reads HEAD, walks the manifests back until one is gone (GC) or version 1,
@@ -425,6 +455,57 @@ typedef struct ferry_gc_report {
 } ferry_gc_report;
 
 FERRY_API int ferry_gc(ferry_store *store, const char *run, const ferry_gc_options *opts, ferry_gc_report *out);
+
+/* ======================================================================
+ * Owner's recovery: HEAD rewritten to the newest version that verifies.
+ * ====================================================================== */
+typedef struct ferry_head_repair_options {
+    const ferry_keys *keys;   /* required: a signing key (the publisher's:
+                                 the new HEAD is signed); the manifests must
+                                 verify against its public half or another
+                                 publisher key of the ring */
+    const char *run_id;       /* only versions of this run id (16 hex digits,
+                                 as `ferry log` or ferry_publisher_run_id
+                                 gave it).  NULL: the run id of the versions
+                                 found; refused (FERRY_ERR_SYNC_FOREIGN) when
+                                 versions of several run ids verify (another
+                                 run's copied in: say which one is yours) */
+    int dry_run;              /* find the version, write nothing */
+} ferry_head_repair_options;
+
+typedef struct ferry_head_repair_info {
+    uint64_t version;                   /* the version HEAD names now (or would) */
+    char id[FERRY_SYNC_ID_LEN + 1];
+    char run_id[FERRY_SYNC_ID_LEN + 1];
+    uint64_t head_before;               /* the version HEAD named, if it verified */
+    int head_state;                     /* HEAD before: 0 absent, 1 verified (of
+                                           the run id), 2 did not verify, or of
+                                           another run id */
+    char head_error[256];               /* why, for head_state 2 */
+    int written;                        /* 1 if HEAD was rewritten */
+    uint64_t manifests, refused;        /* manifests listed; refused (unsigned,
+                                           wrongly signed, malformed, another run
+                                           id) or incomplete (an object missing
+                                           or of another size, a link broken) */
+    char last_refusal[512];
+} ferry_head_repair_info;
+
+/* The owner's recovery after HEAD was deleted, forged or rolled back: lists
+ * RUN/v/, verifies every manifest against the ring's publisher keys, and
+ * rewrites HEAD — signed, by compare-and-swap against the HEAD it read —
+ * to the newest version that is complete: its manifest and every manifest
+ * down to its anchor verify and link, and the anchor's full object and
+ * each delta above it are in the store with their signed sizes.  A HEAD
+ * that verifies and names that version (or a newer complete one) is left
+ * as it is; one that verifies but names a version that is no longer
+ * complete is not moved back (FERRY_ERR_SYNC_BACKWARDS: republish).  The
+ * objects' bytes are not read: the publisher that resumes afterwards, and
+ * every island, check them against their signed digests.
+ * Errors: FERRY_ERR_ARG (no signing or publisher key), FERRY_ERR_SYNC_NOT_YET
+ * (no complete version), _FOREIGN (several run ids), _CONFLICT (HEAD changed
+ * meanwhile: run it again), _BACKWARDS, the store's.  info may be NULL. */
+FERRY_API int ferry_head_repair(ferry_store *store, const char *run, const ferry_head_repair_options *opts,
+                                ferry_head_repair_info *info);
 
 
 /* ======================================================================

@@ -427,12 +427,18 @@ char *ferry__shard_manifest_json(const sh_doc *m)
         }
     char h[33];
     ferry__hex(h, m->model_hash, 16);
-    return dump(json_pack("{s:s,s:s,s:o,s:s,s:s,s:o,s:o,s:o,s:o,s:s,s:o,s:o,s:o,s:s,s:o,s:o}", "format", "ferry-manifest-2",
+    json_t *root = json_pack("{s:s,s:s,s:o,s:s,s:s,s:o,s:o,s:o,s:o,s:s,s:o,s:o,s:o,s:s,s:o,s:o}", "format", "ferry-manifest-2",
                           "run", m->run, "version", jint(m->version), "id", m->id, "kind",
                           m->kind == FERRY_SYNC_ANCHOR ? "anchor" : "delta", "prev", ref_json(&m->prev), "anchor",
                           ref_json(&m->anchor), "world", jint(m->world), "tile_words", jint(m->tile_words), "model_hash", h,
                           "model_bytes", jint(m->model_bytes), "created_unix", jint(m->created), "anchor_every",
-                          jint(m->anchor_every), "publisher", m->publisher, "objects", objs, "parts", parts_json(m, true)));
+                          jint(m->anchor_every), "publisher", m->publisher, "objects", objs, "parts", parts_json(m, true));
+    /* the run id, signed with the rest (docs/PROTOCOL.md "Run identity") */
+    if (root && m->run_id[0] && json_object_set_new(root, "run_id", json_string(m->run_id))) {
+        json_decref(root);
+        root = NULL;
+    }
+    return dump(root);
 }
 
 static int cmp_part(const void *a, const void *b)
@@ -490,6 +496,7 @@ int ferry__shard_manifest_parse(const char *run, const char *key, const void *te
     json_t *root = load(&c, text, n, "ferry-manifest-2");
     if (!root) return c.rc;
     g_head(&c, root, run, m);
+    if (!c.rc && json_object_get(root, "run_id")) g_id(&c, root, "run_id", m->run_id); /* absent before run ids */
     g_ref(&c, root, "prev", &m->prev);
     g_ref(&c, root, "anchor", &m->anchor);
     m->tile_words = g_u64(&c, root, "tile_words");

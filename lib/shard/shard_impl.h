@@ -71,6 +71,7 @@ typedef struct sh_doc {
     uint64_t model_bytes, created, tile_words;
     uint32_t anchor_every;
     char publisher[FERRY_SYNC_PUBLISHER_MAX];
+    char run_id[FS_ID_CAP];   /* manifest: the run id ("" before run ids) */
     sh_part *parts;           /* manifest: sorted by (name, r0) */
     size_t nparts;
 } sh_doc;

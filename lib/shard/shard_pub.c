@@ -27,6 +27,7 @@ struct ferry_shard_publisher {
     /* rank 0, between begin and commit */
     bool begun;
     sh_token btok;
+    char run_id[FS_ID_CAP];   /* the run id the version begun is written with */
     char head_etag[FERRY_STORE_ETAG_MAX];
     sh_doc last;              /* HEAD's manifest at begin (version 0 = none) */
 };
@@ -104,8 +105,12 @@ int ferry_shard_begin(ferry_shard_publisher *p, unsigned flags, char **token, si
     if (rc == FERRY_ERR_STORE_NOT_FOUND) {
         ferry__clear_error();
         p->head_etag[0] = 0;
+        /* HEAD deleted is no new run (ferry__sync_head_gone_check) */
+        fs_state none = {0};
+        if (!p->o.new_run && (rc = ferry__sync_head_gone_check(p->st, p->run, &none, NULL))) return rc;
         t.version = 1;
         t.kind = FERRY_SYNC_ANCHOR;
+        ferry__sync_new_id(p->run_id);
     } else if (rc) {
         return rc;
     } else {
@@ -113,6 +118,10 @@ int ferry_shard_begin(ferry_shard_publisher *p, unsigned flags, char **token, si
         if (memcmp(h.model_hash, p->last.model_hash, 16))
             return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "run %s: HEAD and the manifest of version %llu disagree on its hash", p->run,
                                (unsigned long long)h.version);
+        if ((rc = ferry__sync_run_id_agree(p->run, "the manifest HEAD names", h.run_id, p->last.run_id))) return rc;
+        /* the run's id goes on; a run written before run ids gets one */
+        if (h.run_id[0]) memcpy(p->run_id, h.run_id, FS_ID_CAP);
+        else ferry__sync_new_id(p->run_id);
         if (p->last.world != p->o.world)
             return ferry__fail(FERRY_ERR_SHARD_WORLD, "run %s: version %llu was published by %u ranks, this publish has %u: "
                                "the rank count may not change within a run", p->run, (unsigned long long)h.version,
@@ -485,6 +494,7 @@ static int move_head(ferry_shard_publisher *p, const sh_doc *m)
 {
     fs_head nh;
     ferry__sync_head_init(&nh, m->version, m->id, m->kind, m->model_hash, p->pubid);
+    memcpy(nh.run_id, m->run_id, FS_ID_CAP);
     return ferry__sync_head_move(p->st, p->run, p->o.keys, &nh, &m->prev, p->pubid, p->head_etag);
 }
 
@@ -531,6 +541,7 @@ int ferry_shard_commit(ferry_shard_publisher *p, const char *token, size_t token
     if (rc) goto out;
     m.version = t.version;
     memcpy(m.id, t.id, FS_ID_CAP);
+    memcpy(m.run_id, p->run_id, FS_ID_CAP);
     snprintf(m.run, sizeof m.run, "%s", p->run);
     m.kind = t.kind;
     m.world = t.world;

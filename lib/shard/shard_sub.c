@@ -35,6 +35,8 @@ struct ferry_shard_subscriber {
     size_t nrg;
     sh_tileset held;
     uint64_t max_held;        /* highest version held: a HEAD below it is refused */
+    char pin[FS_ID_CAP];      /* the run id of the versions pulled ("" = none
+                                 yet): a HEAD of another is refused */
     ferry_model *empty;
     ferry_shard_sub_stats stats;
 };
@@ -538,6 +540,7 @@ static int pull_from(ferry_shard_subscriber *s, int mode, uint64_t version, ferr
     if (rc == FERRY_ERR_STORE_NOT_FOUND) rc = ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: no version published yet", s->run);
     if (rc) goto out;
     in->head_version = h.version;
+    if ((rc = ferry__sync_run_id_pinned(s->run, s->pin, h.run_id, "HEAD", h.version, "island"))) goto out;
     uint64_t cur = s->held.version, target = h.version, floor = s->max_held > cur ? s->max_held : cur;
     /* a store behind (the next one may not be), or one whose HEAD was put
        back to an older signed version: never a way back, in any mode */
@@ -562,6 +565,7 @@ static int pull_from(ferry_shard_subscriber *s, int mode, uint64_t version, ferr
     fs_ref top = {h.version, ""};
     memcpy(top.id, h.id, FS_ID_CAP);
     if ((rc = walk(s, top, target, &ch, in))) goto out;
+    if ((rc = ferry__sync_run_id_agree(s->run, "the target's manifest", h.run_id, ch.m[0].run_id))) goto out;
     sh_doc tm = ch.m[0];
     ch.m[0] = (sh_doc){0};
     chain_release(&ch);
@@ -629,6 +633,7 @@ static int pull_from(ferry_shard_subscriber *s, int mode, uint64_t version, ferr
         int r2 = region_changes(s, &s->rg[i]);
         if (r2 && !rc) rc = r2;
     }
+    if (!rc && h.run_id[0]) memcpy(s->pin, h.run_id, FS_ID_CAP); /* pinned by the first version pulled */
 out:
     chain_release(&ch);
     free(cs.c);

@@ -27,21 +27,31 @@ static int cmp_comp(const void *a, const void *b)
     return 0;
 }
 
+typedef struct new_entry {
+    const fs_compaction *c;
+    const char *run_id;       /* HEAD's: the run the index is of */
+} new_entry;
+
 /* Adds c to the index, replacing an entry for the same range (its object
- * is then unreferenced and goes at the next GC). */
+ * is then unreferenced and goes at the next GC).  An index of another run
+ * id (a run restarted, an index copied in) names versions that are not
+ * this run's: its entries are dropped, the index becomes this run's. */
 static int add_entry(void *ctx, fs_index *ix, bool *write)
 {
-    const fs_compaction *c = ctx;
+    const new_entry *e = ctx;
+    const fs_compaction *c = e->c;
     *write = true;
+    bool foreign = strcmp(ix->run_id, e->run_id) != 0 && ix->run_id[0];
     fs_compaction *n = ferry__calloc(ix->n + 1, sizeof *n);
     if (!n) return FERRY_ERR_NOMEM;
     size_t k = 0;
-    for (size_t i = 0; i < ix->n; i++)
+    for (size_t i = 0; i < ix->n && !foreign; i++)
         if (ix->c[i].from != c->from || ix->c[i].to != c->to) n[k++] = ix->c[i];
     n[k++] = *c;
     qsort(n, k, sizeof *n, cmp_comp);
     ferry__sync_index_release(ix);
-    *ix = (fs_index){n, k};
+    *ix = (fs_index){n, k, ""};
+    snprintf(ix->run_id, sizeof ix->run_id, "%s", e->run_id);
     return FERRY_OK;
 }
 
@@ -110,7 +120,8 @@ int ferry_compact(ferry_store *store, const char *run, const ferry_compact_optio
     ferry__sync_key_compact(key, run, from, to, c.id);
     /* the object is durable before the index names it */
     if ((rc = ferry_store_put(store, key, patch, psize, NULL))) goto out;
-    if ((rc = ferry__sync_index_update(store, run, o.keys, add_entry, &c))) goto out;
+    new_entry ne = {&c, h.run_id};
+    if ((rc = ferry__sync_index_update(store, run, o.keys, add_entry, &ne))) goto out;
     if (out) {
         memset(out, 0, sizeof *out);
         out->from = from;

@@ -29,8 +29,15 @@ static json_t *state_json(const fs_state *s)
     if (!s || !s->version) return json_null();
     char h[33];
     ferry__hex(h, s->hash, 16);
-    return json_pack("{s:I,s:s,s:s,s:I}", "version", (json_int_t)s->version, "id", s->id, "model_hash", h,
-                     "delta_bytes_cum", (json_int_t)s->cum);
+    json_t *o = json_pack("{s:I,s:s,s:s,s:I}", "version", (json_int_t)s->version, "id", s->id, "model_hash", h,
+                          "delta_bytes_cum", (json_int_t)s->cum);
+    /* the run id pins the island to its run: a version of another run
+       (another store's, a restarted run) is refused after a restart too */
+    if (o && s->run_id[0] && json_object_set_new(o, "run_id", json_string(s->run_id))) {
+        json_decref(o);
+        o = NULL;
+    }
+    return o;
 }
 
 static bool state_parse(json_t *o, fs_state *s)
@@ -43,9 +50,13 @@ static bool state_parse(json_t *o, fs_state *s)
     if (!json_is_integer(v) || json_integer_value(v) <= 0 || !json_is_integer(c) || json_integer_value(c) < 0 || !id ||
         strlen(id) != FERRY_SYNC_ID_LEN || !ferry__sync_id_valid(id) || !h || !ferry__sync_unhex(h, s->hash))
         return false;
+    json_t *r = json_object_get(o, "run_id");
+    const char *rid = json_string_value(r);
+    if (r && (!rid || strlen(rid) != FERRY_SYNC_ID_LEN || !ferry__sync_id_valid(rid))) return false;
     s->version = (uint64_t)json_integer_value(v);
     s->cum = (uint64_t)json_integer_value(c);
     memcpy(s->id, id, FS_ID_CAP);
+    if (rid) memcpy(s->run_id, rid, FS_ID_CAP);
     return true;
 }
 
@@ -157,6 +168,28 @@ int ferry__sync_local_open(const char *path, const char *run, ferry_model **mode
     }
     *model = m;
     return FERRY_OK;
+}
+
+void ferry__sync_local_peek(const char *path, const char *run, fs_state *st)
+{
+    memset(st, 0, sizeof *st);
+    char sp[4096];
+    void *text = NULL;
+    size_t n = 0;
+    if (ferry__sync_local_state_path(path, sp, sizeof sp) || ferry_file_read(sp, FS_JSON_MAX, &text, &n)) {
+        ferry__clear_error();
+        return;
+    }
+    json_error_t err;
+    json_t *root = json_loadb(text, n, JSON_REJECT_DUPLICATES, &err);
+    ferry_free(text);
+    const char *fmt = json_string_value(json_object_get(root, "format"));
+    const char *r = json_string_value(json_object_get(root, "run"));
+    fs_state cur, pend;
+    if (fmt && !strcmp(fmt, "ferry-local-1") && r && !strcmp(r, run) && state_parse(json_object_get(root, "current"), &cur) &&
+        state_parse(json_object_get(root, "pending"), &pend))
+        *st = cur.version ? cur : pend;
+    json_decref(root);
 }
 
 int ferry__sync_local_commit(const char *path, const char *run, const ferry_model *model, const char *staged_file,

@@ -40,6 +40,7 @@ int ferry_run_log_read_keys(ferry_store *store, const char *run, uint64_t max_ve
     if (!log) return FERRY_ERR_NOMEM;
     log->head = h.version;
     snprintf(log->head_publisher, sizeof log->head_publisher, "%s", h.publisher);
+    memcpy(log->run_id, h.run_id, FS_ID_CAP);
     size_t cap = 0;
     fs_ref r = {h.version, ""};
     memcpy(r.id, h.id, FS_ID_CAP);

@@ -27,6 +27,8 @@ struct ferry_publisher {
     const ferry_keys *keys;      /* borrowed: signs, and verifies what is read */
     ferry_model *prev;           /* last published model, or NULL */
     fs_manifest last;            /* its manifest (version 0 = none) */
+    char run_id[FS_ID_CAP];      /* the run's id: pinned (option, cache), HEAD's,
+                                    or drawn at version 1; "" = not yet */
     char head_etag[FERRY_STORE_ETAG_MAX];
     char fence[512];             /* set after a conflict: why every publish fails */
 };
@@ -39,13 +41,15 @@ static void state_of(const fs_manifest *m, fs_state *st)
     memcpy(st->id, m->id, FS_ID_CAP);
     memcpy(st->hash, m->model_hash, 16);
     st->cum = m->cum;
+    memcpy(st->run_id, m->run_id, FS_ID_CAP);
 }
 
 /* The model of HEAD's version, through a subscriber (file mode on the
  * cache path, else private). */
 static int resume_model(ferry_publisher *p, const fs_head *h)
 {
-    ferry_subscriber_options so = {.path = p->cache_path, .threads = p->threads, .tmp_dir = p->tmp_dir, .keys = p->keys};
+    ferry_subscriber_options so = {.path = p->cache_path, .threads = p->threads, .tmp_dir = p->tmp_dir, .keys = p->keys,
+                                   .run_id = p->run_id[0] ? p->run_id : NULL};
     ferry_subscriber *sub = NULL;
     int rc = ferry_subscriber_open(p->st, p->run, &so, &sub);
     if (!rc) rc = ferry_subscriber_sync(sub, FERRY_SYNC_EXACT, h->version, NULL);
@@ -86,6 +90,9 @@ int ferry_publisher_open(ferry_store *store, const char *run, const ferry_publis
     ferry_publisher_options o = {0};
     if (opts) o = *opts;
     if ((rc = ferry__sign_ring_check(o.keys, "ferry_publisher_open"))) return rc;
+    char pin[FS_ID_CAP];
+    if ((rc = ferry__sync_run_id_option(o.run_id, pin, "ferry_publisher_open"))) return rc;
+    if (pin[0] && o.new_run) return ferry__fail(FERRY_ERR_ARG, "ferry_publisher_open: run_id and new_run together (a new run draws its own id)");
     if (!ferry_quant_name((ferry_quant)o.quantize))
         return ferry__fail(FERRY_ERR_ARG, "ferry_publisher_open: quantize %d is no ferry_quant", o.quantize);
     if (o.publisher_id && !ferry__sync_publisher_valid(o.publisher_id))
@@ -108,19 +115,40 @@ int ferry_publisher_open(ferry_store *store, const char *run, const ferry_publis
         ferry_publisher_free(p);
         return FERRY_ERR_NOMEM;
     }
+    memcpy(p->run_id, pin, FS_ID_CAP);
+    /* the cache's state pins the run it holds (no model read here) */
+    fs_state cached = {0};
+    if (p->cache_path && !o.new_run && !pin[0]) {
+        ferry__sync_local_peek(p->cache_path, run, &cached);
+        memcpy(p->run_id, cached.run_id, FS_ID_CAP);
+    }
+    const char *holder = pin[0] ? "publisher (run_id option)" : "publisher (its cache_path's state)";
     fs_head h;
     rc = ferry__sync_head_read(store, run, p->keys, NULL, &h, p->head_etag);
     if (rc == FERRY_ERR_STORE_NOT_FOUND) {
         ferry__clear_error();
         p->head_etag[0] = 0;
+        /* a run whose HEAD is gone is not a new run: versions left under
+           RUN/v/ (or in the cache) mean HEAD was deleted, and a version 1
+           published now would take fresh islands into another lineage */
+        if (!o.new_run && (rc = ferry__sync_head_gone_check(store, run, &cached, p->cache_path))) {
+            ferry_publisher_free(p);
+            return rc;
+        }
+        if (o.new_run) p->run_id[0] = 0;
         *out = p;
         return FERRY_OK;
     }
+    if (!rc) rc = ferry__sync_run_id_pinned(run, p->run_id, h.run_id, "HEAD", h.version, holder);
     if (!rc) rc = ferry__sync_manifest_read(store, run, p->keys, h.version, h.id, NULL, &p->last);
     if (!rc && memcmp(p->last.model_hash, h.model_hash, 16))
         rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "run %s: HEAD and the manifest of version %llu disagree on its model hash", run,
                          (unsigned long long)h.version);
-    if (!rc) rc = resume_model(p, &h);
+    if (!rc) rc = ferry__sync_run_id_agree(run, "the manifest HEAD names", h.run_id, p->last.run_id);
+    if (!rc) {
+        memcpy(p->run_id, h.run_id, FS_ID_CAP);
+        rc = resume_model(p, &h);
+    }
     if (!rc) rc = quant_check(p);
     if (rc) {
         ferry_publisher_free(p);
@@ -140,6 +168,8 @@ void ferry_publisher_free(ferry_publisher *p)
 }
 
 uint64_t ferry_publisher_version(const ferry_publisher *p) { return p ? p->last.version : 0; }
+
+const char *ferry_publisher_run_id(const ferry_publisher *p) { return p ? p->run_id : ""; }
 
 static int fenced(ferry_publisher *p, int code, const char *fmt, const fs_head *h)
 {
@@ -183,6 +213,7 @@ static int move_head(ferry_publisher *p, const fs_manifest *m, char new_etag[FER
 {
     fs_head nh;
     ferry__sync_head_init(&nh, m->version, m->id, m->kind, m->model_hash, p->pubid);
+    memcpy(nh.run_id, m->run_id, FS_ID_CAP);
     fs_ref from = {p->last.version, ""};
     memcpy(from.id, p->last.id, FS_ID_CAP);
     memcpy(new_etag, p->head_etag, FERRY_STORE_ETAG_MAX);
@@ -228,6 +259,10 @@ int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flag
     bool anchor = m.version == 1 || (flags & FERRY_PUBLISH_ANCHOR) || m.version - L->anchor.ref.version >= p->anchor_every;
     m.kind = anchor ? FERRY_SYNC_ANCHOR : FERRY_SYNC_DELTA;
     ferry__sync_new_id(m.id);
+    /* the run's id, drawn at version 1 (or at the first version a run
+       written before run ids gets from this publisher) */
+    if (p->run_id[0]) memcpy(m.run_id, p->run_id, FS_ID_CAP);
+    else ferry__sync_new_id(m.run_id);
 
     ferry_model *next = NULL;
     void *patch = NULL;
@@ -342,6 +377,7 @@ int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flag
     }
     memcpy(p->head_etag, etag, sizeof etag);
     p->last = m;
+    memcpy(p->run_id, m.run_id, FS_ID_CAP);
     if (info) {
         memset(info, 0, sizeof *info);
         info->version = m.version;

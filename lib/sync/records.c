@@ -43,6 +43,17 @@ static json_t *jsha(const uint8_t d[32])
     return json_string(x);
 }
 
+/* Adds "run_id" to a record when the run has one, and serialises it. */
+static char *dump(json_t *root);
+static char *with_run_id(json_t *root, const char *run_id)
+{
+    if (root && run_id[0] && json_object_set_new(root, "run_id", json_string(run_id))) {
+        json_decref(root);
+        root = NULL;
+    }
+    return dump(root);
+}
+
 /* Adds "sha256" to an object entry when the digest is known. */
 static json_t *with_sha(json_t *o, bool has, const uint8_t d[32])
 {
@@ -80,7 +91,7 @@ char *ferry__sync_head_json(const char *run, const fs_head *h, const char *manif
                              jint(h->version), "id", h->id, "kind", k_kind[h->kind], "manifest", manifest_key,
                              "model_hash", jhash(h->model_hash), "publisher", h->publisher, "time_unix", jint((uint64_t)h->time),
                              "time", t);
-    return dump(root);
+    return with_run_id(root, h->run_id);
 }
 
 char *ferry__sync_manifest_json(const char *run, const fs_manifest *m)
@@ -106,7 +117,7 @@ char *ferry__sync_manifest_json(const char *run, const fs_manifest *m)
                              "tensors", jint(m->tensors), "delta_bytes_cum", jint(m->cum),
                              "created_unix", jint((uint64_t)m->created), "created", t, "publisher", m->publisher,
                              "anchor_every", jint(m->anchor_every));
-    return dump(root);
+    return with_run_id(root, m->run_id);
 }
 
 char *ferry__sync_index_json(const char *run, const fs_index *ix)
@@ -129,7 +140,7 @@ char *ferry__sync_index_json(const char *run, const fs_index *ix)
         }
     }
     if (!arr) return dump(NULL);
-    return dump(json_pack("{s:s,s:s,s:o}", "format", "ferry-compactions-1", "run", run, "compactions", arr));
+    return with_run_id(json_pack("{s:s,s:s,s:o}", "format", "ferry-compactions-1", "run", run, "compactions", arr), ix->run_id);
 }
 
 /* ---- parsing ---- */
@@ -283,6 +294,15 @@ static void check_run(pctx *c, json_t *root, const char *run)
     if (!c->rc && strcmp(r, run)) bad(c, "belongs to another run");
 }
 
+/* "run_id": absent in records written before run ids (out = ""), else
+ * FERRY_SYNC_ID_LEN lowercase hex digits. */
+static void g_run_id(pctx *c, json_t *root, char out[FS_ID_CAP])
+{
+    out[0] = 0;
+    if (c->rc || !json_object_get(root, "run_id")) return;
+    g_id(c, root, "run_id", out);
+}
+
 int ferry__sync_head_parse(const char *run, const char *key, const void *text, size_t n, fs_head *h)
 {
     pctx c = {key, 0};
@@ -290,6 +310,7 @@ int ferry__sync_head_parse(const char *run, const char *key, const void *text, s
     json_t *root = load(&c, text, n, "ferry-head-1");
     if (!root) return c.rc;
     check_run(&c, root, run);
+    g_run_id(&c, root, h->run_id);
     h->version = g_u64(&c, root, "version");
     g_id(&c, root, "id", h->id);
     h->kind = g_kind(&c, root);
@@ -319,6 +340,7 @@ int ferry__sync_manifest_parse(const char *run, const char *key, const void *tex
     json_t *root = load(&c, text, n, "ferry-manifest-1");
     if (!root) return c.rc;
     check_run(&c, root, run);
+    g_run_id(&c, root, m->run_id);
     m->version = g_u64(&c, root, "version");
     g_id(&c, root, "id", m->id);
     m->kind = g_kind(&c, root);
@@ -388,6 +410,7 @@ static int manifest2_links_parse(const char *run, const char *key, json_t *root,
 {
     pctx c = {key, 0};
     check_run(&c, root, run);
+    g_run_id(&c, root, m->run_id);
     m->version = g_u64(&c, root, "version");
     g_id(&c, root, "id", m->id);
     m->kind = g_kind(&c, root);
@@ -446,6 +469,7 @@ int ferry__sync_index_parse(const char *run, const char *key, const void *text, 
     json_t *root = load(&c, text, n, "ferry-compactions-1");
     if (!root) return c.rc;
     check_run(&c, root, run);
+    g_run_id(&c, root, ix->run_id);
     json_t *arr = json_object_get(root, "compactions");
     if (!c.rc && !json_is_array(arr)) bad(&c, "'compactions' is not an array");
     size_t cnt = c.rc ? 0 : json_array_size(arr);

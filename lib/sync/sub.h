@@ -24,6 +24,8 @@ struct ferry_subscriber {
     bool own_owned;             /* free `own` with the handle (not when adopted borrowed) */
     bool own_writable;          /* `own` may be patched in place */
     fs_state cur;               /* what user/own holds (version 0 = none) */
+    char pin[FS_ID_CAP];        /* the run id pinned (option, PATH's state, or
+                                   the first version synced); "" = none */
     bool cur_unchecked;         /* memory mode: claimed by the caller, not yet compared */
     bool cur_off_lineage;       /* cur is not on HEAD's lineage: no chain from it */
     uint64_t max_head;          /* highest version verified and applied (a HEAD

@@ -15,6 +15,8 @@ int ferry_subscriber_open(ferry_store *store, const char *run, const ferry_subsc
     ferry_subscriber_options o = {0};
     if (opts) o = *opts;
     if ((rc = ferry__sign_ring_check(o.keys, "ferry_subscriber_open"))) return rc;
+    char pin[FS_ID_CAP];
+    if ((rc = ferry__sync_run_id_option(o.run_id, pin, "ferry_subscriber_open"))) return rc;
     if (o.path && o.model) return ferry__fail(FERRY_ERR_ARG, "ferry_subscriber_open: set path (file mode) or model (memory mode), not both");
     if (o.model_version && !o.model) return ferry__fail(FERRY_ERR_ARG, "ferry_subscriber_open: model_version without a model");
     if (o.concurrency > 64 || (o.chunk_size && (o.chunk_size < 4096 || o.chunk_size > (1ull << 30))))
@@ -37,6 +39,7 @@ int ferry_subscriber_open(ferry_store *store, const char *run, const ferry_subsc
     s->max_attempts = o.max_attempts ? o.max_attempts : 4;
     s->no_compactions = o.no_compactions;
     s->keys = o.keys;
+    memcpy(s->pin, pin, FS_ID_CAP);
     pthread_mutex_init(&s->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -53,6 +56,14 @@ int ferry_subscriber_open(ferry_store *store, const char *run, const ferry_subsc
             return rc;
         }
         s->own_owned = true;
+        /* PATH's state pins its run: a restart is no way into another run */
+        if (s->cur.version && s->cur.run_id[0]) {
+            if ((rc = ferry__sync_run_id_pinned(s->run, s->pin, s->cur.run_id, s->path, s->cur.version, "subscriber (run_id option)"))) {
+                ferry_subscriber_free(s);
+                return rc;
+            }
+            memcpy(s->pin, s->cur.run_id, FS_ID_CAP);
+        }
     } else if (s->mode == SUB_MEMORY) {
         s->user = o.model;
         if (o.model_version) {
@@ -82,6 +93,8 @@ void ferry_subscriber_free(ferry_subscriber *s)
 }
 
 uint64_t ferry_subscriber_version(const ferry_subscriber *s) { return s && !s->cur_unchecked ? s->cur.version : 0; }
+
+const char *ferry_subscriber_run_id(const ferry_subscriber *s) { return s ? s->pin : ""; }
 
 int ferry_subscriber_hash(const ferry_subscriber *s, uint8_t out[16])
 {
@@ -195,13 +208,20 @@ static int read_head(ferry_subscriber *s, fs_head *h, bool allow_below)
                            "recreated?): refused",
                            s->run, (unsigned long long)h->version,
                            (unsigned long long)(s->max_head > s->cur.version ? s->max_head : s->cur.version));
+    /* (after the version check: a HEAD both older and foreign reads as
+       what an island most needs to know, that HEAD went back) */
+    if ((rc = ferry__sync_run_id_pinned(s->run, s->pin, h->run_id, "HEAD", h->version, "island"))) return rc;
     return FERRY_OK;
 }
 
 static int target_manifest(ferry_subscriber *s, const fs_head *h, uint64_t T, fs_manifest *out)
 {
-    if (T != h->version) return find_in(s, s->st, s->run, s->keys, h, T, &s->cnt, out);
+    if (T != h->version) {
+        int rc = find_in(s, s->st, s->run, s->keys, h, T, &s->cnt, out);
+        return rc ? rc : ferry__sync_run_id_agree(s->run, "the target's manifest", h->run_id, out->run_id);
+    }
     int rc = ferry__sync_sub_manifest(s, h->version, h->id, out);
+    if (!rc && (rc = ferry__sync_run_id_agree(s->run, "the manifest HEAD names", h->run_id, out->run_id))) return rc;
     if (rc == FERRY_ERR_STORE_NOT_FOUND)
         return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "run %s: HEAD names version %llu, whose manifest is missing", s->run,
                            (unsigned long long)h->version);
@@ -251,8 +271,10 @@ static bool is_bad(const ferry_subscriber *s, const char *key)
 static int load_compactions(ferry_subscriber *s, const fs_manifest *T, fs_index *ix)
 {
     int rc = ferry__sync_index_read(s->st, s->run, s->keys, &s->cnt, ix, NULL);
-    if (rc == FERRY_ERR_SYNC_MANIFEST || fs_sig_error(rc)) {
-        /* a broken, unsigned or forged index only costs the shortcuts */
+    if (!rc && (rc = ferry__sync_run_id_agree(s->run, "the compaction index", T->run_id, ix->run_id)))
+        ferry__sync_index_release(ix); /* another run's index: its entries name versions not ours */
+    if (rc == FERRY_ERR_SYNC_MANIFEST || rc == FERRY_ERR_SYNC_FOREIGN || fs_sig_error(rc)) {
+        /* a broken, unsigned, forged or foreign index only costs the shortcuts */
         snprintf(s->stats.last_rejection, sizeof s->stats.last_rejection, "%s", ferry_last_error());
         s->stats.rejected++;
         ferry__clear_error();
@@ -365,8 +387,10 @@ static int sync_run(ferry_subscriber *s, int mode, uint64_t version, ferry_sync_
         bool lineage = false;
         rc = ferry__sync_sub_exec(s, &w, &p, &t.m, ix.c, badkey, &lineage, &info->steps);
         if (!rc) {
+            memcpy(w.st.run_id, t.h.run_id, FS_ID_CAP); /* kept in PATH's state: the pin after a restart */
             rc = ferry__sync_sub_commit(s, &w);
             if (!rc && s->cur.version > s->max_head) s->max_head = s->cur.version;
+            if (!rc && t.h.run_id[0]) memcpy(s->pin, t.h.run_id, FS_ID_CAP);
             break;
         }
         if (!ferry__sync_object_error(rc)) break;

@@ -58,9 +58,14 @@ const char *ferry__sync_tmp_dir(const char *opt);
 
 /* ---- records: HEAD, manifests, the compaction index (records.c) ---- */
 
+/* The run id (run_id, docs/PROTOCOL.md "Run identity"): FERRY_SYNC_ID_LEN
+ * random hex digits drawn at version 1 and carried, signed, by every
+ * record of the run; "" in records written before run ids (read only by
+ * a reader that has none pinned). */
 typedef struct fs_head {
     uint64_t version;
     char id[FS_ID_CAP];
+    char run_id[FS_ID_CAP];
     int kind;
     uint8_t model_hash[16];
     char publisher[FERRY_SYNC_PUBLISHER_MAX];
@@ -77,6 +82,7 @@ typedef struct fs_anchor_ref {
 typedef struct fs_manifest {
     uint64_t version;
     char id[FS_ID_CAP];
+    char run_id[FS_ID_CAP];   /* "" before run ids */
     int kind;                 /* FERRY_SYNC_ANCHOR / _DELTA */
     fs_ref prev;              /* version - 1 (version 0 for version 1) */
     fs_anchor_ref anchor;     /* nearest anchor <= version (itself for an anchor) */
@@ -109,6 +115,7 @@ typedef struct fs_compaction {
 typedef struct fs_index {
     fs_compaction *c;
     size_t n;
+    char run_id[FS_ID_CAP];   /* the run whose versions it names ("" before run ids) */
 } fs_index;
 
 /* Serialisers return a new NUL-terminated JSON text (free()). */
@@ -198,6 +205,24 @@ int ferry__sync_object_get(ferry_store *st, const char *key, uint64_t want_size,
  * FERRY_ERR_SIG_DIGEST when enforcing and the manifest gives none. */
 int ferry__sync_want_sha(const ferry_keys *keys, const char *key, bool has, const uint8_t sha[32], const uint8_t **out);
 
+/* ---- run identity (runid.c) ---- */
+
+/* An option's run id: NULL or "" = none (out = ""), else exactly
+ * FERRY_SYNC_ID_LEN lowercase hex digits (FERRY_ERR_ARG naming who). */
+int ferry__sync_run_id_option(const char *opt, char out[FS_ID_CAP], const char *who);
+/* FERRY_ERR_SYNC_FOREIGN naming both ids when a run id is pinned and the
+ * one found (in `what`, of `version`) is another; holder names who pinned
+ * it ("island", "publisher"). */
+int ferry__sync_run_id_pinned(const char *run, const char *pinned, const char *found, const char *what, uint64_t version,
+                              const char *holder);
+/* A record read under a HEAD (a manifest, the compaction index) that
+ * carries a run id other than HEAD's: FERRY_ERR_SYNC_FOREIGN.  A record
+ * without one (written before run ids) agrees with any HEAD. */
+int ferry__sync_run_id_agree(const char *run, const char *key, const char *head_run_id, const char *record_run_id);
+/* Manifests listed under RUN/v/ (either format): how many, the newest
+ * version among them. */
+int ferry__sync_versions_listed(ferry_store *st, const char *run, uint64_t *newest, size_t *count);
+
 /* ---- local state of file mode (local.c) ---- */
 
 /* A complete, verified version held locally. */
@@ -206,6 +231,8 @@ typedef struct fs_state {
     char id[FS_ID_CAP];
     uint8_t hash[16];
     uint64_t cum;
+    char run_id[FS_ID_CAP];   /* the run id of that version ("" before run ids,
+                                 or not known) */
 } fs_state;
 
 /* Opens PATH (if any) and its state file; *st is the state whose hash the
@@ -219,6 +246,15 @@ void ferry__sync_local_drop_downloads(const char *path, const char *keep_id);
  * renamed, when model is that file mapped), state file with `to`. */
 int ferry__sync_local_commit(const char *path, const char *run, const ferry_model *model, const char *staged_file,
                     const fs_state *from, const fs_state *to);
+/* (runid.c) A publisher found no HEAD: FERRY_ERR_SYNC_BACKWARDS if the run still has
+ * versions (manifests under RUN/v/, or cached, a state with a version),
+ * naming them and the two ways on (head-repair, new_run); FERRY_OK for a
+ * new run. */
+int ferry__sync_head_gone_check(ferry_store *st, const char *run, const fs_state *cached, const char *cache_path);
+/* The state PATH's state file names (current, else pending), without
+ * reading PATH: what a publisher's cache pins.  Nothing (version 0) when
+ * there is no state file or it does not parse. */
+void ferry__sync_local_peek(const char *path, const char *run, fs_state *st);
 /* "PATH.ferry.json" */
 int ferry__sync_local_state_path(const char *path, char *out, size_t cap);
 

@@ -56,10 +56,10 @@ int cmd_log(int argc, char **argv)
         printf(", \"head\": %llu, \"verified\": %s, \"head_publisher\": ", (unsigned long long)log->head,
                log->verified ? "true" : "false");
         json_str(stdout, log->head_publisher);
-        printf(", \"versions\": [");
+        printf(", \"run_id\": \"%s\", \"versions\": [", log->run_id);
     } else {
-        printf("run %s: HEAD is version %llu (published by %s)%s\n", c.run, (unsigned long long)log->head,
-               log->head_publisher, log->verified ? "; HEAD, manifests and index signed by a trusted key" : "");
+        printf("run %s: HEAD is version %llu (published by %s, run id %s)%s\n", c.run, (unsigned long long)log->head,
+               log->head_publisher, log->run_id[0] ? log->run_id : "none", log->verified ? "; HEAD, manifests and index signed by a trusted key" : "");
         printf("%8s %-6s %6s %6s %12s %12s %-20s %-32s %s\n", "version", "kind", "base", "anchor", "delta_bytes", "full_bytes",
                "created (UTC)", "model hash", "publisher");
     }

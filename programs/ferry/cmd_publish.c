@@ -12,7 +12,7 @@
 static void publish_help(void)
 {
     printf("usage: ferry publish STORE --run RUN CKPT [--anchor-every K] [--anchor] [--cast-bf16]\n"
-           "                     [--publisher-id ID] [--cache PATH] [--verify] [--level N]\n"
+           "                     [--publisher-id ID] [--cache PATH] [--new-run] [--verify] [--level N]\n"
            "                     [--threads N] [--concurrency N] [--quantize SCHEME] [--json] [-q]\n\n"
            "Publishes checkpoint CKPT (a .safetensors file or a sharded checkpoint) as the\n"
            "next version of RUN: the delta from the version HEAD names (and, every K\n"
@@ -30,7 +30,11 @@ static void publish_help(void)
            "  --publisher-id ID  named in HEAD, manifests and conflict errors\n"
            "                     (default HOST:PID:RANDOM)\n"
            "  --cache PATH       keep the published model at PATH (with PATH.ferry.json) so the\n"
-           "                     next publish need not download it\n"
+           "                     next publish need not download it; its state pins the run id\n"
+           "  --new-run          HEAD is gone but RUN/v/ (or --cache) holds versions: start the\n"
+           "                     run anew at version 1 with a new run id.  Without it that\n"
+           "                     publish is refused (exit 3): restore HEAD with\n"
+           "                     `ferry head-repair` instead of restarting the run by accident\n"
            "  --verify           apply the new delta to the previous model and check it first\n"
            "  --level N          zstd level for whole tensors (default 3)\n"
            "  --threads N        codec threads (default 1)\n"
@@ -56,6 +60,7 @@ int cmd_publish(int argc, char **argv)
         if (!strcmp(a, "--anchor")) flags |= FERRY_PUBLISH_ANCHOR;
         else if (!strcmp(a, "--cast-bf16")) po.cast_bf16 = 1;
         else if (!strcmp(a, "--verify")) po.verify = 1;
+        else if (!strcmp(a, "--new-run")) po.new_run = 1;
         else if (!strcmp(a, "--quantize")) {
             ferry_quant q;
             if (++i == argc) return cli_usage_error("publish", "--quantize needs a scheme");
@@ -91,6 +96,7 @@ int cmd_publish(int argc, char **argv)
     if ((rc = ferry_model_open(ckpt, &m))) return cli_fail("publish", rc, ckpt);
     if ((ret = sync_open_store("publish", &c, 1, &store))) goto out;
     po.keys = c.keys;
+    po.run_id = c.run_id;
     if ((rc = ferry_publisher_open(store, c.run, &po, &pub))) {
         ret = sync_fail("publish", rc, c.run);
         goto out;
@@ -107,9 +113,9 @@ int cmd_publish(int argc, char **argv)
     if (c.json) {
         printf("{\"run\": ");
         json_str(stdout, c.run);
-        printf(", \"version\": %llu, \"kind\": \"%s\", \"id\": \"%s\", \"delta_bytes\": %llu, \"full_bytes\": %llu, "
+        printf(", \"version\": %llu, \"kind\": \"%s\", \"id\": \"%s\", \"run_id\": \"%s\", \"delta_bytes\": %llu, \"full_bytes\": %llu, "
                "\"bytes\": %llu, \"model_bytes\": %llu, \"model_hash\": \"%s\", \"seconds\": %.3f}\n",
-               (unsigned long long)info.version, kind, info.id, (unsigned long long)info.delta_bytes,
+               (unsigned long long)info.version, kind, info.id, ferry_publisher_run_id(pub), (unsigned long long)info.delta_bytes,
                (unsigned long long)info.full_bytes, (unsigned long long)(info.delta_bytes + info.full_bytes),
                (unsigned long long)info.model_bytes, h, info.seconds);
     } else if (!c.quiet) {

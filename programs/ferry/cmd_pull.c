@@ -246,6 +246,7 @@ int cmd_pull(int argc, char **argv)
     int rc, ret;
     if ((ret = sync_open_store("pull", &c, 0, &store))) return ret;
     so.keys = c.keys;
+    so.run_id = c.run_id;
     if ((rc = ferry_subscriber_open(store, c.run, &so, &sub))) {
         ret = sync_fail("pull", rc, to);
         goto out;

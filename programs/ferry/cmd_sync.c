@@ -36,15 +36,19 @@ const char sync_common_help[] =
     "  --part-size BYTES  multipart upload part size (default 64 MiB)\n"
     "  --cas-verify       read HEAD back after each swap (stores without conditional writes)\n"
     "  --sign-key PATH    sign what is written with this private key (ferry keygen);\n"
-    "                     its public half is trusted too\n"
-    "  --trust-key PATH   trust this public key (repeatable): every record read must be\n"
-    "                     signed by a trusted key, every object match its signed SHA-256\n"
+    "                     its public half is trusted too, as a publisher key\n"
+    "  --trust-key PATH   trust this PUBLISHER public key (the trainer's; repeatable):\n"
+    "                     every record read must be signed by a trusted publisher key,\n"
+    "                     every object match its signed SHA-256.  Never an island's\n"
+    "                     batch key: an island key verifies its batches only\n"
+    "  --run-id ID        the run id (16 hex digits, `ferry log`) HEAD must carry: a\n"
+    "                     version of another run put under RUN is refused (exit 3)\n"
     "  --progress         progress lines \"progress DONE TOTAL\" on stderr\n"
     "  --no-progress      no progress bar (default: a bar when stderr is a terminal)\n"
     "  --json             one JSON object on stdout\n"
     "  -q, --quiet        nothing on stdout on success\n\n"
-    "Exit status: 0 success, 1 failure, 2 usage, 3 another publisher or HEAD moved\n"
-    "backwards, 4 version not there (yet, or any more) or nothing new in time,\n"
+    "Exit status: 0 success, 1 failure, 2 usage, 3 another publisher, HEAD moved\n"
+    "backwards or gone, or a version of another run id, 4 version not there (yet, or any more) or nothing new in time,\n"
     "5 store unreachable past the deadline, 6 objects failed verification, 7 a record\n"
     "unsigned or wrongly signed (with --trust-key / --sign-key), or a key file unusable.";
 
@@ -82,6 +86,10 @@ int sync_common_opt(const char *cmd, int argc, char **argv, int *i, sync_common 
         if (a[2] == 's') c->sign_key = v;
         else if (c->ntrust == SYNC_MAX_TRUST) return cli_usage_error(cmd, "--trust-key given more than %d times", SYNC_MAX_TRUST);
         else c->trust[c->ntrust++] = v;
+        (*i)++;
+    } else if (!strcmp(a, "--run-id")) {
+        if (!v) return cli_usage_error(cmd, "--run-id needs 16 hex digits");
+        c->run_id = v;
         (*i)++;
     } else if (!strcmp(a, "--run") || !strcmp(a, "--endpoint") || !strcmp(a, "--region")) {
         if (!v) return cli_usage_error(cmd, "%s needs a value", a);
@@ -184,7 +192,7 @@ static int load_keys(const char *cmd, sync_common *c)
                 fprintf(stderr, "%s %s: warning: --trust-key %s is a PRIVATE key: only its public half is "
                                 "trusted; give readers the .pub file and keep the .key on the trainer\n",
                         cli_program, cmd, c->trust[i]);
-            if ((rc = ferry_keys_trust(g_keys, c->trust[i], -1, NULL))) return sync_fail(cmd, rc, c->trust[i]);
+            if ((rc = ferry_keys_trust(g_keys, c->trust[i], FERRY_KEY_PUBLISHER, NULL))) return sync_fail(cmd, rc, c->trust[i]);
         }
     }
     c->keys = g_keys;
@@ -208,6 +216,7 @@ int sync_fail(const char *cmd, int rc, const char *what)
     cli_fail(cmd, rc, what);
     switch (rc) {
     case FERRY_ERR_SYNC_CONFLICT:
+    case FERRY_ERR_SYNC_FOREIGN:
     case FERRY_ERR_SYNC_BACKWARDS: return SYNC_EXIT_CONFLICT;
     case FERRY_ERR_SYNC_NOT_YET:
     case FERRY_ERR_SYNC_GONE:

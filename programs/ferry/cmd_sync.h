@@ -14,6 +14,7 @@ int cmd_gc(int argc, char **argv);
 int cmd_compact(int argc, char **argv);
 int cmd_keygen(int argc, char **argv); /* cmd_keygen.c */
 int cmd_mirror(int argc, char **argv);  /* cmd_mirror.c (not in NO_NET builds) */
+int cmd_head_repair(int argc, char **argv); /* cmd_head_repair.c (not in NO_NET builds) */
 
 #ifndef FERRY_NO_NET
 #include "ferry_sync.h"
@@ -36,6 +37,7 @@ typedef struct sync_common {
     bool json, quiet;
     int progress;          /* -1 auto (a bar when stderr is a terminal), 0 off, 1 lines */
     const char *sign_key;  /* --sign-key PATH */
+    const char *run_id;    /* --run-id ID (checked by the library) */
     const char *trust[SYNC_MAX_TRUST]; /* --trust-key PATH ... */
     int ntrust;
     const ferry_keys *keys;/* built by sync_open_store when either is given */

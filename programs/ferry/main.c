@@ -20,6 +20,7 @@ static const struct { const char *name; int (*fn)(int, char **); const char *hel
     {"gc", cmd_gc, "delete what no retained version of a run needs"},
     {"compact", cmd_compact, "squash a range of a run's deltas into one"},
     {"keygen", cmd_keygen, "make an Ed25519 key pair for signed runs and batches"},
+    {"head-repair", cmd_head_repair, "rewrite a deleted or forged HEAD to the newest version that verifies"},
     {"mirror", cmd_mirror, "follow a run from an upstream store into a nearer one"},
     {"shard-pull", cmd_shard_pull, "an island rank's slices of a sharded run (ranged GETs)"},
 #endif

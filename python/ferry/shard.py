@@ -49,7 +49,8 @@ _PP = ctypes.POINTER(ctypes.c_void_p)
 class _Options(ctypes.Structure):
     _fields_ = [("rank", _U32), ("world", _U32), ("publisher_id", _S), ("anchor_every", _U32),
                 ("cast_bf16", _I), ("level", _I), ("threads", _I), ("min_tile_words", _U64),
-                ("keys", _P)]  # const ferry_keys * (ferry.Keys, include/ferry_sign.h)
+                ("keys", _P),  # const ferry_keys * (ferry.Keys, include/ferry_sign.h)
+                ("new_run", _I)]  # ferry_shard_options.new_run (0: a deleted HEAD is refused)
 
 
 class _Part(ctypes.Structure):

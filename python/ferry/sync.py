@@ -55,7 +55,8 @@ class _PublisherOptions(ctypes.Structure):
                 ("level", _I), ("threads", _I), ("verify", _I),
                 ("cache_path", _S), ("tmp_dir", _S),
                 ("keys", _P),  # const ferry_keys * (ferry.Keys, include/ferry_sign.h)
-                ("quantize", _I)]  # a ferry_quant (include/ferry_quant.h)
+                ("quantize", _I),  # a ferry_quant (include/ferry_quant.h)
+                ("run_id", _S), ("new_run", _I)]
 
 
 class _PublishInfo(ctypes.Structure):
@@ -70,7 +71,8 @@ class _SubscriberOptions(ctypes.Structure):
                 ("threads", _I), ("poll_interval_ms", _U32), ("max_attempts", _U32),
                 ("no_compactions", _I), ("tmp_dir", _S),
                 ("keys", _P),  # const ferry_keys * (ferry.Keys, include/ferry_sign.h)
-                ("concurrency", ctypes.c_uint), ("chunk_size", _U64)]
+                ("concurrency", ctypes.c_uint), ("chunk_size", _U64),
+                ("run_id", _S)]
 
 
 class _SyncInfo(ctypes.Structure):

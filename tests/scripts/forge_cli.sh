@@ -9,6 +9,9 @@
 #     signed older one: `ferry pull --follow` reports them, keeps its
 #     version, and follows again once HEAD is restored (not wedged);
 #   - ferry keygen never overwrites a key, and makes the private key 0600.
+#   - (issue 23) a HEAD forged with an island's key, a HEAD deleted, another
+#     run's signed versions copied in: refused, and `ferry head-repair`
+#     puts HEAD back on the newest version of this run that verifies.
 # The library-level suite (each attack with its own error code) is
 # tests/unit/test_sign.c.
 set -u
@@ -81,4 +84,49 @@ check "pull --follow through a frozen and a rolled-back HEAD reaches version 4 (
 check "... it reported the frozen HEAD" grep -q "unsigned, and this reader trusts only signed records" "$WORK/follow.err"
 check "... and the rollback" grep -q "below version" "$WORK/follow.err"
 check "... and holds the trainer's version 4" same_model "$WORK/island.safetensors" "$(m 3)"
+
+# The owner's recovery (issue 23 items 1, 3, 11): a HEAD forged with an
+# island's batch key, a HEAD deleted, another run's signed versions copied
+# in; each time `ferry head-repair` puts HEAD back on the newest version of
+# this run that verifies, and the keyed trainer resumes.
+fy keygen -o "$WORK/island0" >/dev/null
+fy publish $U --run rl "$(m 4)" --sign-key "$WORK/island0.key" "${R[@]}" -q   # island 0 "publishes" version 5
+check_rc "a version 5 signed with island 0's key: the keyed trainer refuses to resume (exit 7)" 7 \
+    fy publish $U --run rl "$(m 4)" "${T[@]}" --cache "$WORK/trainer-cache.safetensors" -q
+check_rc "... and an island refuses it (exit 7)" 7 fy pull $U --run rl --to "$WORK/island.safetensors" "${R[@]}" -q
+check "head-repair --help" bash -c "$(printf '%q ' "$FERRY") head-repair --help | grep -q 'newest version of'"
+check_rc "head-repair without --sign-key: usage (exit 2)" 2 fy head-repair $U --run rl -q
+fy head-repair $U --run rl "${T[@]}" --dry-run --json >"$WORK/repair.json"
+check "head-repair --dry-run: HEAD would name version 4, nothing written" \
+    $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(not (d["version"] == 4 and d["written"] is False and d["head_before"] == "refused" and d["refused"] == 1))' "$WORK/repair.json"
+fy head-repair $U --run rl "${T[@]}" --json >"$WORK/repair.json"
+check "head-repair: HEAD rewritten to version 4, signed" \
+    $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(not (d["version"] == 4 and d["written"] is True and len(d["run_id"]) == 16))' "$WORK/repair.json"
+RID=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["run_id"])' "$WORK/repair.json")
+check "... the trainer resumes on it: version 5 is its own" fy publish $U --run rl "$(m 4)" "${T[@]}" --cache "$WORK/trainer-cache.safetensors" -q
+fy pull $U --run rl --to "$WORK/island.safetensors" "${R[@]}" -q
+check "... and the island takes the trainer's version 5" same_model "$WORK/island.safetensors" "$(m 4)"
+
+rm "$S/rl/HEAD"
+check_rc "HEAD deleted: ferry publish refuses to start a new version 1 (exit 3)" 3 \
+    fy publish $U --run rl "$(m 5)" "${T[@]}" --cache "$WORK/trainer-cache.safetensors" -q
+check "... naming the recovery" bash -c "$(printf '%q ' "$FERRY") publish $U --run rl $(m 5) --sign-key $WORK/trainer.key 2>&1 | grep -q 'head-repair'"
+check "... ferry head-repair restores it (version 5)" fy head-repair $U --run rl "${T[@]}" -q
+check "... and the trainer publishes version 6" bash -c "$(printf '%q ' "$FERRY") publish $U --run rl $(m 5) --sign-key $WORK/trainer.key --json | grep -q '\"version\": 6'"
+
+# another run "rl" (same key, its own run id) copied over this one
+O=$WORK/other
+for i in 0 1 2 3 4 5 0; do fy publish file://$O --run rl "$(m $i)" "${T[@]}" -q; done   # 7 versions
+cp -a "$O/rl/." "$S/rl/"
+check_rc "another run's HEAD copied in: the island pinned to this run refuses it (exit 3)" 3 \
+    fy pull $U --run rl --to "$WORK/island.safetensors" "${R[@]}" -q
+check "... and keeps this run's version 5" same_model "$WORK/island.safetensors" "$(m 4)"
+check_rc "... the trainer told the run id refuses to publish on it (exit 3)" 3 \
+    fy publish $U --run rl "$(m 5)" "${T[@]}" --run-id "$RID" -q
+check_rc "... head-repair without --run-id: two runs verify, asks which (exit 3)" 3 fy head-repair $U --run rl "${T[@]}" -q
+fy head-repair $U --run rl "${T[@]}" --run-id "$RID" --json >"$WORK/repair.json"
+check "... with --run-id: HEAD back on this run's version 6" \
+    $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(not (d["version"] == 6 and d["written"] is True and d["run_id"] == sys.argv[2]))' "$WORK/repair.json" "$RID"
+fy pull $U --run rl --to "$WORK/island.safetensors" "${R[@]}" -q
+check "... and the island follows this run again (version 6)" same_model "$WORK/island.safetensors" "$(m 5)"
 finish

@@ -24,6 +24,7 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
 RUN = "r"
 ID = ["0123456789abcdef", "fedcba9876543210", "00000000000000aa", "1111111111111111"]
 HASH = ["0" * 31 + "1", "a" * 32, "0123456789abcdef" * 2]
+RUN_ID = "a4ef1295ba8f6d8e"  # docs/PROTOCOL.md "Run identity"; absent in records before run ids
 VMAX = (1 << 63) - 2  # FS_VERSION_MAX
 
 
@@ -93,7 +94,7 @@ def text(obj):
 
 
 BIG_V = {"version": VMAX + 1}
-HEAD_VALID = [head(), head(1, ID[0], "anchor"), head(VMAX, ID[1])]
+HEAD_VALID = [head(), head(1, ID[0], "anchor"), head(VMAX, ID[1]), edit(head(), ["run_id"], RUN_ID)]
 HEAD_BAD = [
     ("empty", b""),
     ("not-json", b"HEAD"),
@@ -118,9 +119,14 @@ HEAD_BAD = [
     ("missing-id", edit(head(), ["id"], DELETE)),
     ("duplicate-field", b'{"format":"ferry-head-1","format":"ferry-head-1"}'),
     ("nul-in-text", b'{"format":"ferry-head-1"\0}'),
+    ("run-id-short", edit(head(), ["run_id"], "a4ef")),
+    ("run-id-uppercase", edit(head(), ["run_id"], RUN_ID.upper())),
+    ("run-id-not-a-string", edit(head(), ["run_id"], 7)),
+    ("run-id-null", edit(head(), ["run_id"], None)),
 ]
 
-MANIFEST_VALID = [manifest(1), manifest(2), manifest(3), manifest(3, kind="anchor"), manifest(4, anchor_v=3)]
+MANIFEST_VALID = [manifest(1), manifest(2), manifest(3), manifest(3, kind="anchor"), manifest(4, anchor_v=3),
+                  edit(manifest(3), ["run_id"], RUN_ID)]
 M3 = manifest(3)
 MANIFEST_BAD = [
     ("empty", b""),
@@ -149,9 +155,12 @@ MANIFEST_BAD = [
     ("model-bytes-negative", edit(M3, ["model_bytes"], -4096)),
     ("model-hash-not-hex", edit(M3, ["model_hash"], "g" * 32)),
     ("link-not-an-object", edit(M3, ["prev"], [2, ID[1]])),
+    ("run-id-not-hex", edit(M3, ["run_id"], "zzzzzzzzzzzzzzzz")),
+    ("run-id-too-long", edit(M3, ["run_id"], RUN_ID + "0")),
 ]
 
-IX_VALID = [index(), index(compaction()), index(compaction(), compaction(2, 4, ID[0]))]
+IX_VALID = [index(), index(compaction()), index(compaction(), compaction(2, 4, ID[0])),
+            edit(index(compaction()), ["run_id"], RUN_ID)]
 IX_BAD = [
     ("empty", b""),
     ("wrong-format", edit(index(), ["format"], "ferry-compactions-0")),
@@ -168,6 +177,7 @@ IX_BAD = [
     ("bytes-missing", index(edit(compaction(), ["bytes"], DELETE))),
     ("id-not-hex", index(edit(compaction(), ["id"], "zzzzzzzzzzzzzzzz"))),
     ("second-entry-bad", index(compaction(), edit(compaction(2, 4, ID[0]), ["target_hash"], 7))),
+    ("run-id-empty", edit(index(compaction()), ["run_id"], "")),
 ]
 
 KINDS = [("head", HEAD_VALID, HEAD_BAD), ("manifest", MANIFEST_VALID, MANIFEST_BAD),
