@@ -6,12 +6,17 @@
  * rows exactly once. */
 #include "shard_impl.h"
 #include "sign/sig.h"
+#include "sync/json_split.h"
 
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdlib.h>
 
 #define J_MAX ((uint64_t)1 << 53) /* integers JSON readers keep exactly */
+/* A manifest-2 or part record is split (sync/json_split.h) rather than
+ * parsed whole: its lists (parts, objects, a part's tiles) are walked an
+ * element at a time, each element bounded (FS_M2_*), and what is parsed at
+ * once stays small whatever the text's size (issue 23 item 15). */
 
 static json_t *jint(uint64_t v) { return json_integer((json_int_t)v); }
 
@@ -141,6 +146,29 @@ static json_t *load(pc *c, const void *text, size_t n, const char *format)
     return root;
 }
 
+/* load() for a document with large lists: the lists named in big are
+ * located (spans), the rest parsed. */
+static json_t *load_split(pc *c, const void *text, size_t n, const char *format, const char *const *big, fs_span *spans)
+{
+    if (n > SH_MANIFEST_MAX) {
+        bad(c, "%zu bytes is over the bound of %zu", n, SH_MANIFEST_MAX);
+        return NULL;
+    }
+    json_t *root = NULL;
+    char why[300];
+    if (ferry__sync_json_split(text, n, big, spans, FS_M2_TOP_MAX, &root, why, sizeof why)) {
+        bad(c, "%s", why);
+        return NULL;
+    }
+    const char *f = g_str(c, root, "format");
+    if (!c->rc && strcmp(f, format)) bad(c, "format \"%.40s\" is not \"%s\"", f, format);
+    if (c->rc) {
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
 /* ---- token ---- */
 
 char *ferry__shard_token_json(const sh_token *t)
@@ -244,7 +272,27 @@ static void g_loc(pc *c, json_t *a, const char *what, sh_loc *l)
 
 /* One part; need_delta / need_anchor say which locations its tiles must
  * (and may only) have. */
-static void g_part(pc *c, json_t *o, sh_part *p, bool with_rank, bool need_delta, bool need_anchor)
+/* One tile of a part (its grid cell already set). */
+static void g_tile(pc *c, json_t *to, const char *name, sh_tile *t, bool need_delta, bool need_anchor)
+{
+    if (!json_is_object(to)) {
+        bad(c, "tensor '%s': a tile is not an object", name);
+        return;
+    }
+    g_hash(c, to, "target", t->target);
+    json_t *d = json_object_get(to, "delta"), *a = json_object_get(to, "anchor");
+    if (!c->rc && ((d != NULL) != need_delta || (a != NULL) != need_anchor))
+        bad(c, "tensor '%s' tile [%llu:%llu, %llu:%llu]: its delta/anchor entries do not match the version's kind", name,
+            (unsigned long long)t->r0, (unsigned long long)t->r1, (unsigned long long)t->c0, (unsigned long long)t->c1);
+    if (d && !c->rc) {
+        g_hash(c, to, "base", t->base);
+        g_loc(c, d, "a tile's 'delta'", &t->loc[SH_DELTA]);
+    }
+    if (a && !c->rc) g_loc(c, a, "a tile's 'anchor'", &t->loc[SH_ANCHOR]);
+}
+
+/* One part (o: its members but 'tiles', whose array is tt[tiles]). */
+static void g_part(pc *c, json_t *o, const char *tt, fs_span tiles, sh_part *p, bool with_rank, bool need_delta, bool need_anchor)
 {
     memset(p, 0, sizeof *p);
     if (!json_is_object(o)) {
@@ -285,9 +333,14 @@ static void g_part(pc *c, json_t *o, sh_part *p, bool with_rank, bool need_delta
     p->rcut = g_cuts(c, json_object_get(o, "row_cuts"), "row_cuts", p->r0, p->r1, &p->nrc);
     if (!c->rc) p->ccut = g_cuts(c, json_object_get(o, "col_cuts"), "col_cuts", 0, p->cols, &p->ncc);
     if (c->rc) return;
-    json_t *tiles = json_object_get(o, "tiles");
     p->ntiles = (size_t)(p->nrc - 1) * (p->ncc - 1);
-    if (!json_is_array(tiles) || json_array_size(tiles) != p->ntiles) {
+    /* counted before anything is allocated for them */
+    const char *ta = tt + tiles.off;
+    size_t pos = 0, count = 0;
+    fs_span el;
+    int r = -1;
+    while (tiles.len && (r = ferry__sync_json_next(ta, tiles.len, &pos, &el)) == 1) count++;
+    if (r < 0 || count != p->ntiles) {
         bad(c, "tensor '%s' rows [%llu, %llu): 'tiles' does not have one entry per grid cell", name, (unsigned long long)p->r0,
             (unsigned long long)p->r1);
         return;
@@ -296,28 +349,19 @@ static void g_part(pc *c, json_t *o, sh_part *p, bool with_rank, bool need_delta
         c->rc = FERRY_ERR_NOMEM;
         return;
     }
-    for (size_t i = 0; i < p->ntiles && !c->rc; i++) {
+    pos = 0;
+    for (size_t i = 0; i < p->ntiles && !c->rc && ferry__sync_json_next(ta, tiles.len, &pos, &el) == 1; i++) {
         sh_tile *t = &p->tiles[i];
-        json_t *to = json_array_get(tiles, i);
         size_t ri = i / (p->ncc - 1), ci = i % (p->ncc - 1);
         t->r0 = p->rcut[ri];
         t->r1 = p->rcut[ri + 1];
         t->c0 = p->ccut[ci];
         t->c1 = p->ccut[ci + 1];
-        if (!json_is_object(to)) {
-            bad(c, "tensor '%s': a tile is not an object", name);
-            break;
-        }
-        g_hash(c, to, "target", t->target);
-        json_t *d = json_object_get(to, "delta"), *a = json_object_get(to, "anchor");
-        if (!c->rc && ((d != NULL) != need_delta || (a != NULL) != need_anchor))
-            bad(c, "tensor '%s' tile [%llu:%llu, %llu:%llu]: its delta/anchor entries do not match the version's kind", name,
-                (unsigned long long)t->r0, (unsigned long long)t->r1, (unsigned long long)t->c0, (unsigned long long)t->c1);
-        if (d && !c->rc) {
-            g_hash(c, to, "base", t->base);
-            g_loc(c, d, "a tile's 'delta'", &t->loc[SH_DELTA]);
-        }
-        if (a && !c->rc) g_loc(c, a, "a tile's 'anchor'", &t->loc[SH_ANCHOR]);
+        char why[300];
+        json_t *to = ferry__sync_json_load(ta + el.off, el.len, FS_M2_ELEM_MAX, why, sizeof why);
+        if (!to) bad(c, "tensor '%s': a tile: %s", name, why);
+        else g_tile(c, to, name, t, need_delta, need_anchor);
+        json_decref(to);
     }
 }
 
@@ -341,29 +385,42 @@ static json_t *parts_json(const sh_doc *d, bool with_rank)
     return a;
 }
 
-static void g_parts(pc *c, json_t *root, sh_doc *d, bool with_rank)
+/* The parts, from the array t[sp], one at a time. */
+static void g_parts(pc *c, const char *t, fs_span sp, sh_doc *d, bool with_rank)
 {
-    json_t *a = json_object_get(root, "parts");
-    if (!json_is_array(a)) {
+    if (!sp.len) {
         bad(c, "field 'parts' is missing or not an array");
         return;
     }
-    size_t n = json_array_size(a);
-    if (n && !(d->parts = ferry__calloc(n, sizeof *d->parts))) {
-        c->rc = FERRY_ERR_NOMEM;
-        return;
-    }
+    static const char *const big[] = {"tiles", NULL};
+    const char *a = t + sp.off;
     bool need_delta = d->version > 1, need_anchor = d->kind == FERRY_SYNC_ANCHOR;
     uint64_t tiles = 0;
-    for (size_t i = 0; i < n && !c->rc; i++) {
-        g_part(c, json_array_get(a, i), &d->parts[i], with_rank, need_delta, need_anchor);
-        d->nparts = i + 1;
-        tiles += d->parts[i].ntiles;
+    size_t pos = 0, cap = 0;
+    fs_span el;
+    int r;
+    while (!c->rc && (r = ferry__sync_json_next(a, sp.len, &pos, &el)) == 1) {
+        if (ferry__grow((void **)&d->parts, &cap, d->nparts + 1, sizeof *d->parts)) {
+            c->rc = FERRY_ERR_NOMEM;
+            return;
+        }
+        sh_part *p = &d->parts[d->nparts++];
+        memset(p, 0, sizeof *p);
+        json_t *o = NULL;
+        fs_span ts;
+        char why[300];
+        if (ferry__sync_json_split(a + el.off, el.len, big, &ts, FS_M2_PART_MAX, &o, why, sizeof why)) {
+            bad(c, "a part: %s", why);
+            return;
+        }
+        g_part(c, o, a + el.off, ts, p, with_rank, need_delta, need_anchor);
+        json_decref(o);
+        tiles += p->ntiles;
         if (!c->rc && tiles > SH_TILES_MAX) bad(c, "more than %llu tiles", (unsigned long long)SH_TILES_MAX);
-        if (!c->rc && with_rank && d->parts[i].rank >= d->world)
-            bad(c, "tensor '%s': rank %u is not below world %u", d->parts[i].name, d->parts[i].rank, d->world);
-        if (!c->rc) check_locs(c, &d->parts[i], with_rank ? d->obj_bytes + 2 * (size_t)d->parts[i].rank : d->obj_bytes);
+        if (!c->rc && with_rank && p->rank >= d->world) bad(c, "tensor '%s': rank %u is not below world %u", p->name, p->rank, d->world);
+        if (!c->rc) check_locs(c, p, with_rank ? d->obj_bytes + 2 * (size_t)p->rank : d->obj_bytes);
     }
+    if (!c->rc && r < 0) bad(c, "field 'parts' is not a valid JSON array");
 }
 
 /* ---- record ---- */
@@ -395,7 +452,9 @@ int ferry__shard_record_parse(const char *run, const char *key, const void *text
 {
     pc c = {key, FERRY_ERR_SHARD_FOREIGN, 0};
     memset(d, 0, sizeof *d);
-    json_t *root = load(&c, text, n, "ferry-shard-record-1");
+    static const char *const big[] = {"parts", NULL};
+    fs_span sp[1];
+    json_t *root = load_split(&c, text, n, "ferry-shard-record-1", big, sp);
     if (!root) return c.rc;
     g_head(&c, root, run, d);
     d->rank = (uint32_t)g_u64(&c, root, "rank");
@@ -405,7 +464,7 @@ int ferry__shard_record_parse(const char *run, const char *key, const void *text
     if (!c.rc && !(d->obj_bytes = ferry__calloc(2, sizeof *d->obj_bytes))) c.rc = FERRY_ERR_NOMEM;
     for (int k = 0; k < 2 && !c.rc; k++) d->obj_bytes[k] = g_u64v(&c, json_array_get(ob, k), "an object size");
     c.code = FERRY_ERR_SHARD_PARTS;
-    if (!c.rc) g_parts(&c, root, d, false);
+    if (!c.rc) g_parts(&c, text, sp[0], d, false);
     for (size_t i = 0; i < d->nparts; i++) d->parts[i].rank = d->rank;
     json_decref(root);
     if (c.rc) ferry__shard_doc_release(d);
@@ -489,11 +548,33 @@ int ferry__shard_parts_cover(const sh_part *p, size_t n, int code, const char *w
     return FERRY_OK;
 }
 
+/* One entry of a manifest's object list (the rank's object of a kind, its
+ * protocol key and size). */
+static void g_object(pc *c, json_t *o, const char *run, sh_doc *m)
+{
+    uint64_t r = g_u64(c, o, "rank");
+    const char *k = g_str(c, o, "kind");
+    int kind = !strcmp(k, "anchor") ? SH_ANCHOR : !strcmp(k, "delta") ? SH_DELTA : -1;
+    if (c->rc) return;
+    if (kind < 0 || r >= m->world) {
+        bad(c, "an object's rank or kind is out of range");
+        return;
+    }
+    char want[FS_KEY_CAP];
+    ferry__shard_key_object(want, run, m->version, m->id, (uint32_t)r, kind);
+    if (strcmp(g_str(c, o, "key"), want) && !c->rc) bad(c, "an object key is not the one the protocol gives (%s)", want);
+    if (m->obj_bytes[2 * r + (uint64_t)kind] && !c->rc) bad(c, "object %s listed twice", want);
+    m->obj_bytes[2 * r + (uint64_t)kind] = g_u64(c, o, "bytes");
+    if (!c->rc && !m->obj_bytes[2 * r + (uint64_t)kind]) bad(c, "object %s has 0 bytes", want);
+}
+
 int ferry__shard_manifest_parse(const char *run, const char *key, const void *text, size_t n, sh_doc *m)
 {
     pc c = {key, FERRY_ERR_SYNC_MANIFEST, 0};
     memset(m, 0, sizeof *m);
-    json_t *root = load(&c, text, n, "ferry-manifest-2");
+    static const char *const big[] = {"objects", "parts", NULL};
+    fs_span sp[2];
+    json_t *root = load_split(&c, text, n, "ferry-manifest-2", big, sp);
     if (!root) return c.rc;
     g_head(&c, root, run, m);
     if (!c.rc && json_object_get(root, "run_id")) g_id(&c, root, "run_id", m->run_id); /* absent before run ids */
@@ -512,26 +593,20 @@ int ferry__shard_manifest_parse(const char *run, const char *key, const void *te
                   (m->kind == FERRY_SYNC_ANCHOR) != (m->anchor.version == m->version && !strcmp(m->anchor.id, m->id))))
         bad(&c, "'anchor' does not name the version's nearest anchor");
     if (!c.rc && !(m->obj_bytes = ferry__calloc(2 * (size_t)m->world, sizeof *m->obj_bytes))) c.rc = FERRY_ERR_NOMEM;
-    json_t *objs = json_object_get(root, "objects");
-    if (!c.rc && (!json_is_array(objs) || json_array_size(objs) > 2 * (size_t)m->world)) bad(&c, "field 'objects' is malformed");
-    for (size_t i = 0; !c.rc && i < json_array_size(objs); i++) {
-        json_t *o = json_array_get(objs, i);
-        uint64_t r = g_u64(&c, o, "rank");
-        const char *k = g_str(&c, o, "kind");
-        int kind = !strcmp(k, "anchor") ? SH_ANCHOR : !strcmp(k, "delta") ? SH_DELTA : -1;
-        if (c.rc) break;
-        if (kind < 0 || r >= m->world) {
-            bad(&c, "an object's rank or kind is out of range");
-            break;
-        }
-        char want[FS_KEY_CAP];
-        ferry__shard_key_object(want, run, m->version, m->id, (uint32_t)r, kind);
-        if (strcmp(g_str(&c, o, "key"), want) && !c.rc) bad(&c, "an object key is not the one the protocol gives (%s)", want);
-        if (m->obj_bytes[2 * r + (uint64_t)kind] && !c.rc) bad(&c, "object %s listed twice", want);
-        m->obj_bytes[2 * r + (uint64_t)kind] = g_u64(&c, o, "bytes");
-        if (!c.rc && !m->obj_bytes[2 * r + (uint64_t)kind]) bad(&c, "object %s has 0 bytes", want);
+    if (!c.rc && !sp[0].len) bad(&c, "field 'objects' is malformed");
+    const char *ot = (const char *)text + sp[0].off;
+    size_t pos = 0, nobj = 0;
+    fs_span el;
+    int r = 0;
+    while (!c.rc && (r = ferry__sync_json_next(ot, sp[0].len, &pos, &el)) == 1) {
+        char why[300];
+        json_t *o = ++nobj > 2 * (size_t)m->world ? NULL : ferry__sync_json_load(ot + el.off, el.len, FS_M2_ELEM_MAX, why, sizeof why);
+        if (!json_is_object(o)) bad(&c, "field 'objects' is malformed");
+        else g_object(&c, o, run, m);
+        json_decref(o);
     }
-    if (!c.rc) g_parts(&c, root, m, true);
+    if (!c.rc && r < 0) bad(&c, "field 'objects' is malformed");
+    if (!c.rc) g_parts(&c, text, sp[1], m, true);
     json_decref(root);
     if (!c.rc) {
         for (size_t i = 1; i < m->nparts && !c.rc; i++)

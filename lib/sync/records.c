@@ -5,6 +5,8 @@
  * manifest copied under another version's name is refused. */
 #include "sync_impl.h"
 
+#include "json_split.h"
+
 #include <jansson.h>
 #include <stdlib.h>
 #include <time.h>
@@ -406,7 +408,10 @@ int ferry__sync_manifest_parse(const char *run, const char *key, const void *tex
  * share, checked as ferry__sync_manifest_parse checks them.  Only GC and the run log
  * read a sharded manifest this way (lib/shard parses and verifies the rest),
  * so lib/sync never depends on lib/shard. */
-static int manifest2_links_parse(const char *run, const char *key, json_t *root, fs_manifest *m)
+/* The links of a manifest-2 (root: its members but the lists objects and
+ * parts, which are walked an element at a time in text[sp]: json_split.h). */
+static int manifest2_links_parse(const char *run, const char *key, json_t *root, const char *text, const fs_span sp[2],
+                                 fs_manifest *m)
 {
     pctx c = {key, 0};
     check_run(&c, root, run);
@@ -421,22 +426,45 @@ static int manifest2_links_parse(const char *run, const char *key, json_t *root,
     m->created = (int64_t)g_u64(&c, root, "created_unix");
     g_publisher(&c, root, m->publisher);
     m->anchor_every = (uint32_t)g_u64(&c, root, "anchor_every");
-    json_t *objs = json_object_get(root, "objects"), *parts = json_object_get(root, "parts");
-    if (!c.rc && (!json_is_array(objs) || !json_is_array(parts))) bad(&c, "field 'objects' or 'parts' is not an array");
-    for (size_t i = 0; !c.rc && i < json_array_size(objs); i++) {
-        json_t *o = json_array_get(objs, i);
+    if (!c.rc && (!sp[0].len || !sp[1].len)) bad(&c, "field 'objects' or 'parts' is not an array");
+    size_t pos = 0;
+    fs_span el;
+    int r = 0;
+    char why[300];
+    while (!c.rc && (r = ferry__sync_json_next(text + sp[0].off, sp[0].len, &pos, &el)) == 1) {
+        json_t *o = ferry__sync_json_load(text + sp[0].off + el.off, el.len, FS_M2_ELEM_MAX, why, sizeof why);
+        if (!json_is_object(o)) {
+            json_decref(o);
+            bad(&c, "an entry of 'objects' is not an object of at most 4 KiB");
+            break;
+        }
         int kind = g_kind(&c, o);
         uint64_t b = g_u64(&c, o, "bytes");
         uint64_t *sum = kind == FERRY_SYNC_ANCHOR ? &m->full_bytes : &m->delta_bytes;
         if (!c.rc && b > UINT64_MAX - *sum) bad(&c, "object sizes overflow");
         *sum += b;
+        json_decref(o);
     }
-    const char *last = "";
-    for (size_t i = 0; !c.rc && i < json_array_size(parts); i++) {
-        const char *name = g_str(&c, json_array_get(parts, i), "name");
+    if (!c.rc && r < 0) bad(&c, "field 'objects' is not a valid JSON array");
+    /* tensors: the distinct names of the parts, each part read without its tiles */
+    static const char *const tiles[] = {"tiles", NULL};
+    char last[FERRY_MAX_NAME + 1] = "";
+    pos = 0;
+    while (!c.rc && (r = ferry__sync_json_next(text + sp[1].off, sp[1].len, &pos, &el)) == 1) {
+        json_t *part = NULL;
+        fs_span ts;
+        if (ferry__sync_json_split(text + sp[1].off + el.off, el.len, tiles, &ts, FS_M2_PART_MAX, &part, why, sizeof why)) {
+            char w[340];
+            snprintf(w, sizeof w, "a part: %s", why);
+            bad(&c, w);
+            break;
+        }
+        const char *name = g_str(&c, part, "name");
         if (!c.rc && strcmp(name, last)) m->tensors++;
-        last = name;
+        snprintf(last, sizeof last, "%s", name);
+        json_decref(part);
     }
+    if (!c.rc && r < 0) bad(&c, "field 'parts' is not a valid JSON array");
     if (!c.rc) {
         if (!m->version || m->version > FS_VERSION_MAX) bad(&c, "version out of range (1 .. 2^63 - 2)");
         else if (m->prev.version + 1 != m->version) bad(&c, "'prev' is not the previous version");
@@ -450,13 +478,19 @@ static int manifest2_links_parse(const char *run, const char *key, json_t *root,
 int ferry__sync_manifest_links_parse(const char *run, const char *key, const void *text, size_t n, fs_manifest *m)
 {
     memset(m, 0, sizeof *m);
-    json_error_t err;
-    json_t *root = json_loadb(text, n, JSON_REJECT_DUPLICATES, &err);
-    const char *format = json_string_value(json_object_get(root, "format"));
+    /* split, not parsed whole: a manifest-2 may be large (json_split.h) */
+    static const char *const lists[] = {"objects", "parts", NULL};
+    fs_span sp[2];
+    json_t *root = NULL;
+    char why[300] = "";
+    const char *format = NULL;
+    if (!ferry__sync_json_split(text, n, lists, sp, FS_M2_TOP_MAX, &root, why, sizeof why))
+        format = json_string_value(json_object_get(root, "format"));
     int rc;
-    if (format && !strcmp(format, "ferry-manifest-2")) rc = manifest2_links_parse(run, key, root, m);
+    if (format && !strcmp(format, "ferry-manifest-2")) rc = manifest2_links_parse(run, key, root, text, sp, m);
     else if (n > FS_JSON_MAX)
-        rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: larger than %zu bytes, too large for a protocol record", key, FS_JSON_MAX);
+        rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: %s%slarger than %zu bytes, too large for a protocol record", key, why,
+                         why[0] ? "; " : "", FS_JSON_MAX);
     else rc = ferry__sync_manifest_parse(run, key, text, n, m); /* its own errors, malformed text included */
     json_decref(root);
     return rc;
