@@ -12,19 +12,17 @@
 # same with delete_rejected, as ferry-demo runs), grace (garbage under batch
 # keys ahead of the good batches, with s3://'s 2 s grace period).
 #
-# Measured (bench/results/dock_junk.txt; shared 2-core machine, load ~13,
-# so times are noisy and counts exact), before (13ddcdd) -> after:
+# Measured (bench/results/dock_junk.txt; shared 2-core machine, load 12-14,
+# so times are noisy and counts exact), before (13ddcdd) -> after (78ffb46):
 #   JUNK=20000  take mean s    objects read/take  good batches taken
-#   names       4.60 -> 4.82   257 -> 257         20 -> 20
-#   names-del   0.98 -> 0.82   257 -> 1           20 -> 20
-#   grace       2.65 -> 3.33   256 -> 256          0 -> 0
+#   names       4.60 -> 1.34   257 -> 33          20 -> 20
+#   names-del   0.98 -> 0.88   257 -> 1           20 -> 20
+#   grace       2.65 -> 1.43   256 -> 33           0 -> 20
 #   JUNK=200
-#   grace       0.056 -> 0.046 201 -> 11          20 -> 20
-# What is left at 20000: each pass lists (and file:// hashes) all planted
-# objects, 0.5-1 s here, and handles max_scan (256) of them, each a read, a
-# quarantine copy and a delete (names: ~4 s a pass); planted ahead of the
-# good batches in key order, 20000 objects take 20000 / 256 passes to get
-# through before a good batch is read (grace: 0 in 20 takes, both builds).
+#   grace       0.056 -> 0.032 201 -> 11          20 -> 20
+# What is left at 20000: each pass lists (and file:// reads and hashes)
+# every planted object, 0.5-1 s of the above here, until they are cleared
+# (32 a pass under one name, 256 junk names a pass with delete_rejected);
 # docs/DOCK.md "Bounded work" and "Not done".
 set -eu
 cd "$(dirname "$0")/.."
