@@ -3,7 +3,10 @@
 # tests/unit/test_dock.c (round trip, blocking take, sequential and async
 # policies, future batches, duplicates across restarts, every rejection
 # code, grace period, other runs, resume_seq, regress, budget, gaps, forked
-# islands accounted exactly once) on s3://bkt/dock, with 7-key listing pages;
+# islands accounted exactly once; issue 23: the signed cursor deleted, put
+# back older and forged, junk that resume_seq and stale names must not
+# believe, planted objects read once and within their island's share) on
+# s3://bkt/dock, with 7-key listing pages;
 # then what the store holds afterwards, checked from outside with
 # store_tool.  The server is started here on a free 127.0.0.1 port and
 # stopped on exit.
