@@ -15,7 +15,8 @@ CPPFLAGS   := -Iinclude -Ilib -Ilib/common -D_GNU_SOURCE
 CFLAGS     := -std=c11 -O1 -g -fno-omit-frame-pointer -pthread -Wall -Wextra -Wno-missing-field-initializers
 LIBS       := -lzstd -lxxhash -ljansson -lm -lcurl -lcrypto
 
-LIB_SRC := $(wildcard lib/common/*.c lib/codec/*.c lib/io/*.c lib/store/*.c lib/sync/*.c lib/dock/*.c)
+LIB_SRC := $(filter-out lib/shard/shard_mpi.c,$(wildcard lib/common/*.c lib/codec/*.c lib/io/*.c lib/store/*.c lib/sign/*.c \
+                                                         lib/sync/*.c lib/shard/*.c lib/mirror/*.c lib/dock/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o)
 TARGETS := $(patsubst tests/fuzz/fuzz_%.c,$(FUZZ_BUILD)/fuzz_%,$(wildcard tests/fuzz/fuzz_*.c))
 
