@@ -398,7 +398,7 @@ static void g_parts(pc *c, const char *t, fs_span sp, sh_doc *d, bool with_rank)
     uint64_t tiles = 0;
     size_t pos = 0, cap = 0;
     fs_span el;
-    int r;
+    int r = 0;
     while (!c->rc && (r = ferry__sync_json_next(a, sp.len, &pos, &el)) == 1) {
         if (ferry__grow((void **)&d->parts, &cap, d->nparts + 1, sizeof *d->parts)) {
             c->rc = FERRY_ERR_NOMEM;
