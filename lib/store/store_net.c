@@ -619,6 +619,15 @@ int ferry__net_call(ferry_store *s, const ferry__req *q, ferry__resp *r)
                 rc = FERRY_OK;
                 break;
             }
+            if (r->status == 416 && !q->ranged && x.asked_range && resume_etag[0]) {
+                /* Resumed past the end: the object changed and is shorter
+                   now (a store that ignores If-Match, s3rver, answers 416
+                   where S3 answers 412): start over, as below. */
+                snprintf(last, sizeof last, "object shorter than the part already read (changed); starting over");
+                resume_etag[0] = 0;
+                if ((rc = ferry__sink_reset(q->sink))) break;
+                if (attempt_no < s->max_attempts) continue;
+            }
             if (r->status == 412 && x.asked_range && resume_etag[0]) {
                 /* The object changed between attempts: start over. */
                 snprintf(last, sizeof last, "object changed during the download; starting over");

@@ -27,6 +27,11 @@
  * Fault injection for retry tests, set through unsigned control requests:
    GET /__ctl?fail=N    the next N requests answer 503 SlowDown
    GET /__ctl?cut=N     the next N object GETs send half the body, then close
+   GET /__ctl?cut_shrink=N  the same, and the object is then replaced by its
+                        first eighth (a new ETag): a writer between attempts
+   GET /__ctl?no_get_if_match=1  GET ignores If-Match (as s3rver 3.7 does: a
+                        resumed GET of a changed object gets the new one's
+                        bytes, or 416 when it is shorter, never 412)
    GET /__ctl?lose=N    the next N PUTs are applied, then the connection is
                         closed without an answer
    GET /__ctl?part_delay=MS   every UploadPart waits MS ms before its answer
@@ -137,6 +142,7 @@ class State:
         self.uploads = {}     # upload id -> (key, {part: (bytes, etag)})
         self.next_upload = 1
         self.fail = self.cut = self.lose = 0
+        self.cut_shrink = self.no_get_if_match = 0
         self.part_delay = 0
         self.bad_part = self.fail_part = 0
         self.parts_in_flight = 0
@@ -227,7 +233,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         with st.lock:
             if path == "/__ctl":
                 for k, v in urllib.parse.parse_qsl(query):
-                    if k in ("fail", "cut", "lose", "part_delay", "bad_part", "fail_part"):
+                    if k in ("fail", "cut", "lose", "part_delay", "bad_part", "fail_part", "cut_shrink", "no_get_if_match"):
                         setattr(st, k, int(v))
                     elif k == "reset":
                         st.stats = dict.fromkeys(st.stats, 0)
@@ -363,12 +369,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if cur is None:
                 raise S3Error(404, "NoSuchKey", key)
             im = self.headers.get("If-Match")
-            if im is not None and im.strip().strip('"') != cur[1]:
+            if im is not None and not st.no_get_if_match and im.strip().strip('"') != cur[1]:
                 raise S3Error(412, "PreconditionFailed", "If-Match")
             if im is not None and self.headers.get("Range"):
                 st.stats["resumed_gets"] += 1
-            if not head and st.cut > 0 and len(cur[0]) > 1:
-                st.cut -= 1
+            if not head and (st.cut > 0 or st.cut_shrink > 0) and len(cur[0]) > 1:
+                if st.cut_shrink > 0:
+                    st.cut_shrink -= 1
+                    short = cur[0][:max(1, len(cur[0]) // 8)]
+                    st.objects[key] = (short, hashlib.md5(short).hexdigest(), cur[2])
+                else:
+                    st.cut -= 1
                 st.stats["faults"] += 1
                 cut = True
         data, etag, mtime = cur
