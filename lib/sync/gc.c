@@ -100,8 +100,8 @@ static int prune_edit(void *ctx, fs_index *ix, bool *write)
         if (keep_entry(p->g, &ix->c[i])) kc[k++] = ix->c[i];
         else dc[d++] = ix->c[i];
     }
-    *p->kept = (fs_index){kc, k};
-    *p->dropped = (fs_index){dc, d};
+    *p->kept = (fs_index){.c = kc, .n = k};
+    *p->dropped = (fs_index){.c = dc, .n = d};
     for (size_t i = 0; i < k; i++) ix->c[i] = kc[i];
     ix->n = k;
     *write = d && !p->g->o->dry_run && !p->g->keep_index;

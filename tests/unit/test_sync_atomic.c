@@ -411,7 +411,7 @@ static void t_bogus_compactions(void)
         c[i].to_cum = to.cum;
         c[i].created = 1;
     }
-    fs_index ix = {c, 6};
+    fs_index ix = {.c = c, .n = 6};
     char *text = ferry__sync_index_json("x", &ix);
     CHECK(text != NULL);
     char key[FS_KEY_CAP];
