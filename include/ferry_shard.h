@@ -92,6 +92,15 @@ typedef struct ferry_shard_options {
                                  absent but RUN/v/ holds versions: begin the
                                  run anew at version 1 (a new run id) instead
                                  of FERRY_ERR_SYNC_BACKWARDS */
+    int quantize;             /* a ferry_quant (include/ferry_quant.h), 0 =
+                                 none: the run holds the FP8 checkpoint, as
+                                 ferry_publisher_options.quantize; each rank
+                                 quantizes its own rows, which must then
+                                 begin and end on multiples of 128 (or at a
+                                 tensor's end) for every quantized tensor
+                                 (else FERRY_ERR_SHARD_PARTS).  Fresh scales
+                                 only: fp8-block128-sticky is
+                                 FERRY_ERR_UNSUPPORTED */
 } ferry_shard_options;
 
 /* Opens the publisher of one rank on RUN; sends no request.  The handle

@@ -8,6 +8,7 @@
 #include "bf16.h"
 #include "ferry_quant.h"
 #include "model.h"
+#include "quant.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -80,12 +81,12 @@ float ferry_e4m3_to_f32(uint8_t q)
     return q & 0x80 ? -v : v;
 }
 
-/* FP32 value of element i of a BF16 (or, cast, FP32) tensor. */
-static inline float wval(const ferry_tensor *t, uint64_t i)
+/* FP32 value of element i of BF16 (or, cast, FP32) data. */
+static inline float wval(ferry_dtype dtype, const void *data, uint64_t i)
 {
     uint32_t u;
-    if (t->dtype == FERRY_BF16) u = (uint32_t)ferry__le16((const uint8_t *)t->data + 2 * i) << 16;
-    else u = (uint32_t)ferry__bf16_from_bits(ferry__le32((const uint8_t *)t->data + 4 * i)) << 16;
+    if (dtype == FERRY_BF16) u = (uint32_t)ferry__le16((const uint8_t *)data + 2 * i) << 16;
+    else u = (uint32_t)ferry__bf16_from_bits(ferry__le32((const uint8_t *)data + 4 * i)) << 16;
     float f;
     memcpy(&f, &u, 4);
     return f;
@@ -99,32 +100,23 @@ static const float *prev_scales(const ferry_model *prev, const char *sname, uint
     return s->data;
 }
 
-static int quantize_tensor(const ferry_tensor *t, bool sticky, const ferry_model *prev, ferry_model *out,
-                           ferry_quant_stats *st)
+int ferry__quantize_rows(const char *name, ferry_dtype dtype, const void *data, uint64_t row0, uint64_t rows, uint64_t cols,
+                         const float *ps, uint8_t *codes, float *scale, uint64_t *kept)
 {
-    uint64_t rows = t->shape[0], cols = t->shape[1];
     uint64_t nbr = (rows + QB - 1) / QB, nbc = (cols + QB - 1) / QB;
-    size_t nl = strlen(t->name) + sizeof FERRY_QUANT_SCALE_SUFFIX;
-    char *sname = ferry__malloc(nl);
-    uint8_t *codes = ferry__malloc(rows * cols); /* both dims >= 128 */
-    float *scale = ferry__malloc(nbr * nbc * sizeof *scale), *amax = ferry__malloc(nbc * sizeof *amax);
+    float *amax = ferry__malloc(nbc * sizeof *amax);
+    if (!amax) return FERRY_ERR_NOMEM;
     int rc = FERRY_OK;
-    if (!sname || !codes || !scale || !amax) {
-        rc = FERRY_ERR_NOMEM;
-        goto done;
-    }
-    snprintf(sname, nl, "%s%s", t->name, FERRY_QUANT_SCALE_SUFFIX);
-    const float *ps = sticky ? prev_scales(prev, sname, nbr, nbc) : NULL;
     for (uint64_t br = 0; br < nbr; br++) {
         uint64_t r0 = br * QB, r1 = r0 + QB < rows ? r0 + QB : rows;
         for (uint64_t bc = 0; bc < nbc; bc++) amax[bc] = 0.0f;
         /* pass 1: max |w| of each block of this block row (row-major reads) */
         for (uint64_t r = r0; r < r1; r++)
             for (uint64_t c = 0; c < cols; c++) {
-                float a = fabsf(wval(t, r * cols + c));
+                float a = fabsf(wval(dtype, data, r * cols + c));
                 if (!isfinite(a)) {
                     rc = ferry__fail(FERRY_ERR_ARG, "tensor '%s': element [%llu, %llu] is not finite: no FP8 scale exists for its block",
-                                     t->name, (unsigned long long)r, (unsigned long long)c);
+                                     name, (unsigned long long)(row0 + r), (unsigned long long)c);
                     goto done;
                 }
                 if (a > amax[c / QB]) amax[c / QB] = a;
@@ -135,7 +127,7 @@ static int quantize_tensor(const ferry_tensor *t, bool sticky, const ferry_model
                 float p = ps[br * nbc + bc];
                 if (isfinite(p) && p > 0.0f && a <= E4M3_MAX * p && a > (E4M3_MAX / 2) * p) {
                     s = p;
-                    st->scales_kept++;
+                    (*kept)++;
                 }
             }
             scale[br * nbc + bc] = s;
@@ -143,8 +135,30 @@ static int quantize_tensor(const ferry_tensor *t, bool sticky, const ferry_model
         /* pass 2: the codes */
         for (uint64_t r = r0; r < r1; r++)
             for (uint64_t c = 0; c < cols; c++)
-                codes[r * cols + c] = ferry_f32_to_e4m3(wval(t, r * cols + c) / scale[br * nbc + c / QB]);
+                codes[r * cols + c] = ferry_f32_to_e4m3(wval(dtype, data, r * cols + c) / scale[br * nbc + c / QB]);
     }
+done:
+    free(amax);
+    return rc;
+}
+
+static int quantize_tensor(const ferry_tensor *t, bool sticky, const ferry_model *prev, ferry_model *out,
+                           ferry_quant_stats *st)
+{
+    uint64_t rows = t->shape[0], cols = t->shape[1];
+    uint64_t nbr = (rows + QB - 1) / QB, nbc = (cols + QB - 1) / QB;
+    size_t nl = strlen(t->name) + sizeof FERRY_QUANT_SCALE_SUFFIX;
+    char *sname = ferry__malloc(nl);
+    uint8_t *codes = ferry__malloc(rows * cols); /* both dims >= 128 */
+    float *scale = ferry__malloc(nbr * nbc * sizeof *scale);
+    int rc = FERRY_OK;
+    if (!sname || !codes || !scale) {
+        rc = FERRY_ERR_NOMEM;
+        goto done;
+    }
+    snprintf(sname, nl, "%s%s", t->name, FERRY_QUANT_SCALE_SUFFIX);
+    const float *ps = sticky ? prev_scales(prev, sname, nbr, nbc) : NULL;
+    if ((rc = ferry__quantize_rows(t->name, t->dtype, t->data, 0, rows, cols, ps, codes, scale, &st->scales_kept))) goto done;
     st->tensors++;
     st->blocks += nbr * nbc;
     uint64_t sshape[2] = {nbr, nbc};
@@ -158,7 +172,6 @@ done:
     free(sname);
     free(codes);
     free(scale);
-    free(amax);
     return rc;
 }
 

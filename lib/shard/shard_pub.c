@@ -10,6 +10,9 @@
  * copy of the shard plus this version's patches. */
 #include "shard_impl.h"
 
+#include "ferry_quant.h"
+#include "quant.h"
+
 #include <stdlib.h>
 
 struct ferry_shard_publisher {
@@ -30,6 +33,8 @@ struct ferry_shard_publisher {
     char run_id[FS_ID_CAP];   /* the run id the version begun is written with */
     char head_etag[FERRY_STORE_ETAG_MAX];
     sh_doc last;              /* HEAD's manifest at begin (version 0 = none) */
+    int qcast;                /* quantize: cast_bf16 as given (the parts are cast
+                                 while quantized; o.cast_bf16 is then 0) */
 };
 
 int ferry_shard_publisher_open(ferry_store *store, const char *run, const ferry_shard_options *opts, ferry_shard_publisher **out)
@@ -47,12 +52,21 @@ int ferry_shard_publisher_open(ferry_store *store, const char *run, const ferry_
         return ferry__fail(FERRY_ERR_ARG, "publisher id '%.200s': empty, too long, or not printable ASCII without quotes",
                            opts->publisher_id);
     if ((rc = ferry__sign_ring_check(opts->keys, "ferry_shard_publisher_open"))) return rc;
+    if (!ferry_quant_name((ferry_quant)opts->quantize))
+        return ferry__fail(FERRY_ERR_ARG, "run %s: quantize %d is no ferry_quant", run, opts->quantize);
+    if (opts->quantize == FERRY_QUANT_FP8_BLOCK128_STICKY) /* a rank holds tiles, not its previous scales */
+        return ferry__fail(FERRY_ERR_UNSUPPORTED, "run %s: a sharded run quantizes with fresh scales (fp8-block128), not %s", run,
+                           ferry_quant_name(FERRY_QUANT_FP8_BLOCK128_STICKY));
     ferry_shard_publisher *p = ferry__calloc(1, sizeof *p);
     if (!p) return FERRY_ERR_NOMEM;
     p->st = store;
     snprintf(p->run, sizeof p->run, "%s", run);
     p->o = *opts;
     p->o.publisher_id = NULL;
+    if (p->o.quantize) {
+        p->qcast = p->o.cast_bf16;
+        p->o.cast_bf16 = 0;
+    }
     if (!p->o.anchor_every) p->o.anchor_every = 10;
     if (!p->o.min_tile_words) p->o.min_tile_words = SH_DEFAULT_TILE_WORDS;
     if (opts->publisher_id) snprintf(p->pubid, sizeof p->pubid, "%s", opts->publisher_id);
@@ -303,8 +317,110 @@ out:
     return rc;
 }
 
+/* The FP8 parts of a rank's parts (quantize): each eligible part (as
+ * ferry_quant_eligible judges its full tensor) becomes NAME (F8_E4M3, its
+ * rows) and NAME_scale_inv (F32, its rows of the block grid); an FP32 part
+ * left alone is cast under cast_bf16; the others are passed as they are.
+ * Rows must be cut on the 128-row grid: a block is quantized whole by one
+ * rank.  *out (2 * n parts) and *owned (the buffers, NULL-ended) are the
+ * caller's to release with free_quantized. */
+typedef struct qparts {
+    ferry_shard_part *parts;
+    size_t n;
+    void **owned;             /* codes, scales, casts and names */
+    size_t nowned;
+    uint64_t (*sshape)[2];
+} qparts;
+
+static void free_quantized(qparts *q)
+{
+    for (size_t i = 0; i < q->nowned; i++) free(q->owned[i]);
+    free(q->owned);
+    free(q->parts);
+    free(q->sshape);
+    memset(q, 0, sizeof *q);
+}
+
+static void *own(qparts *q, size_t bytes)
+{
+    void *b = ferry__malloc(bytes ? bytes : 1);
+    if (b) q->owned[q->nowned++] = b;
+    return b;
+}
+
+static int quantize_parts(const ferry_shard_publisher *p, const ferry_shard_part *in, size_t n, qparts *q)
+{
+    memset(q, 0, sizeof *q);
+    if (!(q->parts = ferry__calloc(2 * n + 1, sizeof *q->parts)) || !(q->owned = ferry__calloc(3 * n + 1, sizeof *q->owned)) ||
+        !(q->sshape = ferry__calloc(n + 1, sizeof *q->sshape)))
+        return FERRY_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) {
+        const ferry_shard_part *a = &in[i];
+        uint64_t rows, cols;
+        if (!a->name || !a->data || (a->ndim && !a->shape) || !ferry__shard_view(a->ndim, a->shape, &rows, &cols)) {
+            q->parts[q->n++] = *a; /* refused by make_parts, naming it */
+            continue;
+        }
+        uint64_t r0 = a->row_begin, r1 = a->row_end ? a->row_end : rows;
+        ferry_tensor t = {.name = a->name, .dtype = a->dtype, .ndim = a->ndim, .shape = a->shape};
+        if (r0 >= r1 || r1 > rows || !ferry_quant_eligible(&t, p->qcast)) {
+            q->parts[q->n] = *a;
+            if (p->qcast && a->dtype == FERRY_F32 && r0 < r1 && r1 <= rows) { /* the gate, as unquantized runs do it */
+                uint16_t *b = own(q, (r1 - r0) * cols * 2);
+                if (!b) return FERRY_ERR_NOMEM;
+                ferry_f32_to_bf16_n(b, a->data, (r1 - r0) * cols);
+                q->parts[q->n].dtype = FERRY_BF16;
+                q->parts[q->n].data = b;
+            }
+            q->n++;
+            continue;
+        }
+        if (r0 % FERRY_QUANT_BLOCK || (r1 % FERRY_QUANT_BLOCK && r1 != rows))
+            return ferry__fail(FERRY_ERR_SHARD_PARTS, "tensor '%s': rank %u's rows [%llu, %llu) cut a %dx%d FP8 block: a quantized "
+                               "run needs each rank's rows to begin and end on multiples of %d (or at the tensor's end)", a->name,
+                               p->o.rank, (unsigned long long)r0, (unsigned long long)r1, FERRY_QUANT_BLOCK, FERRY_QUANT_BLOCK,
+                               FERRY_QUANT_BLOCK);
+        uint64_t nbr = (r1 - r0 + FERRY_QUANT_BLOCK - 1) / FERRY_QUANT_BLOCK, nbc = (cols + FERRY_QUANT_BLOCK - 1) / FERRY_QUANT_BLOCK;
+        size_t nl = strlen(a->name) + sizeof FERRY_QUANT_SCALE_SUFFIX;
+        uint8_t *codes = own(q, (r1 - r0) * cols);
+        float *scale = own(q, nbr * nbc * sizeof *scale);
+        char *sname = own(q, nl);
+        if (!codes || !scale || !sname) return FERRY_ERR_NOMEM;
+        snprintf(sname, nl, "%s%s", a->name, FERRY_QUANT_SCALE_SUFFIX);
+        uint64_t kept = 0;
+        int rc = ferry__quantize_rows(a->name, a->dtype, a->data, r0, r1 - r0, cols, NULL, codes, scale, &kept);
+        if (rc) return rc;
+        q->sshape[i][0] = (rows + FERRY_QUANT_BLOCK - 1) / FERRY_QUANT_BLOCK;
+        q->sshape[i][1] = nbc;
+        q->parts[q->n++] = (ferry_shard_part){a->name, FERRY_F8_E4M3, a->ndim, a->shape, r0, r1, codes};
+        q->parts[q->n++] = (ferry_shard_part){sname, FERRY_F32, 2, q->sshape[i], r0 / FERRY_QUANT_BLOCK,
+                                              r0 / FERRY_QUANT_BLOCK + nbr, scale};
+    }
+    return FERRY_OK;
+}
+
+static int put_parts(ferry_shard_publisher *p, const char *token, size_t token_size, const ferry_shard_part *parts, size_t nparts,
+                     char **record, size_t *record_size);
+
 int ferry_shard_put(ferry_shard_publisher *p, const char *token, size_t token_size, const ferry_shard_part *parts, size_t nparts,
                     char **record, size_t *record_size)
+{
+    if (!p || !p->o.quantize || !token || !record || !record_size || (nparts && !parts))
+        return put_parts(p, token, token_size, parts, nparts, record, record_size);
+    qparts q;
+    int rc = quantize_parts(p, parts, nparts, &q);
+    if (!rc) rc = put_parts(p, token, token_size, q.parts, q.n, record, record_size);
+    else {
+        *record = NULL;
+        drop_pending(p);
+        ferry__context(rc, "run %s rank %u: quantizing its parts (%s)", p->run, p->o.rank, ferry_quant_name((ferry_quant)p->o.quantize));
+    }
+    free_quantized(&q);
+    return rc;
+}
+
+static int put_parts(ferry_shard_publisher *p, const char *token, size_t token_size, const ferry_shard_part *parts, size_t nparts,
+                     char **record, size_t *record_size)
 {
     if (!p || !token || !record || !record_size || (nparts && !parts)) return ferry__fail(FERRY_ERR_ARG, "ferry_shard_put: NULL argument");
     *record = NULL;

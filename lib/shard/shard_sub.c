@@ -244,6 +244,9 @@ typedef struct pending {
     ferry_model *fresh;       /* a tile the rank did not hold */
     size_t ci;
     uint64_t first, count;    /* into the step's change arrays */
+    size_t voff;              /* byte offset of its values in vals: the
+                                 tiles of one step differ in element size
+                                 (BF16, F32, F8 codes) */
 } pending;
 
 typedef struct step {
@@ -266,6 +269,7 @@ static void step_release(step *x)
 static int record_diff(step *x, const uint8_t *old, const uint8_t *nw, uint64_t n, size_t es, pending *pd)
 {
     pd->first = x->nelem;
+    pd->voff = x->vals.size;
     for (uint64_t e = 0; e < n; e++) {
         if (!memcmp(old + e * es, nw + e * es, es)) continue;
         if (ferry__grow((void **)&x->elem, &x->capelem, x->nelem + 1, sizeof *x->elem)) return FERRY_ERR_NOMEM;
@@ -376,7 +380,7 @@ static int step_commit(ferry_shard_subscriber *s, const sh_doc *m, const covset 
         const ferry_tensor *ht = ferry_model_tensor(h->m, 0);
         size_t es = ferry__shard_esize(ht->dtype);
         uint8_t *d = ferry_model_data_mut(h->m, 0);
-        for (uint64_t k = 0; k < pd->count; k++) memcpy(d + x->elem[pd->first + k] * es, x->vals.data + (pd->first + k) * es, es);
+        for (uint64_t k = 0; k < pd->count; k++) memcpy(d + x->elem[pd->first + k] * es, x->vals.data + pd->voff + k * es, es);
         memcpy(h->hash, t->target, 16);
     }
     if (added) ferry__shard_tiles_sort(&s->held);

@@ -13,13 +13,15 @@
 #include <unistd.h>
 
 #include "cmd_sync.h"
+#include "ferry_quant.h"
 #include "ferry_shard.h"
 #include "util.h"
 
 static void help(void)
 {
     printf("usage: mpirun -np R ferry-shard-mpi STORE --run RUN [--cast-bf16] [--tile-words N]\n"
-           "                  [--anchor-every K] [--threads N] [--sign-key PATH] [--json] FILE...\n\n"
+           "                  [--anchor-every K] [--threads N] [--quantize fp8-block128]\n"
+           "                  [--sign-key PATH] [--json] FILE...\n\n"
            "Publishes each FILE (a .safetensors checkpoint) as the next version of the\n"
            "sharded run RUN, from R ranks: rank r owns rows [r*rows/R, (r+1)*rows/R) of\n"
            "every tensor (dim 0; 1-D tensors by element), diffs and uploads only those,\n"
@@ -30,18 +32,29 @@ static void help(void)
            "  --tile-words N    smallest tile of the grid, in elements (default 65536;\n"
            "                    the run's first version fixes it)\n"
            "  --anchor-every K  an anchor version every K versions (default 10)\n"
-           "  --threads N       codec threads per rank (default 1)\n\n%s\n",
+           "  --threads N       codec threads per rank (default 1)\n"
+           "  --quantize S      publish the FP8 checkpoint (fp8-block128, as `ferry publish\n"
+           "                    --quantize`): each rank quantizes its rows, cut on multiples\n"
+           "                    of 128 (rank r owns rows from r*rows/R rounded up to 128)\n\n%s\n",
            sync_common_help);
 }
 
-/* The rows this rank owns of every tensor of m. */
-static size_t my_parts(const ferry_model *m, int r, int R, ferry_shard_part *out)
+/* r * rows / R, rounded up to a multiple of grid (0: none) and clamped. */
+static uint64_t cut(uint64_t rows, int r, int R, uint64_t grid)
+{
+    uint64_t a = rows * (uint64_t)r / (uint64_t)R;
+    if (grid && a % grid) a = (a / grid + 1) * grid;
+    return a < rows ? a : rows;
+}
+
+/* The rows this rank owns of every tensor of m (grid: FP8 blocks whole). */
+static size_t my_parts(const ferry_model *m, int r, int R, uint64_t grid, ferry_shard_part *out)
 {
     size_t n = 0;
     for (size_t i = 0; i < ferry_model_count(m); i++) {
         const ferry_tensor *t = ferry_model_tensor(m, i);
         uint64_t rows = t->ndim ? t->shape[0] : 1, cols = t->ndim ? t->nelem / (rows ? rows : 1) : 1;
-        uint64_t a = rows * (uint64_t)r / (uint64_t)R, b = rows * (uint64_t)(r + 1) / (uint64_t)R;
+        uint64_t a = cut(rows, r, R, grid), b = cut(rows, r + 1, R, grid);
         if (a == b) continue;
         out[n++] = (ferry_shard_part){t->name, t->dtype, t->ndim, t->shape, a, b,
                                       (const uint8_t *)t->data + a * cols * (ferry_dtype_bits(t->dtype) / 8)};
@@ -73,6 +86,12 @@ int main(int argc, char **argv)
         if (r == 2) ret = 2;
         if (r) continue;
         if (!strcmp(a, "--cast-bf16")) o.cast_bf16 = 1;
+        else if (!strcmp(a, "--quantize")) {
+            ferry_quant q;
+            if (++i == argc) ret = cli_usage_error(cmd, "--quantize needs a scheme");
+            else if (ferry_quant_parse(argv[i], &q)) ret = cli_usage_error(cmd, "--quantize: %s", ferry_last_error());
+            else o.quantize = (int)q;
+        }
         else if (!strcmp(a, "--tile-words") || !strcmp(a, "--anchor-every") || !strcmp(a, "--threads")) {
             if (++i == argc || !cli_parse_int(argv[i], 1, 1L << 40, &v)) ret = cli_usage_error(cmd, "%s needs a positive number", a);
             else if (a[2] == 't' && a[3] == 'i') o.min_tile_words = (uint64_t)v;
@@ -108,7 +127,7 @@ int main(int argc, char **argv)
         size_t n = 0;
         ferry_shard_part *parts = NULL;
         if (!rc && !(parts = calloc(ferry_model_count(m) + 1, sizeof *parts))) rc = FERRY_ERR_NOMEM;
-        if (!rc) n = my_parts(m, rank, R, parts);
+        if (!rc) n = my_parts(m, rank, R, o.quantize ? FERRY_QUANT_BLOCK : 0, parts);
         /* a rank that cannot read its file still joins the collective, with
          * no parts: the commit then fails with a gap, on every rank */
         int own = rc;

@@ -16,14 +16,26 @@ from typing import Any, Optional
 import numpy as np
 
 from . import _lib
-from .errors import ERR_ARG, ERR_SHAPE_MISMATCH, FerryError
+from .errors import ERR_ARG, ERR_SHAPE_MISMATCH, FerryError, check, cstr
 from .model import Raw
 
 BLOCK = 128
 SCALE_SUFFIX = "_scale_inv"
 
 _lib._proto("ferry_e4m3_to_f32", ctypes.c_float, ctypes.c_uint8)
+_lib._proto("ferry_quant_parse", ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int))
 _TABLE: Optional[np.ndarray] = None
+
+
+def scheme_code(name: Optional[str]) -> int:
+    """The ferry_quant of a scheme name ("fp8-block128",
+    "fp8-block128-sticky", "none"; None: 0, none), parsed by the library
+    (FerryError ERR_ARG naming an unknown one): the publishers' quantize."""
+    if name is None:
+        return 0
+    q = ctypes.c_int(0)
+    check(_lib.lib.ferry_quant_parse(cstr(name, "quantize scheme"), ctypes.byref(q)))
+    return q.value
 
 
 def table() -> np.ndarray:

@@ -29,6 +29,7 @@ import numpy as np
 from . import _alias, _lib
 from .errors import ERR_ARG, ERR_SHAPE_MISMATCH, FerryError, check, cstr
 from .model import _torch, _torch_tables, _view_bytes, _describe
+from .fp8 import scheme_code
 from .sync import _info_dict, _store, wait_head
 from ._typing import StoreArg, Tensors
 
@@ -50,7 +51,8 @@ class _Options(ctypes.Structure):
     _fields_ = [("rank", _U32), ("world", _U32), ("publisher_id", _S), ("anchor_every", _U32),
                 ("cast_bf16", _I), ("level", _I), ("threads", _I), ("min_tile_words", _U64),
                 ("keys", _P),  # const ferry_keys * (ferry.Keys, include/ferry_sign.h)
-                ("new_run", _I)]  # ferry_shard_options.new_run (0: a deleted HEAD is refused)
+                ("new_run", _I),  # ferry_shard_options.new_run (0: a deleted HEAD is refused)
+                ("quantize", _I)]  # a ferry_quant (include/ferry_quant.h)
 
 
 class _Part(ctypes.Structure):
@@ -205,15 +207,18 @@ class ShardPublisher(_lib.Handle):
     ferry_shard_options (anchor_every, cast_bf16: F32 parts published as
     their BF16 cast, min_tile_words ...).  keys: a ferry.Keys; with a
     signing key rank 0 signs the manifest and HEAD, with trusted keys what
-    is read back must verify."""
+    is read back must verify.  quantize="fp8-block128": the run holds the
+    FP8 checkpoint (as Publisher(quantize=...)); each rank quantizes its
+    own rows, which must then begin and end on multiples of 128."""
 
     _FREE = "ferry_shard_publisher_free"
 
     def __init__(self, store: StoreArg, run: str, rank: Optional[int] = None, world: Optional[int] = None,
                  group: Any = None, anchor_every: int = 0, cast_bf16: bool = True, level: int = 0,
                  threads: int = 1, min_tile_words: int = 0, publisher_id: Optional[str] = None,
-                 keys: Optional[Keys] = None) -> None:
+                 keys: Optional[Keys] = None, quantize: Optional[str] = None) -> None:
         self.group = group
+        q = scheme_code(quantize)
         self._keys = keys  # the library borrows it: kept alive with the handle
         if rank is None or world is None:
             d = _dist()
@@ -225,7 +230,7 @@ class ShardPublisher(_lib.Handle):
         o = _Options(rank=self.rank, world=self.world, publisher_id=self._id,
                      anchor_every=int(anchor_every), cast_bf16=1 if cast_bf16 else 0,
                      level=int(level), threads=int(threads), min_tile_words=int(min_tile_words),
-                     keys=keys.handle if keys is not None else None)
+                     keys=keys.handle if keys is not None else None, quantize=q)
         h = ctypes.c_void_p()
         check(L.ferry_shard_publisher_open(self._store.handle, cstr(run, "run name"),
                                            ctypes.byref(o), ctypes.byref(h)))

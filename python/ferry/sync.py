@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Optional, Union
 from . import _lib
 from . import _alias
 from .errors import ERR_NOT_FOUND, FerryError, check, cpath, cstr
+from .fp8 import scheme_code
 from .model import Model, Raw, _Using, _torch
 from ._typing import ModelArg, PathArg, StoreArg, Tensors
 
@@ -108,7 +109,6 @@ _lib._proto("ferry_store_open", _I, _S, ctypes.POINTER(_StoreOptions), _PP)
 _lib._proto("ferry_store_free", None, _P)
 _lib._proto("ferry_store_url", _S, _P)
 _lib._proto("ferry_publisher_open", _I, _P, _S, ctypes.POINTER(_PublisherOptions), _PP)
-_lib._proto("ferry_quant_parse", _I, _S, ctypes.POINTER(_I))
 _lib._proto("ferry_publisher_free", None, _P)
 _lib._proto("ferry_publish_ex", _I, _P, _P, ctypes.c_uint, ctypes.POINTER(_PublishInfo))
 _lib._proto("ferry_publisher_version", _U64, _P)
@@ -244,9 +244,7 @@ class Publisher(_lib.Handle):
                  publisher_id: Optional[str] = None, cache_path: Optional[PathArg] = None,
                  tmp_dir: Optional[PathArg] = None, keys: Optional[Keys] = None,
                  quantize: Optional[str] = None) -> None:
-        q = _I(0)
-        if quantize is not None:
-            check(L.ferry_quant_parse(cstr(quantize, "quantize scheme"), ctypes.byref(q)))
+        q = scheme_code(quantize)
         self._store = _store(store, create=True, user=self)
         self._keys = keys  # the library borrows it: kept alive with the handle
         self._strs = [_enc(publisher_id, "publisher_id"), _enc(cache_path), _enc(tmp_dir)]
@@ -255,7 +253,7 @@ class Publisher(_lib.Handle):
                               threads=int(threads), verify=1 if verify else 0,
                               cache_path=self._strs[1], tmp_dir=self._strs[2],
                               keys=keys.handle if keys is not None else None,
-                              quantize=q.value)
+                              quantize=q)
         h = ctypes.c_void_p()
         check(L.ferry_publisher_open(self._store.handle, cstr(run, "run name"),
                                      ctypes.byref(o), ctypes.byref(h)))

@@ -5,6 +5,7 @@
  * checkpoint; every bad input of the issue is a distinct error naming the
  * part, and leaves HEAD and the islands where they were. */
 #include "check.h"
+#include "ferry_quant.h"
 #include "ferry_shard.h"
 #include "ferry_sign.h"
 #include "shard/shard_impl.h"
@@ -42,13 +43,16 @@ typedef struct group {
 } group;
 
 static const ferry_keys *g_group_keys; /* the next groups' keys (NULL: unsigned) */
+static int g_group_quant;              /* the next groups' quantize (0: none) */
+static uint64_t g_cut_grid;            /* parts_of's cuts rounded up to multiples of it (0: none) */
 
 static int group_open(group *g, ferry_store *st, const char *run, int R, uint64_t words, uint32_t anchor_every, int cast)
 {
     g->R = R;
     for (int r = 0; r < R; r++) {
         ferry_shard_options o = {.rank = (uint32_t)r, .world = (uint32_t)R, .min_tile_words = words, .anchor_every = anchor_every,
-                                 .cast_bf16 = cast, .publisher_id = "test-group", .keys = g_group_keys};
+                                 .cast_bf16 = cast, .publisher_id = "test-group", .keys = g_group_keys,
+                                 .quantize = g_group_quant};
         int rc = ferry_shard_publisher_open(st, run, &o, &g->p[r]);
         if (rc) return rc;
     }
@@ -70,6 +74,12 @@ static size_t parts_of(const ferry_model *m, int r, int R, ferry_shard_part *out
         uint64_t rows, cols;
         ferry__shard_view(t->ndim, t->shape, &rows, &cols);
         uint64_t a = rows * (uint64_t)r / (uint64_t)R, b = rows * (uint64_t)(r + 1) / (uint64_t)R;
+        if (g_cut_grid) { /* on the grid: rank r's rows begin where the grid puts its cut */
+            a = a % g_cut_grid ? (a / g_cut_grid + 1) * g_cut_grid : a;
+            b = b % g_cut_grid ? (b / g_cut_grid + 1) * g_cut_grid : b;
+            a = a < rows ? a : rows;
+            b = b < rows ? b : rows;
+        }
         if (a == b) continue;
         size_t es = ferry_dtype_bits(t->dtype) / 8;
         out[n++] = (ferry_shard_part){t->name, t->dtype, t->ndim, t->shape, a, b, (const uint8_t *)t->data + a * cols * es};
@@ -285,6 +295,83 @@ static uint64_t head_of(ferry_store *st, const char *run)
         return 0;
     }
     return h.version;
+}
+
+/* FP8 (quantize, issue 25): 2 ranks cut every tensor on the 128-row grid
+ * and quantize their own rows; an island holding every tensor of the FP8
+ * model whole (one region each) receives at each version exactly
+ * ferry_quantize of the step.  A cut off the grid, the sticky scheme, and
+ * a rank without quantize continuing the run are refused, HEAD unchanged. */
+static void t_fp8(void)
+{
+    SKIP_UNLESS_DATA("rl-a");
+    ferry_store *st = open_store();
+    char run[64];
+    new_run(run, sizeof run);
+    ferry_shard_options so = {.rank = 0, .world = 2, .quantize = FERRY_QUANT_FP8_BLOCK128_STICKY};
+    ferry_shard_publisher *bad = NULL;
+    CHECK_RC(ferry_shard_publisher_open(st, run, &so, &bad), FERRY_ERR_UNSUPPORTED);
+    group g;
+    g_group_quant = FERRY_QUANT_FP8_BLOCK128;
+    CHECK_OK(group_open(&g, st, run, 2, 1024, 3, 0));
+    ferry_model *m0 = step(0);
+    CHECK_RC(group_publish(&g, m0, 0, NULL), FERRY_ERR_SHARD_PARTS); /* 192 rows cut at 96 */
+    CHECK(strstr(ferry_last_error(), "cut a 128x128 FP8 block") != NULL);
+    ferry_model_free(m0);
+    g_cut_grid = FERRY_QUANT_BLOCK;
+    ferry_shard_subscriber *s = NULL;
+    ferry_shard_region rg[128];
+    size_t n = 0;
+    for (int v = 1; v <= 4; v++) {
+        ferry_model *m = step(v - 1), *q = NULL;
+        CHECK_OK(ferry_quantize(m, FERRY_QUANT_FP8_BLOCK128, 0, NULL, &q, NULL));
+        ferry_shard_publish_info info;
+        CHECK_OK(group_publish(&g, m, 0, &info));
+        CHECK(info.version == (uint64_t)v && info.model_bytes == ferry_model_nbytes(q));
+        if (v == 1) {
+            n = ferry_model_count(q);
+            CHECK(n <= 128);
+            n = n < 128 ? n : 128;
+            for (size_t i = 0; i < n; i++) {
+                const ferry_tensor *t = ferry_model_tensor(q, i);
+                uint64_t rows, cols;
+                ferry__shard_view(t->ndim, t->shape, &rows, &cols);
+                rg[i] = (ferry_shard_region){strdup(t->name), 0, rows, 0, cols};
+            }
+            CHECK_OK(ferry_shard_subscriber_open(st, run, rg, n, NULL, &s));
+        }
+        CHECK_OK(ferry_shard_pull(s, FERRY_SYNC_EXACT, (uint64_t)v, NULL));
+        size_t same = 0, fp8 = 0;
+        for (size_t i = 0; i < n; i++) {
+            const ferry_tensor *t = ferry_model_find(q, rg[i].name);
+            uint64_t rows, cols, nb;
+            ferry_dtype dt;
+            CHECK_OK(ferry_shard_region_shape(s, i, &dt, &rows, &cols, &nb));
+            uint8_t *buf = malloc(nb + 1);
+            if (buf && t && dt == t->dtype && nb == t->nbytes && !ferry_shard_region_copy(s, i, buf, nb) && !memcmp(buf, t->data, nb))
+                same++;
+            fp8 += t && t->dtype == FERRY_F8_E4M3;
+            free(buf);
+        }
+        CHECK(same == n && fp8 > 0);
+        if (same != n) fprintf(stderr, "version %d: %zu of %zu tensors as ferry_quantize gives them\n", v, same, n);
+        ferry_model_free(q);
+        ferry_model_free(m);
+    }
+    /* the run is FP8: ranks without quantize cannot continue it */
+    uint64_t head = head_of(st, run);
+    group_close(&g);
+    g_group_quant = 0;
+    CHECK_OK(group_open(&g, st, run, 2, 1024, 3, 0));
+    ferry_model *m = step(4);
+    CHECK_RC(group_publish(&g, m, 0, NULL), FERRY_ERR_SHARD_PARTS);
+    CHECK(head_of(st, run) == head);
+    ferry_model_free(m);
+    g_cut_grid = 0;
+    for (size_t i = 0; i < n; i++) free((char *)rg[i].name);
+    ferry_shard_subscriber_free(s);
+    group_close(&g);
+    ferry_store_free(st);
 }
 
 static int has(const char *needle) { return strstr(ferry_last_error(), needle) != NULL; }
@@ -735,6 +822,7 @@ int main(void)
     RUN(t_gc);
     RUN(t_signed);
     RUN(t_store_list);
+    RUN(t_fp8);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_root);
