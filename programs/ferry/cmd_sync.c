@@ -2,9 +2,11 @@
 #include "cmd_sync.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "util.h"
@@ -169,10 +171,12 @@ static void free_keys(void) { ferry_keys_free(g_keys); }
 static bool holds_private_key(const char *path)
 {
     char head[128] = "";
-    FILE *f = fopen(path, "rb");
-    if (!f) return false; /* the ring's load reports it */
-    size_t n = fread(head, 1, sizeof head - 1, f);
-    fclose(f);
+    int fd = open(path, O_RDONLY | O_NONBLOCK); /* never waits on a FIFO */
+    if (fd < 0) return false;                  /* the ring's load reports it */
+    struct stat st;
+    ssize_t n = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? read(fd, head, sizeof head - 1) : -1;
+    close(fd);
+    if (n <= 0) return false;
     head[n] = 0;
     char *nl = strchr(head, '\n');
     if (nl) *nl = 0;
@@ -188,11 +192,13 @@ static int load_keys(const char *cmd, sync_common *c)
         atexit(free_keys);
         if (c->sign_key && (rc = ferry_keys_set_signer(g_keys, c->sign_key, NULL))) return sync_fail(cmd, rc, c->sign_key);
         for (int i = 0; i < c->ntrust; i++) {
+            /* The ring's load first: it refuses a FIFO or device without
+             * blocking, so the warning below only ever reads a regular file. */
+            if ((rc = ferry_keys_trust(g_keys, c->trust[i], FERRY_KEY_PUBLISHER, NULL))) return sync_fail(cmd, rc, c->trust[i]);
             if (holds_private_key(c->trust[i]))
                 fprintf(stderr, "%s %s: warning: --trust-key %s is a PRIVATE key: only its public half is "
                                 "trusted; give readers the .pub file and keep the .key on the trainer\n",
                         cli_program, cmd, c->trust[i]);
-            if ((rc = ferry_keys_trust(g_keys, c->trust[i], FERRY_KEY_PUBLISHER, NULL))) return sync_fail(cmd, rc, c->trust[i]);
         }
     }
     c->keys = g_keys;
