@@ -76,6 +76,12 @@ FUZZ_SRC := $(filter-out $(addprefix tests/fuzz/fuzz_,head.c manifest.c compacti
 endif
 REPLAY_BIN := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=$(BUILD)/tests/replay_%)
 TOOL_SRC := $(wildcard tests/tools/*.c)
+ifeq ($(NO_NET),1)
+# sharded runs and the dock need the store: not in a core build
+TEST_SRC := $(filter-out tests/unit/test_shard.c,$(TEST_SRC))
+TOOL_SRC := $(filter-out tests/tools/mkdock.c tests/tools/shard_island.c,$(TOOL_SRC))
+endif
+TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 TOOL_BIN := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tools/%)
 EXAMPLE_SRC := $(wildcard examples/*.c)
 EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
