@@ -497,6 +497,11 @@ char *ferry__shard_manifest_json(const sh_doc *m)
         json_decref(root);
         root = NULL;
     }
+    /* tiles as ferry-tile-1 payloads; absent: standalone patches */
+    if (root && m->tile_codec == SH_TC_CHUNK && json_object_set_new(root, "tile_codec", json_string(SH_TILE_CODEC_NAME))) {
+        json_decref(root);
+        root = NULL;
+    }
     return dump(root);
 }
 
@@ -578,6 +583,11 @@ int ferry__shard_manifest_parse(const char *run, const char *key, const void *te
     if (!root) return c.rc;
     g_head(&c, root, run, m);
     if (!c.rc && json_object_get(root, "run_id")) g_id(&c, root, "run_id", m->run_id); /* absent before run ids */
+    if (!c.rc && json_object_get(root, "tile_codec")) { /* absent: tiles are standalone patches */
+        if (strcmp(g_str(&c, root, "tile_codec"), SH_TILE_CODEC_NAME) && !c.rc)
+            bad(&c, "field 'tile_codec' is not \"%s\" (a newer ferry wrote it?)", SH_TILE_CODEC_NAME);
+        m->tile_codec = SH_TC_CHUNK;
+    }
     g_ref(&c, root, "prev", &m->prev);
     g_ref(&c, root, "anchor", &m->anchor);
     m->tile_words = g_u64(&c, root, "tile_words");

@@ -72,6 +72,7 @@ typedef struct sh_doc {
     uint32_t anchor_every;
     char publisher[FERRY_SYNC_PUBLISHER_MAX];
     char run_id[FS_ID_CAP];   /* manifest: the run id ("" before run ids) */
+    int tile_codec;           /* SH_TC_PATCH (manifests before "tile_codec") or SH_TC_CHUNK */
     sh_part *parts;           /* manifest: sorted by (name, r0) */
     size_t nparts;
 } sh_doc;
@@ -96,6 +97,35 @@ void ferry__shard_gather(void *dst, const void *src, uint64_t row0, uint64_t col
 /* The shard hash of a manifest: SHA-256 over every tile's target hash in
  * manifest order, first 16 bytes. */
 int ferry__shard_hash(const sh_doc *m, uint8_t out[16]);
+
+/* ---- tile payloads (shard_tile.c) ---- */
+
+/* How a version's tiles are coded: manifests without "tile_codec" hold
+ * standalone patches (read, never written), "ferry-tile-1" payloads. */
+enum { SH_TC_PATCH = 0, SH_TC_CHUNK = 1 };
+#define SH_TILE_CODEC_NAME "ferry-tile-1"
+/* The code byte a ferry-tile-1 payload starts with. */
+enum { SH_TILE_SAME = 0, SH_TILE_SPARSE = 1, SH_TILE_RAW = 2, SH_TILE_ZSTD = 3 };
+
+typedef struct sh_coder sh_coder; /* codec scratch, one per thread */
+sh_coder *ferry__shard_coder_new(void);
+void ferry__shard_coder_free(sh_coder *c);
+/* Appends the payload of a tile of nwords words of dt to out: against base
+ * (a delta; SAME, SPARSE or whole, whichever is smallest) or, base NULL,
+ * whole (an anchor). */
+int ferry__shard_tile_encode(sh_coder *c, ferry_dtype dt, const uint8_t *base, const uint8_t *target, uint64_t nwords, int level,
+                             ferry_buf *out);
+/* Decodes payload p (n bytes) into out (nwords words): from base for a
+ * delta, base NULL for an anchor tile.  Every inconsistency is
+ * FERRY_ERR_SYNC_CORRUPT (or the codec's PATCH_CORRUPT); the caller names
+ * the object and tile. */
+int ferry__shard_tile_decode(sh_coder *c, ferry_dtype dt, const uint8_t *base, uint64_t nwords, const uint8_t *p, size_t n,
+                             uint8_t *out);
+/* A one-tensor tile model owning rows x cols elements of dt (not
+ * initialised), *data its bytes. */
+int ferry__shard_tile_new(const char *name, ferry_dtype dt, uint64_t rows, uint64_t cols, ferry_model **out, uint8_t **data);
+/* The hash of a tile: the model hash of the one-tensor tile model. */
+int ferry__shard_tile_hash(const char *name, ferry_dtype dt, uint64_t rows, uint64_t cols, const void *data, uint8_t out[16]);
 
 /* ---- documents (shard_doc.c) ---- */
 
@@ -155,5 +185,13 @@ void ferry__shard_pub_rank_world(const ferry_shard_publisher *p, uint32_t *rank,
 
 /* Moves the subscriber's held tiles into *out (the subscriber then holds none). */
 void ferry__shard_sub_take_tiles(ferry_shard_subscriber *s, sh_tileset *out);
+/* For shard_state.c (a pull resumed from a state the caller kept): the
+ * handle's store, run, keys, region count and held tiles; region i as
+ * given (row_end / col_end filled in once resolved; NULL past the end);
+ * the regions checked against manifest m. */
+sh_tileset *ferry__shard_sub_inner(ferry_shard_subscriber *s, ferry_store **st, const char **run, const ferry_keys **keys,
+                                   size_t *nregions);
+const ferry_shard_region *ferry__shard_sub_region(const ferry_shard_subscriber *s, size_t i);
+int ferry__shard_sub_resolve(ferry_shard_subscriber *s, const sh_doc *m);
 
 #endif

@@ -33,6 +33,7 @@ struct ferry_shard_publisher {
     char run_id[FS_ID_CAP];   /* the run id the version begun is written with */
     char head_etag[FERRY_STORE_ETAG_MAX];
     sh_doc last;              /* HEAD's manifest at begin (version 0 = none) */
+    sh_coder *coder;          /* tile codec scratch */
     int qcast;                /* quantize: cast_bf16 as given (the parts are cast
                                  while quantized; o.cast_bf16 is then 0) */
 };
@@ -75,6 +76,11 @@ int ferry_shard_publisher_open(ferry_store *store, const char *run, const ferry_
         free(p);
         return rc;
     }
+    if (!(p->coder = ferry__shard_coder_new())) {
+        ferry_model_free(p->empty);
+        free(p);
+        return FERRY_ERR_NOMEM;
+    }
     *out = p;
     return FERRY_OK;
 }
@@ -94,6 +100,7 @@ void ferry_shard_publisher_free(ferry_shard_publisher *p)
     ferry__shard_tiles_release(&p->prev);
     ferry__shard_doc_release(&p->last);
     ferry_model_free(p->empty);
+    ferry__shard_coder_free(p->coder);
     free(p);
 }
 
@@ -244,77 +251,53 @@ static int resume(ferry_shard_publisher *p, const sh_token *t, const sh_doc *rec
     return rc;
 }
 
-/* Appends one patch to an object buffer and fills its location. */
-static int append(ferry_buf *b, void *patch, size_t n, sh_loc *l)
+/* Locates the payload appended to b since `at` and hashes it. */
+static int locate(const ferry_buf *b, size_t at, sh_loc *l)
 {
-    l->off = b->size;
-    l->size = n;
-    int rc = ferry__sha256_hex(patch, n, l->sha);
-    if (!rc) rc = ferry__buf_append(b, patch, n);
-    ferry_free(patch);
-    return rc;
+    l->off = at;
+    l->size = b->size - at;
+    return ferry__sha256_hex(b->data + at, (size_t)l->size, l->sha);
 }
 
-/* Diffs one tile: the delta from the previous tile, the anchor from the
- * empty model; fills the tile's hashes and locations. */
+/* Codes one tile (ferry-tile-1): the delta against this rank's tile of the
+ * previous version, the anchor whole; fills the tile's hashes and
+ * locations.  F32 rows under cast_bf16 are cast first: the BF16 cast is
+ * what is published (the gate). */
 static int put_tile(ferry_shard_publisher *p, const sh_token *t, const sh_part *q, const ferry_shard_part *a, sh_tile *tile,
                     uint8_t *scratch, uint16_t *cast)
 {
     size_t es = ferry__shard_esize(a->dtype);
-    uint64_t tr = tile->r1 - tile->r0, tc = tile->c1 - tile->c0;
+    uint64_t tr = tile->r1 - tile->r0, tc = tile->c1 - tile->c0, nw = tr * tc;
     ferry__shard_gather(scratch, a->data, q->r0, q->cols, es, tile->r0, tile->r1, tile->c0, tile->c1);
-    ferry_model *b = NULL;
-    int rc = ferry__shard_tile_model(q->name, a->dtype, tr, tc, scratch, FERRY_ADD_BORROW, &b);
+    const uint8_t *tgt = scratch;
+    if (a->dtype != q->dtype) {
+        ferry_f32_to_bf16_n(cast, (const float *)(const void *)scratch, nw);
+        tgt = (const uint8_t *)cast;
+    }
+    int rc = ferry__shard_tile_hash(q->name, q->dtype, tr, tc, tgt, tile->target);
     if (rc) return rc;
-    void *patch = NULL;
-    size_t n = 0;
-    uint8_t base[16], target[16];
-    ferry_patch_info *pi = NULL;
     if (t->base.version) {
         sh_held *h = ferry__shard_tiles_find(&p->prev, q->name, tile->r0, tile->c0);
         const ferry_tensor *ht = h ? ferry_model_tensor(h->m, 0) : NULL;
-        if (!h || h->r1 != tile->r1 || h->c1 != tile->c1 || ht->dtype != q->dtype) {
-            rc = ferry__fail(FERRY_ERR_SHARD_PARTS, "tensor '%s' tile [%llu:%llu, %llu:%llu]: not a tile of rank %u in version %llu "
-                             "(the part layout or dtype changed)", q->name, (unsigned long long)tile->r0,
-                             (unsigned long long)tile->r1, (unsigned long long)tile->c0, (unsigned long long)tile->c1, p->o.rank,
-                             (unsigned long long)t->base.version);
-            goto out;
-        }
-        ferry_diff_options d = {.level = p->o.level, .threads = p->o.threads, .cast_bf16 = p->o.cast_bf16, .base_hash = h->hash};
-        if ((rc = ferry_diff(h->m, b, &d, &patch, &n)) || (rc = ferry_patch_inspect(patch, n, &pi))) goto out;
-        ferry_patch_info_hashes(pi, base, target);
-        ferry_patch_info_free(pi);
-        pi = NULL;
-        memcpy(tile->base, base, 16);
-        memcpy(tile->target, target, 16);
-        if ((rc = append(&p->obj[SH_DELTA], patch, n, &tile->loc[SH_DELTA]))) goto out;
-        patch = NULL;
+        if (!h || h->r1 != tile->r1 || h->c1 != tile->c1 || ht->dtype != q->dtype)
+            return ferry__fail(FERRY_ERR_SHARD_PARTS, "tensor '%s' tile [%llu:%llu, %llu:%llu]: not a tile of rank %u in version %llu "
+                               "(the part layout or dtype changed)", q->name, (unsigned long long)tile->r0,
+                               (unsigned long long)tile->r1, (unsigned long long)tile->c0, (unsigned long long)tile->c1, p->o.rank,
+                               (unsigned long long)t->base.version);
+        memcpy(tile->base, h->hash, 16);
+        size_t at = p->obj[SH_DELTA].size;
+        if ((rc = ferry__shard_tile_encode(p->coder, q->dtype, ht->data, tgt, nw, p->o.level, &p->obj[SH_DELTA])) ||
+            (rc = locate(&p->obj[SH_DELTA], at, &tile->loc[SH_DELTA])))
+            return ferry__context(rc, "tensor '%s' tile [%llu:%llu, %llu:%llu]", q->name, (unsigned long long)tile->r0,
+                                  (unsigned long long)tile->r1, (unsigned long long)tile->c0, (unsigned long long)tile->c1);
     }
     if (t->kind == FERRY_SYNC_ANCHOR) {
-        if (a->dtype != q->dtype) { /* the gate: the BF16 cast is what is published */
-            ferry_f32_to_bf16_n(cast, (const float *)(const void *)scratch, tr * tc);
-            ferry_model_free(b);
-            b = NULL;
-            if ((rc = ferry__shard_tile_model(q->name, q->dtype, tr, tc, cast, FERRY_ADD_BORROW, &b))) goto out;
-        }
-        ferry_diff_options d = {.level = p->o.level, .threads = p->o.threads};
-        if ((rc = ferry_diff(p->empty, b, &d, &patch, &n)) || (rc = ferry_patch_inspect(patch, n, &pi))) goto out;
-        ferry_patch_info_hashes(pi, base, target);
-        ferry_patch_info_free(pi);
-        if (t->base.version && memcmp(target, tile->target, 16)) {
-            rc = ferry__fail(FERRY_ERR_TARGET_MISMATCH, "tensor '%s' tile [%llu:%llu, %llu:%llu]: anchor and delta disagree", q->name,
-                             (unsigned long long)tile->r0, (unsigned long long)tile->r1, (unsigned long long)tile->c0,
-                             (unsigned long long)tile->c1);
-            goto out;
-        }
-        memcpy(tile->target, target, 16);
-        rc = append(&p->obj[SH_ANCHOR], patch, n, &tile->loc[SH_ANCHOR]);
-        patch = NULL;
+        size_t at = p->obj[SH_ANCHOR].size;
+        if ((rc = ferry__shard_tile_encode(p->coder, q->dtype, NULL, tgt, nw, p->o.level, &p->obj[SH_ANCHOR])) ||
+            (rc = locate(&p->obj[SH_ANCHOR], at, &tile->loc[SH_ANCHOR])))
+            return rc;
     }
-out:
-    ferry_free(patch);
-    ferry_model_free(b);
-    return rc;
+    return FERRY_OK;
 }
 
 /* The FP8 parts of a rank's parts (quantize): each eligible part (as
@@ -521,20 +504,28 @@ int ferry_shard_finish(ferry_shard_publisher *p, int committed)
         const sh_part *q = &p->rec.parts[i];
         for (size_t j = 0; j < q->ntiles && !rc; j++) {
             const sh_tile *x = &q->tiles[j];
-            const uint8_t *patch = p->obj[kind].data + x->loc[kind].off;
+            const uint8_t *pl = p->obj[kind].data + x->loc[kind].off;
+            uint64_t tr = x->r1 - x->r0, tc = x->c1 - x->c0;
             ferry_model *m = NULL;
-            if (kind == SH_DELTA) {
+            uint8_t *d = NULL;
+            if (kind == SH_DELTA) { /* in place on the previous tile */
                 sh_held *h = ferry__shard_tiles_find(&p->prev, q->name, x->r0, x->c0);
-                ferry_apply_options ao = {.threads = p->o.threads, .base_hash = h->hash, .undo_limit = 1};
-                if (!(rc = ferry_apply_inplace_ex(h->m, patch, x->loc[kind].size, &ao))) {
-                    m = h->m;
-                    h->m = NULL;
-                }
+                d = ferry_model_data_mut(h->m, 0);
+                m = h->m;
+                h->m = NULL;
             } else {
-                ferry_apply_options ao = {.threads = p->o.threads};
-                rc = ferry_apply_ex(p->empty, patch, x->loc[kind].size, &ao, &m);
+                rc = ferry__shard_tile_new(q->name, q->dtype, tr, tc, &m, &d);
             }
-            if (!rc && (rc = ferry__shard_tiles_add(&next, q->name, x, m))) ferry_model_free(m);
+            if (!rc && !d) rc = ferry__fail(FERRY_ERR_SHARD_PARTS, "tensor '%s': a tile without writable data", q->name);
+            if (!rc) rc = ferry__shard_tile_decode(p->coder, q->dtype, kind == SH_DELTA ? d : NULL, tr * tc, pl, (size_t)x->loc[kind].size, d);
+            uint8_t hash[16];
+            if (!rc) rc = ferry__shard_tile_hash(q->name, q->dtype, tr, tc, d, hash);
+            if (!rc && memcmp(hash, x->target, 16))
+                rc = ferry__fail(FERRY_ERR_TARGET_MISMATCH, "tensor '%s' tile [%llu:%llu, %llu:%llu]: its payload does not make the tile",
+                                 q->name, (unsigned long long)x->r0, (unsigned long long)x->r1, (unsigned long long)x->c0,
+                                 (unsigned long long)x->c1);
+            if (rc) ferry_model_free(m);
+            else if ((rc = ferry__shard_tiles_add(&next, q->name, x, m))) ferry_model_free(m);
         }
     }
     ferry__shard_tiles_release(&p->prev);
@@ -663,6 +654,7 @@ int ferry_shard_commit(ferry_shard_publisher *p, const char *token, size_t token
     m.world = t.world;
     m.prev = t.base;
     m.tile_words = t.tile_words;
+    m.tile_codec = SH_TC_CHUNK;
     if ((rc = merge(&t, recs, nrecords, &m))) goto out;
     if (p->last.version && p->last.world != t.world) {
         rc = ferry__fail(FERRY_ERR_SHARD_WORLD, "version %llu: %u ranks, version %llu had %u", (unsigned long long)t.version, t.world,

@@ -38,6 +38,7 @@ struct ferry_shard_subscriber {
     char pin[FS_ID_CAP];      /* the run id of the versions pulled ("" = none
                                  yet): a HEAD of another is refused */
     ferry_model *empty;
+    sh_coder *coder;          /* ferry-tile-1 decoding scratch */
     ferry_shard_sub_stats stats;
 };
 
@@ -65,6 +66,7 @@ int ferry_shard_subscriber_open(ferry_store *store, const char *run, const ferry
         else if (!(s->rg[i].r.name = ferry__strdup(regions[i].name))) rc = FERRY_ERR_NOMEM;
     }
     if (!rc) rc = ferry_model_create(&s->empty);
+    if (!rc && !(s->coder = ferry__shard_coder_new())) rc = FERRY_ERR_NOMEM;
     if (rc) {
         ferry_shard_subscriber_free(s);
         return rc;
@@ -97,6 +99,7 @@ void ferry_shard_subscriber_free(ferry_shard_subscriber *s)
     free(s->rg);
     ferry__shard_tiles_release(&s->held);
     ferry_model_free(s->empty);
+    ferry__shard_coder_free(s->coder);
     free(s);
 }
 
@@ -293,20 +296,34 @@ static int take_tile(ferry_shard_subscriber *s, const sh_doc *m, int kind, const
     int rc = ferry__sha256_hex(patch, w->size, hex);
     if (rc) return rc;
     if (strcmp(hex, t->loc[kind].sha)) return ferry__fail(FERRY_ERR_SYNC_CORRUPT, TILE_FMT ": SHA-256 does not match the manifest", TILE_ARGS);
-    ferry_patch_info *pi = NULL;
-    if ((rc = ferry_patch_inspect(patch, w->size, &pi))) return ferry__context(rc, TILE_FMT, TILE_ARGS);
-    uint8_t pb[16], pt[16];
-    ferry_patch_info_hashes(pi, pb, pt);
-    ferry_patch_info_free(pi);
     sh_held *h = ferry__shard_tiles_find(&s->held, c->name, c->r0, c->c0);
-    if (memcmp(pt, t->target, 16) || (kind == SH_DELTA && memcmp(pb, t->base, 16)))
-        return ferry__fail(FERRY_ERR_SYNC_CORRUPT, TILE_FMT ": the patch's hashes are not the manifest's", TILE_ARGS);
     if (kind == SH_DELTA && (!h || memcmp(h->hash, t->base, 16)))
         return ferry__fail(FERRY_ERR_SYNC_MANIFEST, TILE_FMT ": its base is not the tile this rank holds", TILE_ARGS);
-    ferry_apply_options ao = {.threads = s->o.threads, .base_hash = kind == SH_DELTA ? h->hash : NULL};
     ferry_model *out = NULL;
-    if ((rc = ferry_apply_ex(kind == SH_DELTA ? h->m : s->empty, patch, w->size, &ao, &out)))
-        return ferry__context(rc, TILE_FMT, TILE_ARGS);
+    if (m->tile_codec == SH_TC_CHUNK) { /* a ferry-tile-1 payload, checked against the manifest's target */
+        uint64_t tr = t->r1 - t->r0, tc = t->c1 - t->c0;
+        uint8_t *d = NULL, th[16];
+        if ((rc = ferry__shard_tile_new(c->name, c->dtype, tr, tc, &out, &d))) return rc;
+        rc = ferry__shard_tile_decode(s->coder, c->dtype, kind == SH_DELTA ? ferry_model_tensor(h->m, 0)->data : NULL, tr * tc, patch,
+                                      (size_t)w->size, d);
+        if (!rc && !(rc = ferry__shard_tile_hash(c->name, c->dtype, tr, tc, d, th)) && memcmp(th, t->target, 16))
+            rc = ferry__fail(FERRY_ERR_SYNC_CORRUPT, TILE_FMT ": decodes to another tile than the manifest's target hash", TILE_ARGS);
+        if (rc) {
+            ferry_model_free(out);
+            return ferry__context(rc, TILE_FMT, TILE_ARGS);
+        }
+    } else { /* a standalone patch (manifests before ferry-tile-1) */
+        ferry_patch_info *pi = NULL;
+        if ((rc = ferry_patch_inspect(patch, w->size, &pi))) return ferry__context(rc, TILE_FMT, TILE_ARGS);
+        uint8_t pb[16], pt[16];
+        ferry_patch_info_hashes(pi, pb, pt);
+        ferry_patch_info_free(pi);
+        if (memcmp(pt, t->target, 16) || (kind == SH_DELTA && memcmp(pb, t->base, 16)))
+            return ferry__fail(FERRY_ERR_SYNC_CORRUPT, TILE_FMT ": the patch's hashes are not the manifest's", TILE_ARGS);
+        ferry_apply_options ao = {.threads = s->o.threads, .base_hash = kind == SH_DELTA ? h->hash : NULL};
+        if ((rc = ferry_apply_ex(kind == SH_DELTA ? h->m : s->empty, patch, w->size, &ao, &out)))
+            return ferry__context(rc, TILE_FMT, TILE_ARGS);
+    }
     const ferry_tensor *ot = ferry_model_count(out) == 1 ? ferry_model_tensor(out, 0) : NULL;
     if (!ot || strcmp(ot->name, c->name) || ot->dtype != c->dtype || ot->ndim != 2 || ot->shape[0] != t->r1 - t->r0 ||
         ot->shape[1] != t->c1 - t->c0) {
@@ -782,4 +799,26 @@ int ferry_shard_region_changes(const ferry_shard_subscriber *s, size_t i, int *a
     if (values) *values = g->vals;
     if (count) *count = g->nchg;
     return FERRY_OK;
+}
+
+/* ---- a state kept by the caller (shard_state.c) ---- */
+
+sh_tileset *ferry__shard_sub_inner(ferry_shard_subscriber *s, ferry_store **st, const char **run, const ferry_keys **keys,
+                                   size_t *nregions)
+{
+    *st = s->st;
+    *run = s->run;
+    *keys = s->o.keys;
+    *nregions = s->nrg;
+    return &s->held;
+}
+
+const ferry_shard_region *ferry__shard_sub_region(const ferry_shard_subscriber *s, size_t i) { return i < s->nrg ? &s->rg[i].r : NULL; }
+
+int ferry__shard_sub_resolve(ferry_shard_subscriber *s, const sh_doc *m)
+{
+    covset cs = {0};
+    int rc = resolve(s, m, &cs);
+    free(cs.c);
+    return rc;
 }

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# What a sharded version costs against the single-rank path (issue 24
+# items 1 and 3), on the shared data at DEFAULT settings (tile grid min
+# 65536 words, anchor every 10):
+#   - rl-a (steps 0..8) and rl-b (steps 0..4) published twice: by 4 trainer
+#     ranks (mpirun build/ferry-shard-mpi, rows split in 4) and by
+#     `ferry publish` (one rank); for every delta version the 4 rank
+#     objects together are at most 1.05 x the single-rank delta + 4 KiB per
+#     rank;
+#   - island groups of M = 2, 3, 4 ranks by rows and by columns
+#     (build/tools/shard_island, the layouts of tests/tools/shard_layout.h)
+#     follow the sharded rl-a run; every rank of every group holds its
+#     slices bit-identical after each version; where M divides R (rows,
+#     M = 2, 4) the tile bytes a rank fetched per delta version are at most
+#     (1/M + 0.05) x the single-rank delta of that version.  The other
+#     splits are measured and printed ("note"), not judged: at the default
+#     grid rl-a's 192-column tensors are single column blocks, so a column
+#     or 3-way row split fetches the covering tiles (docs/SHARDING.md,
+#     "Limits").  The manifest bytes each rank read are printed beside.
+# Prints "N passed, N failed" last; skips without mpirun or the data.
+set -u
+TEST_NAME=shard_cost
+source tests/tools/sync_env.sh
+PUB=${FERRY_BUILD:-$PWD/build}/ferry-shard-mpi
+ISL=${FERRY_BUILD:-$PWD/build}/tools/shard_island
+command -v mpirun >/dev/null 2>&1 || skip_all "no mpirun"
+[ -x "$PUB" ] && [ -x "$ISL" ] && [ -x "$FERRY" ] || skip_all "no $PUB, $ISL or $FERRY (NO_MPI=1?)"
+[ -f "$DATA/rl-a/step-008.safetensors" ] && [ -f "$DATA/rl-b/step-004.safetensors" ] || skip_all "no rl-a/rl-b data in $DATA"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl=self,vader OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+export OMPI_MCA_rmaps_base_oversubscribe=1
+S=file://$WORK/store
+R=4
+
+# --- parts against the single-rank delta ---------------------------------
+for set in rl-a:8 rl-b:4; do
+    name=${set%%:*} last=${set##*:}
+    files=()
+    for ((i = 0; i <= last; i++)); do files+=("$(printf '%s/%s/step-%03d.safetensors' "$DATA" "$name" "$i")"); done
+    timeout 300 mpirun -np $R --oversubscribe "$PUB" "$S" --run "sh/$name" --json "${files[@]}" >"$WORK/sh-$name.jsonl" 2>"$WORK/sh-$name.err"
+    check "$name: $R ranks publish $((last + 1)) versions at default settings" test $? = 0
+    : >"$WORK/one-$name.jsonl"
+    for f in "${files[@]}"; do fy publish "$S" --run "one/$name" --json "$f" >>"$WORK/one-$name.jsonl" || bad "$name: ferry publish $f"; done
+    out=$($PY - "$WORK/sh-$name.jsonl" "$WORK/one-$name.jsonl" $R <<'EOF'
+import json, sys
+sh = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+one = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
+R = int(sys.argv[3])
+worst, fails = 0.0, 0
+for a, b in zip(sh, one):
+    if a["kind"] != "delta":
+        continue
+    r = a["delta_bytes"] / b["delta_bytes"]
+    worst = max(worst, r)
+    ok = a["delta_bytes"] <= 1.05 * b["delta_bytes"] + 4096 * R
+    fails += not ok
+    print("  version %d: parts %d B, single-rank delta %d B, ratio %.4f, manifest %d B%s" % (
+        a["version"], a["delta_bytes"], b["delta_bytes"], r, a["manifest_bytes"], "" if ok else "  OVER"))
+print("WORST %.4f FAILS %d N %d" % (worst, fails, sum(1 for a in sh if a["kind"] == "delta")))
+EOF
+)
+    echo "$out"
+    tail=$(tail -n 1 <<<"$out")
+    nd=$(awk '{print $6}' <<<"$tail")
+    check "$name: parts of every delta version <= 1.05 x the single-rank delta + 4 KiB per rank ($tail)" \
+        test "$(awk '{print $4}' <<<"$tail")" = 0 -a "${nd:-0}" -gt 0
+done
+
+# --- islands: rows and columns at M = 2, 3, 4 ---------------------------------
+for L in rows cols; do
+    for M in 2 3 4; do
+        : >"$WORK/isl-$L-$M.jsonl"
+        for ((m = 0; m < M; m++)); do
+            # its exit status also judges 1/M of the sharded objects; judged below against the single-rank delta
+            timeout 300 "$ISL" "$S" sh/rl-a "$L" "$M" "$m" 9 "$DATA/rl-a" 60 >>"$WORK/isl-$L-$M.jsonl" 2>"$WORK/isl-$L-$M-$m.err"
+        done
+        out=$($PY - "$WORK/isl-$L-$M.jsonl" "$WORK/one-rl-a.jsonl" "$M" <<'EOF'
+import json, sys
+isl = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+one = {d["version"]: d for d in (json.loads(l) for l in open(sys.argv[2]) if l.startswith("{"))}
+M = int(sys.argv[3])
+fails, worst, man, n = 0, 0.0, 0, 0
+for x in isl:
+    fails += x["identical"] is not True
+    d = one[x["version"]]
+    if d["kind"] != "delta":
+        continue
+    n += 1
+    s = x["object_bytes"] / d["delta_bytes"]
+    worst = max(worst, s)
+    man = max(man, x["manifest_bytes"])
+    fails += not (x["object_bytes"] <= (1 / M + 0.05) * d["delta_bytes"])
+print("WORST %.4f LIMIT %.4f FAILS %d ROWS %d MANIFEST %d" % (worst, 1 / M + 0.05, fails, n, man))
+EOF
+)
+        nrows=$(awk '{print $8}' <<<"$out")
+        check "rl-a $L M=$M: every rank of $M holds its slices bit-identical after each of 9 versions" \
+            test "$(grep -c '"identical": true' "$WORK/isl-$L-$M.jsonl")" = $((9 * M))
+        if [ "$L" = rows ] && [ $((R % M)) = 0 ]; then
+            # M divides R: an island rank's rows are whole rank objects
+            check "rl-a rows M=$M: tile bytes per rank <= (1/M + 0.05) x single-rank delta ($out)" \
+                test "$(awk '{print $6}' <<<"$out")" = 0 -a "${nrows:-0}" -ge $((8 * M))
+        else
+            # not met at the default grid on rl-a (docs/SHARDING.md "Limits"): measured, not judged
+            echo "note rl-a $L M=$M: tile bytes per rank against the single-rank delta: $out"
+        fi
+    done
+done
+finish
