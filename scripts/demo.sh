@@ -11,12 +11,14 @@
 # HTML report.
 #
 #   scripts/demo.sh [ferry-demo options...]      e.g. --mode sequential, --islands 4,
-#                                                --adaptive 0.8, --kill-island-at 40
+#                                                --adaptive 0.8, --kill-island-at 40,
+#                                                --rollout-dtype fp8 (islands sample with
+#                                                the FP8 checkpoint of each version)
 #
 # BUILD (default build) selects the build directory.  Exit status: ferry-demo's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-case "${1:-}" in -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; echo; BUILD=${BUILD:-build}
+case "${1:-}" in -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; echo; BUILD=${BUILD:-build}
     [ -x "$BUILD/ferry-demo" ] && exec "$BUILD/ferry-demo" --help; exit 0 ;; esac
 BUILD=${BUILD:-build}
 # The demo needs the store, sync and dock layers (libcurl, OpenSSL) but not

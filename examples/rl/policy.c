@@ -1,6 +1,7 @@
 /* The policy network: layout, initialisation, ferry_model export/import,
  * forward and backward passes (see policy.h). */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -256,6 +257,89 @@ int rl_policy_load(rl_policy *p, const ferry_model *m)
                 uint32_t u = ((uint32_t)b[2 * j] | (uint32_t)b[2 * j + 1] << 8) << 16;
                 memcpy(&w[j], &u, 4);
             }
+        }
+    }
+    return FERRY_OK;
+}
+
+/* ======================================================================
+ * FP8 rollout weights (include/ferry_quant.h)
+ * ====================================================================== */
+
+int rl_policy_model_quant(const rl_policy *p, ferry_quant q, ferry_model **out)
+{
+    *out = NULL;
+    uint16_t *zero = calloc(p->nparams ? p->nparams : 1, 2);
+    if (!zero) return FERRY_ERR_NOMEM;
+    ferry_model *m = NULL;
+    int rc = rl_policy_model_bf16(p, zero, &m);
+    if (!rc) rc = ferry_quantize(m, q, 0, NULL, out, NULL);
+    ferry_model_free(m);
+    free(zero);
+    return rc;
+}
+
+/* Whether t has exactly shape (ndim, shape). */
+static int same_shape(const ferry_tensor *t, uint32_t ndim, const uint64_t *shape)
+{
+    if (t->ndim != ndim) return 0;
+    for (uint32_t d = 0; d < ndim; d++)
+        if (t->shape[d] != shape[d]) return 0;
+    return 1;
+}
+
+int rl_policy_weights(const rl_policy *p, const ferry_model *m, float *w)
+{
+    if (!m || !w) return FERRY_ERR_ARG;
+    /* everything checked before anything is written */
+    size_t expected = p->ntensors;
+    for (size_t i = 0; i < p->ntensors; i++) {
+        const rl_param *t = &p->tensors[i];
+        const ferry_tensor *ft = ferry_model_find(m, t->name);
+        if (!ft) return FERRY_ERR_NOT_FOUND;
+        if (!same_shape(ft, t->ndim, t->shape)) return FERRY_ERR_SHAPE_MISMATCH;
+        if (ft->dtype == FERRY_F8_E4M3) {
+            char sn[sizeof t->name + sizeof FERRY_QUANT_SCALE_SUFFIX];
+            snprintf(sn, sizeof sn, "%s%s", t->name, FERRY_QUANT_SCALE_SUFFIX);
+            const ferry_tensor *sc = ferry_model_find(m, sn);
+            if (!sc) return FERRY_ERR_NOT_FOUND;
+            if (t->ndim != 2) return FERRY_ERR_SHAPE_MISMATCH;
+            uint64_t grid[2] = {(t->shape[0] + FERRY_QUANT_BLOCK - 1) / FERRY_QUANT_BLOCK,
+                                (t->shape[1] + FERRY_QUANT_BLOCK - 1) / FERRY_QUANT_BLOCK};
+            if (sc->dtype != FERRY_F32) return FERRY_ERR_UNSUPPORTED;
+            if (!same_shape(sc, 2, grid)) return FERRY_ERR_SHAPE_MISMATCH;
+            expected++;
+        } else if (ft->dtype != FERRY_BF16 && ft->dtype != FERRY_F32) {
+            return FERRY_ERR_UNSUPPORTED;
+        }
+    }
+    if (ferry_model_count(m) != expected) return FERRY_ERR_SHAPE_MISMATCH;
+    for (size_t i = 0; i < p->ntensors; i++) {
+        const rl_param *t = &p->tensors[i];
+        const ferry_tensor *ft = ferry_model_find(m, t->name);
+        const unsigned char *b = ft->data; /* may be unaligned (mmap) */
+        float *dst = w + t->offset;
+        if (ft->dtype == FERRY_F32) {
+            memcpy(dst, b, t->count * 4);
+        } else if (ft->dtype == FERRY_BF16) {
+            for (size_t j = 0; j < t->count; j++) {
+                uint32_t u = ((uint32_t)b[2 * j] | (uint32_t)b[2 * j + 1] << 8) << 16;
+                memcpy(&dst[j], &u, 4);
+            }
+        } else {
+            /* FP8: the library's decoding, code x scale per block */
+            char sn[sizeof t->name + sizeof FERRY_QUANT_SCALE_SUFFIX];
+            snprintf(sn, sizeof sn, "%s%s", t->name, FERRY_QUANT_SCALE_SUFFIX);
+            const ferry_tensor *sc = ferry_model_find(m, sn);
+            const float *scale = sc->data;
+            float *aligned = NULL;
+            if ((uintptr_t)scale % sizeof(float)) {
+                if (!(aligned = malloc((size_t)sc->nbytes))) return FERRY_ERR_NOMEM;
+                memcpy(aligned, sc->data, (size_t)sc->nbytes);
+                scale = aligned;
+            }
+            ferry_dequantize_fp8(b, scale, t->shape[0], t->shape[1], dst);
+            free(aligned);
         }
     }
     return FERRY_OK;

@@ -65,6 +65,7 @@
 #include <stdint.h>
 
 #include "ferry.h"
+#include "ferry_quant.h"
 
 #define RL_MAX_LAYERS 4
 #define RL_MAX_TENSORS (2 + 2 * RL_MAX_LAYERS + 2)
@@ -165,6 +166,26 @@ int rl_policy_load(rl_policy *p, const ferry_model *m);
  * full checkpoint).  Same checks as rl_policy_load but BF16 only; bf16 is
  * unchanged on error. */
 int rl_policy_bf16_from_model(const rl_policy *p, const ferry_model *m, uint16_t *bf16);
+
+/* ---- FP8 rollout weights (include/ferry_quant.h) ----------------------- */
+
+/* The model an FP8 island holds: p's tensors as a run quantized under q
+ * publishes them (those the scheme quantizes as F8_E4M3 NAME +
+ * NAME_scale_inv F32, the others BF16) with the scheme's metadata:
+ * ferry_quantize of a zero BF16 image, so names, dtypes, shapes and
+ * metadata keys are those of every version of the run.  The model owns
+ * writable buffers: give it to a memory-mode subscriber.  Free with
+ * ferry_model_free.  FERRY_ERR_NOMEM, or ferry_quantize's errors. */
+int rl_policy_model_quant(const rl_policy *p, ferry_quant q, ferry_model **out);
+
+/* w (p->nparams floats, laid out as p->w) = the values of a model of p's
+ * tensors, each F32, BF16 (widened exactly) or F8_E4M3 with its
+ * NAME_scale_inv (w = code x scale per 128 x 128 block, decoded by the
+ * library's ferry_dequantize_fp8); no other tensor.  Checks everything
+ * before writing: FERRY_ERR_NOT_FOUND, FERRY_ERR_SHAPE_MISMATCH,
+ * FERRY_ERR_UNSUPPORTED (another dtype), FERRY_ERR_NOMEM; w is unchanged
+ * on error.  What an FP8 island computes with. */
+int rl_policy_weights(const rl_policy *p, const ferry_model *m, float *w);
 
 /* ---- checkpoint files --------------------------------------------------- */
 

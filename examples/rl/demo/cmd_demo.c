@@ -72,7 +72,18 @@ static void demo_help(void)
 "                        last published version (or after --max-skip steps).\n"
 "                        Runs a baseline leg (publish every step) first, then\n"
 "                        the adaptive leg, and compares them\n"
-"  --no-baseline         with --adaptive: only the adaptive leg\n"
+"  --rollout-dtype bf16|fp8\n"
+"                        fp8: the trainer publishes every version as its FP8\n"
+"                        checkpoint (fp8-block128: E4M3 codes, one scale per\n"
+"                        128x128 block, as DeepSeek-V3 and Qwen3-FP8), shipped\n"
+"                        as patches of FP8 codes; islands sample with the\n"
+"                        dequantized FP8 weights; the trainer learns on its\n"
+"                        FP32 masters as before.  Runs a BF16 leg first, then\n"
+"                        the FP8 leg, and compares bytes per version (FP8\n"
+"                        patch against the BF16 patch of the same step) and\n"
+"                        reward (default bf16)\n"
+"  --no-baseline         with --adaptive or --rollout-dtype fp8: only the\n"
+"                        adaptive or FP8 leg\n"
 "  --max-skip N          adaptive: publish at least every N steps (default 8)\n"
 "  --kill-island-at STEP kill -9 island 0 at that step; it is restarted (async:\n"
 "                        --restart-after steps later, default 3) and rejoins\n"
@@ -88,6 +99,11 @@ static void demo_help(void)
 "                        mirror --follow` child keeps current from the store;\n"
 "                        the store stays their fallback (docs/MIRROR.md)\n"
 "  --json                JSON lines instead of the table\n"
+"  --dump DIR            (tests) the trainer writes the BF16 cast of every\n"
+"                        version it publishes to DIR (RUN-trainer-vV\n"
+"                        .safetensors), each island, when stopped, the model\n"
+"                        it holds (RUN-island-I-vV.safetensors) and the FP32\n"
+"                        weights it sampled with (RUN-island-I-vV-f32...)\n"
 "  --quiet               only the summary\n"
 "\n"
 "starting policy (RL post-training starts from a pre-trained model):\n"
@@ -141,6 +157,7 @@ typedef struct cli_opts {
     const char *store, *report, *cache;
     double adaptive;
     int no_baseline, keep, unsigned_run, no_cache;
+    int quant;              /* --rollout-dtype fp8: FERRY_QUANT_FP8_BLOCK128 */
     rl_sft_config warmup;   /* the base policy's warm-up; steps 0: start from random weights */
 } cli_opts;
 
@@ -192,7 +209,7 @@ static int parse_args(int argc, char **argv, cli_opts *c)
                                                    "--prompts", "--group", "--lr", "--task", "--digits", "--dim", "--sync",
                                                    "--anchor-every", "--queue", "--timeout", "--warmup-steps",
                                                    "--warmup-lr", "--warmup-prompts", "--cache", "--beta1", "--eps",
-                                                   "--lr-warmup", "--mirror"};
+                                                   "--lr-warmup", "--mirror", "--rollout-dtype", "--dump"};
             for (size_t j = 0; j < sizeof k_valued / sizeof k_valued[0]; j++)
                 if (!strcmp(a, k_valued[j])) return cli_usage_error(DEMO_CMD, "option '%s' needs a value", a);
             return cli_usage_error(DEMO_CMD, "unknown option '%s'", a);
@@ -200,6 +217,12 @@ static int parse_args(int argc, char **argv, cli_opts *c)
         int bad = 0;
         if (!strcmp(a, "--store")) c->store = v;
         else if (!strcmp(a, "--mirror")) o->mirror_url = v;
+        else if (!strcmp(a, "--dump")) o->dump_dir = v;
+        else if (!strcmp(a, "--rollout-dtype")) {
+            if (!strcmp(v, "fp8")) c->quant = FERRY_QUANT_FP8_BLOCK128;
+            else if (!strcmp(v, "bf16")) c->quant = FERRY_QUANT_NONE;
+            else bad = 1;
+        }
         else if (!strcmp(a, "--report")) c->report = v;
         else if (!strcmp(a, "--islands")) bad = !cli_parse_int(v, 1, DEMO_MAX_ISLANDS, &l), o->islands = (uint32_t)l;
         else if (!strcmp(a, "--steps")) bad = !cli_parse_int(v, 1, 1000000, &l), o->steps = (uint32_t)l;
@@ -242,7 +265,8 @@ static int parse_args(int argc, char **argv, cli_opts *c)
     if (o->prompts < o->islands)
         return cli_usage_error(DEMO_CMD, "--prompts (%u) must be at least --islands (%u): each island samples a share", o->prompts,
                                o->islands);
-    if (c->no_baseline && c->adaptive <= 0) return cli_usage_error(DEMO_CMD, "--no-baseline goes with --adaptive");
+    if (c->no_baseline && c->adaptive <= 0 && !c->quant)
+        return cli_usage_error(DEMO_CMD, "--no-baseline goes with --adaptive or --rollout-dtype fp8");
     o->net.window = rl_policy_config_for_task(&o->task).window;
     if (!rl_policy_config_params(&o->net)) return cli_usage_error(DEMO_CMD, "the network is too large (--dim)");
     return 0;
@@ -274,17 +298,21 @@ void demo_print_leg_start(const demo_options *o, const demo_leg *leg, const char
     if (o->json) {
         printf("{\"event\":\"leg\",\"leg\":");
         json_str(stdout, leg->name);
-        printf(",\"run\":\"%s\",\"trainer_pid\":%ld,\"params\":%zu,\"full_bytes\":%" PRIu64 ",\"island_pids\":[", run,
-               (long)getpid(), params, leg->full_bytes);
+        printf(",\"run\":\"%s\",\"trainer_pid\":%ld,\"params\":%zu,\"full_bytes\":%" PRIu64 ",\"quantize\":\"%s\",\"island_pids\":[",
+               run, (long)getpid(), params, leg->full_bytes, ferry_quant_name((ferry_quant)leg->quant));
         for (uint32_t i = 0; i < o->islands; i++) printf("%s%ld", i ? "," : "", pids[i]);
         printf("]}\n");
     } else {
         printf("\n== leg: %s (run %s)\n   trainer: pid %ld (this process); islands:", leg->name, run, (long)getpid());
         for (uint32_t i = 0; i < o->islands; i++) printf(" %u=pid %ld", i, pids[i]);
         printf("\n");
+        if (leg->quant)
+            printf("   rollouts with the FP8 weights (%s): patch_B = the FP8 patch shipped;\n"
+                   "   bf16_B (in place of ratio) = the BF16 patch of the same step, measured, not shipped\n",
+                   ferry_quant_name((ferry_quant)leg->quant));
         if (!o->quiet)
-            printf("%5s %5s %7s %6s %9s %6s %7s %7s %8s %6s %5s %4s\n", "step", "ver", "reward", "chg%", "patch_B", "ratio",
-                   "pub_ms", "sync_ms", "fresh_ms", "wait%", "stale", "drop");
+            printf("%5s %5s %7s %6s %9s %*s %7s %7s %8s %6s %5s %4s\n", "step", "ver", "reward", "chg%", "patch_B", leg->quant ? 9 : 6,
+                   leg->quant ? "bf16_B" : "ratio", "pub_ms", "sync_ms", "fresh_ms", "wait%", "stale", "drop");
     }
     fflush(stdout);
 }
@@ -298,18 +326,21 @@ void demo_print_step(const demo_options *o, const demo_leg *leg, const demo_step
                "\"staleness_min\":%" PRIu64 ",\"staleness_max\":%" PRIu64 ",\"dropped\":%" PRIu64 ",\"discarded\":%" PRIu64
                ",\"published\":%s,\"new_version\":%" PRIu64 ",\"changed_pct\":%.3f,\"patch_bytes\":%" PRIu64
                ",\"anchor_bytes\":%" PRIu64 ",\"full_bytes\":%" PRIu64 ",\"patch_pct\":%.3f,\"publish_ms\":%.2f,\"sync_ms\":%.2f,"
-               "\"fresh_version\":%" PRIu64 ",\"fresh_ms\":%.1f,\"wait_share\":%.4f,\"step_ms\":%.1f,\"t_s\":%.3f}\n",
+               "\"fresh_version\":%" PRIu64 ",\"fresh_ms\":%.1f,\"wait_share\":%.4f,\"step_ms\":%.1f,\"t_s\":%.3f,"
+               "\"bf16_patch_bytes\":%" PRIu64 "}\n",
                s->step, s->version, s->reward, s->batches, s->prompts, s->stale_min, s->stale_max, s->dropped, s->discarded,
                s->published ? "true" : "false", s->published ? s->pub_version : s->version, 100 * s->changed, s->delta_bytes,
                s->anchor_bytes, leg->full_bytes, leg->full_bytes ? 100.0 * (double)s->delta_bytes / (double)leg->full_bytes : 0,
-               s->pub_ms, s->sync_ms, s->fresh_version, s->ver_fresh_ms, s->wait_share, s->step_ms, s->t_s);
+               s->pub_ms, s->sync_ms, s->fresh_version, s->ver_fresh_ms, s->wait_share, s->step_ms, s->t_s,
+               leg->quant ? s->bf16_delta_bytes : s->delta_bytes);
     } else if (!o->quiet) {
-        char stale[24], patch[24], ratio[16], pub[16], fresh[16];
+        char stale[24], patch[24], ratio[24], pub[16], fresh[16];
         if (s->stale_min == s->stale_max) snprintf(stale, sizeof stale, "%" PRIu64, s->stale_min);
         else snprintf(stale, sizeof stale, "%" PRIu64 "-%" PRIu64, s->stale_min, s->stale_max);
         if (s->published) {
             snprintf(patch, sizeof patch, "%" PRIu64, s->delta_bytes);
-            snprintf(ratio, sizeof ratio, "%.2f%%", leg->full_bytes ? 100.0 * (double)s->delta_bytes / (double)leg->full_bytes : 0);
+            if (leg->quant) snprintf(ratio, sizeof ratio, "%" PRIu64, s->bf16_delta_bytes);
+            else snprintf(ratio, sizeof ratio, "%.2f%%", leg->full_bytes ? 100.0 * (double)s->delta_bytes / (double)leg->full_bytes : 0);
             snprintf(pub, sizeof pub, "%.1f", s->pub_ms);
         } else {
             snprintf(patch, sizeof patch, "(held)");
@@ -318,8 +349,8 @@ void demo_print_step(const demo_options *o, const demo_leg *leg, const demo_step
         }
         if (s->ver_fresh_ms >= 0) snprintf(fresh, sizeof fresh, "%.1f", s->ver_fresh_ms);
         else snprintf(fresh, sizeof fresh, "-");
-        printf("%5u %5" PRIu64 " %7.4f %6.2f %9s %6s %7s %7.1f %8s %6.1f %5s %4" PRIu64 "%s\n", s->step, s->version, s->reward,
-               100 * s->changed, patch, ratio, pub, s->sync_ms, fresh, 100 * s->wait_share, stale, s->dropped,
+        printf("%5u %5" PRIu64 " %7.4f %6.2f %9s %*s %7s %7.1f %8s %6.1f %5s %4" PRIu64 "%s\n", s->step, s->version, s->reward,
+               100 * s->changed, patch, leg->quant ? 9 : 6, ratio, pub, s->sync_ms, fresh, 100 * s->wait_share, stale, s->dropped,
                s->anchor_bytes ? "  +anchor" : "");
     }
     fflush(stdout);
@@ -379,8 +410,10 @@ static void print_summary(const demo_options *o, const demo_leg *leg)
                leg->leftover, leg->produced, maxst, 100 * pm, npatch, leg->fresh_mean_ms, leg->fresh_max_ms, leg->fresh_known,
                leg->wait_share, leg->reward_last - leg->reward_first);
         for (uint64_t i = 0; i <= maxst; i++) printf("%s%" PRIu64, i ? "," : "", leg->stale_hist[i]);
-        printf("],\"restarts\":%" PRIu64 ",\"restarted_batches\":%" PRIu64 ",\"traj_hash\":\"%s\",\"masters_hash\":\"%s\"}\n",
-               restarts, leg->restarted_batches, leg->traj_hash, leg->masters_hash);
+        printf("],\"restarts\":%" PRIu64 ",\"restarted_batches\":%" PRIu64 ",\"traj_hash\":\"%s\",\"masters_hash\":\"%s\","
+               "\"quantize\":\"%s\",\"bf16_full_bytes\":%" PRIu64 ",\"bf16_delta_bytes\":%" PRIu64 "}\n",
+               restarts, leg->restarted_batches, leg->traj_hash, leg->masters_hash, ferry_quant_name((ferry_quant)leg->quant),
+               leg->bf16_full_bytes, leg->quant ? leg->bf16_delta_total : leg->delta_total);
         fflush(stdout);
         return;
     }
@@ -408,6 +441,16 @@ static void print_summary(const demo_options *o, const demo_leg *leg)
     printf("), %" PRIu64 " dropped as stale,\n     %" PRIu64 " duplicates, %" PRIu64 " rejected, %" PRIu64 " discarded, %" PRIu64
            " unused at the end\n",
            leg->dropped, leg->duplicates, leg->rejected, leg->discarded, leg->leftover);
+    if (leg->quant) {
+        char e[32], g[32], h[32];
+        mb(e, sizeof e, leg->bf16_delta_total);
+        mb(g, sizeof g, leg->full_bytes);
+        mb(h, sizeof h, leg->bf16_full_bytes);
+        printf("   FP8 rollouts (%s): FP8 deltas %s, the BF16 patches of the same steps\n"
+               "     %s (%.2fx); an FP8 checkpoint is %s, a BF16 one %s\n",
+               ferry_quant_name((ferry_quant)leg->quant), a, e,
+               leg->bf16_delta_total ? (double)leg->delta_total / (double)leg->bf16_delta_total : 0, g, h);
+    }
     if (restarts)
         printf("   churn: %" PRIu64 " island restart(s); %" PRIu64 " batches from restarted islands consumed\n     after the restart\n", restarts,
                leg->restarted_batches);
@@ -510,6 +553,16 @@ int cmd_demo(int argc, char **argv)
         goto out;
     }
     o->store_url = ferry_store_url(st);
+    if (o->mirror_url) {
+        /* made here, before the islands that read it and the mirror child
+         * that fills it start: an island must not find it missing */
+        ferry_store *ms = NULL;
+        if ((rc = ferry_store_open(o->mirror_url, &so, &ms))) {
+            cli_fail(DEMO_CMD, rc, o->mirror_url);
+            goto out;
+        }
+        ferry_store_free(ms);
+    }
     char key_dir[4200];
     if (!c.unsigned_run) {
         /* a trainer key and one per island, for this run only */
@@ -571,9 +624,9 @@ int cmd_demo(int argc, char **argv)
                mode, o->max_staleness, o->islands, o->steps, o->prompts, o->group, o->seed, params, rl_task_name(o->task.kind),
                o->task.prompt_len, (double)o->lr, o->full_sync ? "full" : "patch", c.adaptive, o->anchor_every);
         json_str(stdout, machine);
-        printf(",\"signed\":%s,\"beta1\":%g,\"eps\":%g,\"lr_warmup\":%u,\"warmup_steps\":%u,\"warmup_prompts\":%u,\"warmup_lr\":%g,\"base_reused\":%s,"
+        printf(",\"rollout_dtype\":\"%s\",\"signed\":%s,\"beta1\":%g,\"eps\":%g,\"lr_warmup\":%u,\"warmup_steps\":%u,\"warmup_prompts\":%u,\"warmup_lr\":%g,\"base_reused\":%s,"
                "\"warmup_s\":%.3f,\"base_hash\":\"%s\",\"base_path\":",
-               o->key_dir ? "true" : "false", (double)o->beta1, (double)o->eps, o->lr_warmup, c.warmup.steps, c.warmup.prompts, (double)c.warmup.adam.lr,
+               c.quant ? "fp8" : "bf16", o->key_dir ? "true" : "false", (double)o->beta1, (double)o->eps, o->lr_warmup, c.warmup.steps, c.warmup.prompts, (double)c.warmup.adam.lr,
                bi.reused ? "true" : "false", bi.seconds, bi.hash);
         json_str(stdout, bi.path);
         printf("}\n");
@@ -582,7 +635,8 @@ int cmd_demo(int argc, char **argv)
                o->store_url);
         char pc[32];
         commas(pc, sizeof pc, params);
-        printf("  policy: %s parameters: FP32 masters + AdamW on the trainer, BF16 on the islands\n", pc);
+        printf("  policy: %s parameters: FP32 masters + AdamW on the trainer, BF16 on the islands%s\n", pc,
+               c.quant ? "\n  (FP8 leg: the FP8 checkpoint of each version, fp8-block128, dequantized to sample)" : "");
         printf("  start: %s\n", base_line);
         printf("  RL: %u steps of %u prompts x %u samples, task %s %u digits, AdamW lr %g (warm-up %u\n"
                "  steps, eps %g); mode %s",
@@ -604,15 +658,20 @@ int cmd_demo(int argc, char **argv)
     memset(legs, 0, sizeof legs);
     size_t nlegs = 0;
     int failed = 0;
-    if (c.adaptive <= 0 || !c.no_baseline) {
-        failed = demo_run_leg(o, st, 0, "publish every step", &legs[nlegs]);
+    /* the baseline (BF16 rollouts, a version per step), then the leg the
+     * options ask for: adaptive publication and/or FP8 rollouts */
+    int second = c.adaptive > 0 || c.quant;
+    if (!second || !c.no_baseline) {
+        failed = demo_run_leg(o, st, 0, 0, c.quant ? "BF16 rollouts" : "publish every step", &legs[nlegs]);
         nlegs++;
         if (!failed) print_summary(o, &legs[nlegs - 1]);
     }
-    if (!failed && c.adaptive > 0 && !demo_interrupted) {
+    if (!failed && second && !demo_interrupted) {
         char name[48];
-        snprintf(name, sizeof name, "adaptive %g", c.adaptive);
-        failed = demo_run_leg(o, st, c.adaptive, name, &legs[nlegs]);
+        if (c.quant && c.adaptive > 0) snprintf(name, sizeof name, "FP8 rollouts, adaptive %g", c.adaptive);
+        else if (c.quant) snprintf(name, sizeof name, "FP8 rollouts");
+        else snprintf(name, sizeof name, "adaptive %g", c.adaptive);
+        failed = demo_run_leg(o, st, c.adaptive, c.quant, name, &legs[nlegs]);
         nlegs++;
         if (!failed) print_summary(o, &legs[nlegs - 1]);
     }

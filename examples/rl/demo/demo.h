@@ -2,7 +2,8 @@
  * demo.h — ferry-demo: a decoupled RL run on one machine.
  *
  * One trainer (the ferry-demo process: FP32 masters, AdamW, GRPO) and N
- * rollout islands (separate processes, `ferry-demo island`, BF16 weights) that
+ * rollout islands (separate processes, `ferry-demo island`, BF16 weights, or
+ * the FP8 checkpoint of each version with --rollout-dtype fp8) that
  * share nothing but an object store.  Three kinds of objects cross it:
  *
  *   RUN/policy/...       policy versions (ferry_sync.h): the trainer
@@ -65,6 +66,11 @@ typedef struct demo_config {
     uint64_t seed;
     rl_task task;
     rl_policy_config net;
+    int quant;              /* a ferry_quant: the run publishes each version
+                               quantized (FP8 rollouts: islands hold the FP8
+                               checkpoint and sample with its dequantized
+                               values); 0: BF16.  Written as "quantize
+                               SCHEME", absent for BF16 runs */
 } demo_config;
 
 /* The keys of a run. */
@@ -130,6 +136,9 @@ typedef struct demo_step {
                                last published version */
     uint64_t delta_bytes;   /* bytes of the new version's delta */
     uint64_t anchor_bytes;  /* bytes of its full object (anchors only) */
+    uint64_t bf16_delta_bytes; /* quantized legs: the BF16 patch of the same
+                               step (ferry_diff of the BF16 casts, not
+                               shipped), to set beside delta_bytes */
     double pub_ms;          /* ferry_publish_ex: diff + uploads + HEAD */
     double sync_ms;         /* islands' mean sync time to the consumed version */
     double fresh_ms;        /* time-to-fresh-policy of pub_version: publish
@@ -158,12 +167,16 @@ typedef struct demo_event {
 typedef struct demo_leg {
     char name[48];
     double adaptive;        /* 0: publish after every step */
+    int quant;              /* the run's ferry_quant (0: BF16 rollouts) */
     demo_step *steps;
     size_t nsteps;
     demo_event events[64];
     size_t nevents;
     uint64_t stale_hist[FERRY_DOCK_HIST];
-    uint64_t full_bytes;    /* one full BF16 checkpoint (.safetensors) */
+    uint64_t full_bytes;    /* one full checkpoint as the run ships it
+                               (.safetensors: BF16, or FP8 in a quantized leg) */
+    uint64_t bf16_full_bytes; /* one full BF16 checkpoint (every leg) */
+    uint64_t bf16_delta_total; /* quantized legs: Σ bf16_delta_bytes */
     uint64_t versions, anchors, delta_total, anchor_total;
     uint64_t fetched_total; /* bytes the islands fetched, summed */
     uint64_t admitted, dropped, duplicates, rejected, discarded;
@@ -208,6 +221,13 @@ typedef struct demo_options {
                                island-I.key/.pub here; NULL = unsigned */
     uint32_t islands, steps, prompts, group, queue, anchor_every, max_skip;
     int mode, full_sync, json, quiet;
+    const char *dump_dir;   /* NULL, or (tests) where the trainer writes the
+                               BF16 cast of every version it publishes
+                               (RUN-trainer-vV.safetensors) and each island,
+                               when told to stop, the model it holds
+                               (RUN-island-I-vV.safetensors) and the FP32
+                               weights it sampled with
+                               (RUN-island-I-vV-f32.safetensors) */
     uint64_t max_staleness, seed;
     long kill_at;           /* step at which island 0 is killed, -1: never */
     uint32_t restart_after; /* async: steps before the killed island restarts */
@@ -242,10 +262,12 @@ int demo_base_policy(rl_policy *p, const rl_task *t, uint64_t seed, const rl_sft
                      demo_base *out);
 
 /* Runs one leg: a fresh run in the store, islands started and stopped,
- * `steps` trainer steps; adaptive = 0 publishes after every step.  Fills
+ * `steps` trainer steps; adaptive = 0 publishes after every step; quant
+ * (a ferry_quant, 0: none) publishes every version quantized and makes
+ * the islands sample with the quantized weights.  Fills
  * leg (free leg->steps) and prints as it goes (demo_print_*).  Returns 0,
  * or 1 after printing why it failed. */
-int demo_run_leg(const demo_options *o, ferry_store *st, double adaptive, const char *name, demo_leg *leg);
+int demo_run_leg(const demo_options *o, ferry_store *st, double adaptive, int quant, const char *name, demo_leg *leg);
 void demo_leg_release(demo_leg *leg);
 
 /* Output (cmd_demo.c): text rows or JSON lines. */

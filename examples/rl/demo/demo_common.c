@@ -33,7 +33,15 @@ int demo_config_format(const demo_config *c, char *buf, size_t cap)
                      c->mode == DEMO_ASYNC ? "async" : "sequential", c->full_sync, c->islands, c->prompts, c->group,
                      c->queue, c->max_staleness, c->seed, rl_task_name(c->task.kind), c->task.prompt_len, c->net.vocab, c->net.window,
                      c->net.embed, c->net.heads, c->net.hidden, c->net.layers);
-    return n < 0 || (size_t)n >= cap ? FERRY_ERR_LIMIT : 0;
+    if (n < 0 || (size_t)n >= cap) return FERRY_ERR_LIMIT;
+    if (c->quant) {
+        /* only in quantized runs: a BF16 run's config reads as before */
+        const char *q = ferry_quant_name((ferry_quant)c->quant);
+        if (!q) return FERRY_ERR_ARG;
+        int k = snprintf(buf + n, cap - (size_t)n, "quantize %s\n", q);
+        if (k < 0 || (size_t)k >= cap - (size_t)n) return FERRY_ERR_LIMIT;
+    }
+    return 0;
 }
 
 static int parse_u64(const char *s, uint64_t hi, uint64_t *out) { return cli_parse_u64(s, hi, out) ? 0 : -1; }
@@ -49,7 +57,7 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 int demo_config_parse(const char *text, demo_config *c)
 {
     memset(c, 0, sizeof *c);
-    unsigned seen = 0;
+    unsigned seen = 0, quant_seen = 0;
     const char *p = text;
     int line = 0;
     while (*p) {
@@ -87,7 +95,11 @@ int demo_config_parse(const char *text, demo_config *c)
         else if (!strcmp(k, "heads")) bad = parse_u32(v, 1, RL_MAX_HEADS, &c->net.heads), seen |= 1u << 12;
         else if (!strcmp(k, "hidden")) bad = parse_u32(v, 1, 65536, &c->net.hidden), seen |= 1u << 13;
         else if (!strcmp(k, "layers")) bad = parse_u32(v, 1, RL_MAX_LAYERS, &c->net.layers), seen |= 1u << 14;
-        else bad = 1;
+        else if (!strcmp(k, "quantize")) { /* optional */
+            ferry_quant q = FERRY_QUANT_NONE;
+            bad = ferry_quant_parse(v, &q) != 0 || (quant_seen++);
+            c->quant = (int)q;
+        } else bad = 1;
         if (bad) return FERRY_ERR_ARG;
     }
     if (seen != (1u << 16) - 1 || c->prompts < c->islands || rl_task_check(&c->task)) return FERRY_ERR_ARG;

@@ -8,8 +8,13 @@
  * else.  It holds the policy as BF16 weights, kept current through the
  * sync layer in memory mode (ferry_subscriber_sync patches its own buffer in
  * place, verified), computes with their exact FP32 values
- * (rl_policy_set_bf16) and puts each batch of trajectories, tagged with the
- * version that sampled it, through the dock.
+ * (rl_policy_weights) and puts each batch of trajectories, tagged with the
+ * version that sampled it, through the dock.  In a quantized run (the
+ * config's "quantize fp8-block128": --rollout-dtype fp8) the model it holds
+ * is the run's FP8 checkpoint (rl_policy_model_quant: F8_E4M3 codes and
+ * their block scales where the scheme quantizes, BF16 elsewhere), patched
+ * in place the same way, and it samples with the dequantized values
+ * (code x scale per 128 x 128 block, the library's ferry_dequantize_fp8).
  *
  *  sequential pull: it polls RUN/demo/control ("step S version V"), syncs
  *    to exactly V, samples its shard of step S's prompts and puts it;
@@ -50,10 +55,13 @@ typedef struct island {
     char control_key[DEMO_KEY_MAX], status_key[DEMO_KEY_MAX];
     uint32_t id;
     demo_config cfg;
-    rl_policy pol;          /* FP32 values of the BF16 weights held */
+    rl_policy pol;          /* FP32 values of the weights held */
     rl_work ws;
-    uint16_t *held;         /* BF16 weights the rollouts use */
-    ferry_model *m_held;    /* borrows held (memory-mode subscriber in sequential mode) */
+    uint16_t *held;         /* BF16 weights the rollouts use (BF16 runs) */
+    ferry_model *m_held;    /* sequential: the memory-mode subscriber's model:
+                               borrows held, or (quantized run) owns the FP8
+                               checkpoint's buffers */
+    const char *dump_dir;   /* --dump (tests): what it holds, at the stop */
     ferry_subscriber *sub;
     ferry_dock *dock;
     ferry_keys *trust, *sign; /* signed run: the trainer's public key; this island's key */
@@ -65,9 +73,12 @@ typedef struct island {
     pthread_t thread;
     int thread_started;
     pthread_mutex_t mu;
-    uint16_t *bg;           /* the follower's buffer (its subscriber's model) */
-    ferry_model *m_bg;
-    uint16_t *ready;        /* last version the follower completed */
+    uint16_t *bg;           /* the follower's buffer (BF16 runs) */
+    ferry_model *m_bg;      /* its subscriber's model: borrows bg, or owns the
+                               FP8 checkpoint's buffers */
+    float *bg_w;            /* the follower's FP32 values of m_bg */
+    float *ready;           /* FP32 values of the last version the follower
+                               completed */
     uint64_t ready_version;
     demo_island_status bg_status;
     volatile int stop, fatal;
@@ -221,7 +232,8 @@ static int run_sequential(island *is)
             /* the rollout of this step waits for these weights */
             if ((rc = sync_to(is, &is->sub, is->m_held, FERRY_SYNC_EXACT, version, &is->status)))
                 return island_fail(is, "syncing to the requested version", rc);
-            rl_policy_set_bf16(&is->pol, is->held);
+            if ((rc = rl_policy_weights(&is->pol, is->m_held, is->pol.w)))
+                return island_fail(is, "the weights of the version held", rc);
         }
         is->status.wait_ms += demo_now_ms() - t0;
         if ((rc = rollout_put(is, step, first, count, version, NULL))) return island_fail(is, "rollout / put", rc);
@@ -281,8 +293,14 @@ static void *follower(void *arg)
         }
         failures = 0;
         if (s.version > is->ready_version) {
+            /* the values outside the lock: the rollout loop copies them */
+            if ((rc = rl_policy_weights(&is->pol, is->m_bg, is->bg_w))) {
+                island_fail(is, "the weights of the version held", rc);
+                is->fatal = 1;
+                break;
+            }
             pthread_mutex_lock(&is->mu);
-            memcpy(is->ready, is->bg, is->pol.nparams * 2);
+            memcpy(is->ready, is->bg_w, is->pol.nparams * sizeof *is->ready);
             is->ready_version = s.version;
             is->bg_status = s;
             pthread_mutex_unlock(&is->mu);
@@ -299,8 +317,12 @@ static int run_async(island *is)
 {
     size_t n = is->pol.nparams;
     int rc;
-    if (!(is->bg = malloc(n * 2)) || !(is->ready = malloc(n * 2))) return island_fail(is, "alloc", FERRY_ERR_NOMEM);
-    if ((rc = rl_policy_model_bf16(&is->pol, is->bg, &is->m_bg))) return island_fail(is, "model", rc);
+    if (!(is->bg_w = malloc(n * sizeof *is->bg_w)) || !(is->ready = malloc(n * sizeof *is->ready)))
+        return island_fail(is, "alloc", FERRY_ERR_NOMEM);
+    if (is->cfg.quant) rc = rl_policy_model_quant(&is->pol, (ferry_quant)is->cfg.quant, &is->m_bg);
+    else if (!(is->bg = malloc(n * 2))) rc = FERRY_ERR_NOMEM;
+    else rc = rl_policy_model_bf16(&is->pol, is->bg, &is->m_bg);
+    if (rc) return island_fail(is, "model", rc);
     if (pthread_mutex_init(&is->mu, NULL)) return island_fail(is, "mutex", FERRY_ERR_NOMEM);
     if (pthread_create(&is->thread, NULL, follower, is)) return island_fail(is, "thread", FERRY_ERR_NOMEM);
     is->thread_started = 1;
@@ -320,12 +342,11 @@ static int run_async(island *is)
         double t0 = demo_now_ms();
         pthread_mutex_lock(&is->mu);
         if (is->ready_version > is->status.version) {
-            memcpy(is->held, is->ready, n * 2);
+            memcpy(is->pol.w, is->ready, n * sizeof *is->pol.w);
             uint64_t batches = is->status.batches;
             is->status = is->bg_status;
             is->status.batches = batches;
             is->status.pid = (long)getpid();
-            rl_policy_set_bf16(&is->pol, is->held);
         }
         pthread_mutex_unlock(&is->mu);
         /* the rollout loop waits for weights only to pick up a new version
@@ -383,18 +404,50 @@ static int run_async(island *is)
     }
 }
 
+static void stop_follower(island *is)
+{
+    if (!is->thread_started) return;
+    is->stop = 1;
+    pthread_mutex_lock(&is->mu);
+    if (is->sub) ferry_subscriber_wake(is->sub);
+    pthread_mutex_unlock(&is->mu);
+    pthread_join(is->thread, NULL);
+    pthread_mutex_destroy(&is->mu);
+    is->thread_started = 0;
+    is->sub = NULL; /* the follower freed its subscriber */
+}
+
+/* --dump (tests): the model the island holds, as the sync layer left it
+ * (RUN-island-I-vV.safetensors: the FP8 checkpoint in a quantized run),
+ * and the FP32 weights its rollouts used (RUN-island-I-vV-f32.safetensors).
+ * Sequential: both are version status.version; async: the follower's
+ * model is the newest version it completed, the weights those of the
+ * version the rollout loop held last. */
+static int dump(island *is)
+{
+    char path[4400], err[512];
+    const ferry_model *m = is->cfg.mode == DEMO_SEQUENTIAL ? is->m_held : is->m_bg;
+    uint64_t mv = is->cfg.mode == DEMO_SEQUENTIAL ? is->status.version : is->ready_version;
+    int rc = 0;
+    if (m && mv) {
+        snprintf(path, sizeof path, "%s/%s-island-%u-v%" PRIu64 ".safetensors", is->dump_dir, is->run, is->id, mv);
+        if ((rc = ferry_model_save(m, path))) return island_fail(is, path, rc);
+    }
+    if (is->status.version) {
+        snprintf(path, sizeof path, "%s/%s-island-%u-v%" PRIu64 "-f32.safetensors", is->dump_dir, is->run, is->id,
+                 is->status.version);
+        if ((rc = rl_policy_save_file(&is->pol, path, NULL, err, sizeof err))) {
+            fprintf(stderr, "ferry-demo island %u: %s\n", is->id, err);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static void island_release(island *is)
 {
-    if (is->thread_started) {
-        is->stop = 1;
-        pthread_mutex_lock(&is->mu);
-        if (is->sub) ferry_subscriber_wake(is->sub);
-        pthread_mutex_unlock(&is->mu);
-        pthread_join(is->thread, NULL);
-        pthread_mutex_destroy(&is->mu);
-    } else {
-        ferry_subscriber_free(is->sub);
-    }
+    if (is->thread_started) stop_follower(is);
+    else ferry_subscriber_free(is->sub);
     ferry_dock_free(is->dock);
     ferry_keys_free(is->trust);
     ferry_keys_free(is->sign);
@@ -402,6 +455,7 @@ static void island_release(island *is)
     ferry_model_free(is->m_bg);
     free(is->held);
     free(is->bg);
+    free(is->bg_w);
     free(is->ready);
     free(is->wire);
     rl_work_release(&is->ws);
@@ -412,18 +466,20 @@ static void island_release(island *is)
 
 static void island_help(void)
 {
-    puts("usage: ferry-demo island --store URL --run RUN --island I [--keys DIR] [--policy-store URL]\n\n"
+    puts("usage: ferry-demo island --store URL --run RUN --island I [--keys DIR] [--policy-store URL]\n"
+         "                         [--dump DIR]\n\n"
          "One rollout island of ferry-demo (started by it; not meant to be run by\n"
          "hand).  Reads its parameters from RUN/demo/config in the store, follows\n"
          "the policy of RUN/policy through the sync layer, and puts version-tagged\n"
          "trajectory batches through the dock until RUN/demo/control says stop.\n"
          "With --policy-store, the policy comes from that store (a mirror), the\n"
-         "run's store being the fallback.");
+         "run's store being the fallback.  With --dump, it writes the model it\n"
+         "holds and the FP32 weights it sampled with into DIR when told to stop.");
 }
 
 int cmd_island(int argc, char **argv)
 {
-    const char *url = NULL, *run = NULL, *key_dir = NULL, *purl = NULL;
+    const char *url = NULL, *run = NULL, *key_dir = NULL, *purl = NULL, *dump_dir = NULL;
     long id = -1;
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -436,6 +492,7 @@ int cmd_island(int argc, char **argv)
         else if (!strcmp(a, "--run")) run = v;
         else if (!strcmp(a, "--keys")) key_dir = v;
         else if (!strcmp(a, "--policy-store")) purl = v;
+        else if (!strcmp(a, "--dump")) dump_dir = v;
         else if (!strcmp(a, "--island")) {
             if (!cli_parse_int(v, 0, DEMO_MAX_ISLANDS - 1, &id)) return cli_usage_error("island", "bad island id '%s'", v);
         } else
@@ -447,6 +504,7 @@ int cmd_island(int argc, char **argv)
     island is;
     memset(&is, 0, sizeof is);
     is.id = (uint32_t)id;
+    is.dump_dir = dump_dir;
     snprintf(is.run, sizeof is.run, "%s", run);
     demo_policy_run(is.policy_run, run);
     demo_key(is.control_key, run, "control");
@@ -479,13 +537,16 @@ int cmd_island(int argc, char **argv)
         island_fail(&is, "policy", rc);
         goto out;
     }
-    if (!(is.held = calloc(is.pol.nparams, 2))) {
-        island_fail(&is, "alloc", FERRY_ERR_NOMEM);
-        goto out;
-    }
-    if ((rc = rl_policy_model_bf16(&is.pol, is.held, &is.m_held))) {
-        island_fail(&is, "model", rc);
-        goto out;
+    if (is.cfg.mode == DEMO_SEQUENTIAL) {
+        /* the subscriber's model: BF16 buffers of ours, or the FP8
+         * checkpoint's layout (async: the follower's, run_async) */
+        if (is.cfg.quant) rc = rl_policy_model_quant(&is.pol, (ferry_quant)is.cfg.quant, &is.m_held);
+        else if (!(is.held = calloc(is.pol.nparams, 2))) rc = FERRY_ERR_NOMEM;
+        else rc = rl_policy_model_bf16(&is.pol, is.held, &is.m_held);
+        if (rc) {
+            island_fail(&is, "model", rc);
+            goto out;
+        }
     }
     if (key_dir) {
         /* signed run: follow only versions the trainer's key signed, sign
@@ -515,7 +576,9 @@ int cmd_island(int argc, char **argv)
         status = run_sequential(&is);
     } else {
         status = run_async(&is);
+        stop_follower(&is);
     }
+    if (!status && is.dump_dir) status = dump(&is);
 out:
     island_release(&is);
     return status;

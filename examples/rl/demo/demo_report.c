@@ -5,7 +5,10 @@
  *   - cumulative bytes uploaded against shipping full checkpoints;
  *   - BF16 words changed per step;
  *   - the staleness histogram of consumed batches;
- *   - with adaptive publication, the legs side by side (bytes, reward). */
+ *   - with adaptive publication, the legs side by side (bytes, reward);
+ *   - with FP8 rollouts, bytes per version (the FP8 patch against the BF16
+ *     patch of the same step, and the checkpoints) and reward, BF16 and FP8
+ *     legs side by side. */
 #include "demo.h"
 
 #include <inttypes.h>
@@ -175,6 +178,82 @@ static void bar_chart(FILE *f, const char *title, const char *xlabel, const demo
 
 static void mbs(char *buf, size_t cap, uint64_t v) { fmt_val(buf, cap, (double)v, FMT_BYTES); }
 
+/* FP8 rollouts: bytes per version (the FP8 leg's patch against the BF16
+ * patch of the same step; the BF16 leg's patches; both checkpoints) and
+ * reward per step, BF16 and FP8 legs side by side.  Returns 0 or -1 (no
+ * memory). */
+static int fp8_section(FILE *f, const demo_leg *legs, size_t nlegs)
+{
+    const demo_leg *q = NULL, *b = NULL;
+    for (size_t l = 0; l < nlegs; l++) {
+        if (legs[l].quant && !q) q = &legs[l];
+        if (!legs[l].quant && !b) b = &legs[l];
+    }
+    if (!q) return 0;
+    size_t n = q->nsteps + (b ? b->nsteps : 0) + 4;
+    double *a = calloc(5 * n, sizeof *a);
+    if (!a) return -1;
+    double *vx = a, *v8 = a + n, *v16 = a + 2 * n, *bx = a + 3 * n, *bb = a + 4 * n;
+    size_t nq = 0, nb = 0;
+    for (size_t i = 0; i < q->nsteps; i++)
+        if (q->steps[i].published) {
+            vx[nq] = (double)q->steps[i].pub_version;
+            v8[nq] = (double)q->steps[i].delta_bytes;
+            v16[nq++] = (double)q->steps[i].bf16_delta_bytes;
+        }
+    for (size_t i = 0; b && i < b->nsteps; i++)
+        if (b->steps[i].published) {
+            bx[nb] = (double)b->steps[i].pub_version;
+            bb[nb++] = (double)b->steps[i].delta_bytes;
+        }
+    /* patches only: the checkpoints (in the text) would flatten them */
+    series s[3];
+    size_t ns = 0;
+    s[ns++] = (series){"FP8 patch (shipped)", k_colors[1], vx, v8, nq, 0};
+    s[ns++] = (series){"BF16 patch, same step", k_colors[0], vx, v16, nq, 1};
+    if (b) s[ns++] = (series){"BF16 leg's patch", k_colors[2], bx, bb, nb, 0};
+    char x1[32], x2[32], x3[32], x4[32];
+    mbs(x1, sizeof x1, q->delta_total);
+    mbs(x2, sizeof x2, q->bf16_delta_total);
+    mbs(x3, sizeof x3, q->full_bytes);
+    mbs(x4, sizeof x4, q->bf16_full_bytes);
+    fprintf(f, "<h2>FP8 rollouts</h2>\n<p>In the FP8 leg the trainer publishes each version as its FP8 checkpoint (");
+    esc(f, ferry_quant_name((ferry_quant)q->quant));
+    fprintf(f, ": E4M3 codes and one FP32 scale per 128&times;128 block of every 2-D weight with both dimensions &ge; 128; "
+               "embeddings and the rest stay BF16) and ships it as patches of FP8 codes; the islands hold exactly that checkpoint "
+               "(verified by hash) and sample with its dequantized values, while the trainer keeps learning on its FP32 masters. "
+               "Its %" PRIu64 " versions took %s of deltas, against %s for the BF16 patches of the same steps (%.2fx); an FP8 checkpoint "
+               "is %s, a BF16 one %s.",
+            q->versions, x1, x2, q->bf16_delta_total ? (double)q->delta_total / (double)q->bf16_delta_total : 0, x3, x4);
+    if (b)
+        fprintf(f, " Mean reward over the last %d steps: %.3f with FP8 weights, %.3f with BF16 weights (first %d steps: %.3f and "
+                   "%.3f).",
+                q->window, q->reward_last, b->reward_last, q->window, q->reward_first, b->reward_first);
+    fprintf(f, "</p>\n<div class=\"grid\">\n");
+    line_chart(f, "bytes per version: FP8 patch vs BF16 patch", "policy version", s, ns, FMT_BYTES, 0, NULL, NULL, NULL, 0);
+    fprintf(f, "</div>\n<table><tr><th>step</th><th>version</th><th>FP8 patch</th><th>BF16 patch, same step</th><th>FP8 / BF16</th>"
+               "<th>reward, FP8 leg</th>%s</tr>\n",
+            b ? "<th>BF16 leg: patch</th><th>reward, BF16 leg</th>" : "");
+    for (size_t i = 0; i < q->nsteps; i++) {
+        const demo_step *st = &q->steps[i];
+        fprintf(f, "<tr><td>%u</td>", st->step);
+        if (st->published)
+            fprintf(f, "<td>%" PRIu64 "</td><td>%" PRIu64 "</td><td>%" PRIu64 "</td><td>%.2f</td>", st->pub_version, st->delta_bytes,
+                    st->bf16_delta_bytes, st->bf16_delta_bytes ? (double)st->delta_bytes / (double)st->bf16_delta_bytes : 0);
+        else
+            fprintf(f, "<td>(held)</td><td>&ndash;</td><td>&ndash;</td><td>&ndash;</td>");
+        fprintf(f, "<td>%.3f</td>", st->reward);
+        if (b && i < b->nsteps)
+            fprintf(f, "<td>%" PRIu64 "</td><td>%.3f</td>", b->steps[i].delta_bytes, b->steps[i].reward);
+        else if (b)
+            fprintf(f, "<td></td><td></td>");
+        fprintf(f, "</tr>\n");
+    }
+    fprintf(f, "</table>\n");
+    free(a);
+    return 0;
+}
+
 int demo_report_write(const char *path, const demo_report_info *in, const demo_leg *legs, size_t nlegs)
 {
     char *doc = NULL;
@@ -207,9 +286,11 @@ int demo_report_write(const char *path, const demo_report_info *in, const demo_l
                ".note{color:#555;font-size:13px}\n"
                "</style></head><body>\n<h1>");
     esc(f, in->title);
+    int any_quant = 0;
+    for (size_t l = 0; l < nlegs; l++) any_quant |= legs[l].quant != 0;
     fprintf(f, "</h1>\n<p class=\"note\">One trainer (FP32 masters, AdamW, GRPO) and %u rollout islands (separate processes, BF16 "
-               "weights) sharing only the object store <code>",
-            in->islands);
+               "weights%s) sharing only the object store <code>",
+            in->islands, any_quant ? "; in the FP8 leg the FP8 checkpoint of each version, dequantized to sample" : "");
     esc(f, in->store_url);
     fprintf(f, "</code>. Policy versions travel as ferry patches through the sync layer%s; trajectories as version-tagged "
                "batches through the dock.</p>\n",
@@ -249,6 +330,11 @@ int demo_report_write(const char *path, const demo_report_info *in, const demo_l
         }                                                                                                                              \
         fprintf(f, "</tr>\n");                                                                                                         \
     } while (0)
+    ROW("rollout weights", fprintf(f, "%s", L->quant ? "FP8 E4M3, 128&times;128 block scales" : "BF16"); if (L->quant) {
+        fprintf(f, " (");
+        esc(f, ferry_quant_name((ferry_quant)L->quant));
+        fprintf(f, ")");
+    });
     ROW("steps / wall time", fprintf(f, "%zu / %.1f s", L->nsteps, L->seconds));
     ROW("time-to-fresh policy (publish start &rarr; last island synced, verified)",
         fprintf(f, "mean %.1f ms, max %.1f ms (%" PRIu64 " versions)", L->fresh_mean_ms, L->fresh_max_ms, L->fresh_known));
@@ -263,6 +349,15 @@ int demo_report_write(const char *path, const demo_report_info *in, const demo_l
                 L->delta_total + L->anchor_total ? (double)(L->versions * L->full_bytes) / (double)(L->delta_total + L->anchor_total)
                                                  : 0));
     ROW("bytes the islands fetched", mbs(c1, sizeof c1, L->fetched_total); fprintf(f, "%s", c1));
+    if (any_quant) {
+        ROW("full checkpoint shipped (anchor)", mbs(c1, sizeof c1, L->full_bytes); fprintf(f, "%s (%s)", c1, L->quant ? "FP8" : "BF16"));
+        ROW("BF16 patches of the same steps (FP8 leg: measured, not shipped)",
+            if (L->quant) {
+                mbs(c1, sizeof c1, L->bf16_delta_total);
+                fprintf(f, "%s (the FP8 deltas are %.2fx of it)", c1,
+                        L->bf16_delta_total ? (double)L->delta_total / (double)L->bf16_delta_total : 0);
+            } else fprintf(f, "&ndash;"));
+    }
     ROW("batches consumed / dropped stale", fprintf(f, "%" PRIu64 " / %" PRIu64, L->admitted - L->discarded, L->dropped));
     ROW("duplicates / rejected / discarded", fprintf(f, "%" PRIu64 " / %" PRIu64 " / %" PRIu64, L->duplicates, L->rejected, L->discarded));
     ROW("batches of restarted islands", fprintf(f, "%" PRIu64, L->restarted_batches));
@@ -328,7 +423,12 @@ int demo_report_write(const char *path, const demo_report_info *in, const demo_l
         }
     }
     full_x[0] = 1, full_x[1] = vmax;
-    full_y[0] = full_y[1] = (double)fb;
+    /* fb: the largest checkpoint shipped (for the cumulative line);
+     * the BF16 checkpoint is every leg's reference */
+    uint64_t fb16 = 0;
+    for (size_t l = 0; l < nlegs; l++)
+        if (legs[l].bf16_full_bytes > fb16) fb16 = legs[l].bf16_full_bytes;
+    full_y[0] = full_y[1] = (double)(fb16 ? fb16 : fb);
     bs[nbs++] = (series){"full BF16 checkpoint", "#555", full_x, full_y, 2, 1};
     /* full checkpoints, cumulative: a straight line from version 1 */
     fullc_x[0] = 0, fullc_x[1] = nlegs ? (double)legs[0].nsteps : 0;
@@ -336,7 +436,8 @@ int demo_report_write(const char *path, const demo_report_info *in, const demo_l
     cs[ncs++] = (series){"full checkpoints", "#555", fullc_x, fullc_y, 2, 1};
 
     fprintf(f, "<h2>Learning</h2>\n<div class=\"grid\">\n");
-    line_chart(f, "mean reward per step (rollouts with the islands' BF16 weights)", "trainer step", rs, nrs, FMT_PLAIN, 1.0, vx, vlab,
+    line_chart(f, any_quant ? "mean reward per step (rollouts with the islands' BF16 or FP8 weights)"
+                            : "mean reward per step (rollouts with the islands' BF16 weights)", "trainer step", rs, nrs, FMT_PLAIN, 1.0, vx, vlab,
                vcol, nv);
     line_chart(f, "BF16 words changed since the last published version", "trainer step", ch, nch, FMT_PCT, 1.0, NULL, NULL, NULL, 0);
     fprintf(f, "</div>\n<h2>Bytes on the wire</h2>\n<div class=\"grid\">\n");
@@ -356,7 +457,13 @@ int demo_report_write(const char *path, const demo_report_info *in, const demo_l
     fprintf(f, "<h2>Staleness</h2>\n<div class=\"grid\">\n");
     bar_chart(f, "consumed batches by staleness (trainer version - batch version)", "staleness (versions)", legs, nlegs, nb);
     fprintf(f, "</div>\n");
-    if (nlegs > 1) {
+    if (any_quant && fp8_section(f, legs, nlegs)) {
+        free(buf);
+        fclose(f);
+        free(doc);
+        return FERRY_ERR_NOMEM;
+    }
+    if (nlegs > 1 && legs[1].adaptive > 0) {
         const demo_leg *a = &legs[0], *b = &legs[1];
         char x1[32], x2[32];
         mbs(x1, sizeof x1, a->delta_total + a->anchor_total);

@@ -20,6 +20,13 @@
  * result does not depend on which island was faster), an AdamW step, the
  * cast, and — unless adaptive publication holds it back — a publish.
  *
+ * FP8 rollouts (quant, --rollout-dtype fp8): the publisher quantizes each
+ * version's BF16 cast (ferry_publisher_options.quantize, fp8-block128) and
+ * the run holds the FP8 checkpoints, shipped as patches of FP8 codes; the
+ * islands sample with their dequantized values while the trainer learns on
+ * its FP32 masters as before.  Each version's BF16 patch (ferry_diff of
+ * the two casts, not shipped) is measured beside it.
+ *
  * Adaptive publication (ECHO's proposal): publish only when the share of
  * BF16 words that differ from the last published version reaches the
  * threshold (or after max_skip steps without a publish); until then the
@@ -38,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -96,11 +104,12 @@ static pid_t spawn(const sup *s, uint32_t i)
     char idbuf[16];
     snprintf(idbuf, sizeof idbuf, "%u", i);
     char *argv[] = {"ferry-demo", "island", "--store", (char *)s->url, "--run", (char *)s->run, "--island", idbuf,
-                    NULL, NULL, NULL, NULL, NULL};
+                    NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     /* optional pairs, packed so that the first NULL ends the list */
     int k = 8;
     if (s->o->key_dir) argv[k++] = "--keys", argv[k++] = (char *)s->o->key_dir;
     if (s->o->mirror_url) argv[k++] = "--policy-store", argv[k++] = (char *)s->o->mirror_url;
+    if (s->o->dump_dir) argv[k++] = "--dump", argv[k++] = (char *)s->o->dump_dir;
     return spawn_argv(s, argv);
 }
 
@@ -246,6 +255,8 @@ typedef struct trainer {
     float *grad;
     uint16_t *cast, *published; /* BF16 cast now; last published version */
     ferry_model *m_f32;         /* borrows master.w */
+    ferry_model *m_cast, *m_published; /* borrow cast and published */
+    int quant;                  /* the leg's ferry_quant */
     ferry_publisher *pub;
     ferry_dock *dock;
     ferry_keys *sign, *enrolled; /* signed run: the trainer's key; the islands' keys */
@@ -296,6 +307,8 @@ static void trainer_release(trainer *t)
     ferry_keys_free(t->sign);
     ferry_keys_free(t->enrolled);
     ferry_model_free(t->m_f32);
+    ferry_model_free(t->m_cast);
+    ferry_model_free(t->m_published);
     free(t->grad);
     free(t->cast);
     free(t->published);
@@ -540,13 +553,44 @@ static uint64_t count_changed(const uint16_t *a, const uint16_t *b, size_t n)
     return c;
 }
 
+/* Bytes of the .safetensors file of model m (written aside in $TMPDIR and
+ * removed): a full BF16 checkpoint, for a quantized leg's comparison. */
+static int checkpoint_bytes(const ferry_model *m, uint64_t *out)
+{
+    const char *tmp = getenv("TMPDIR");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/ferry-demo-bf16-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        fprintf(stderr, "ferry-demo: cannot create %s: %s\n", path, strerror(errno));
+        return FERRY_ERR_IO;
+    }
+    close(fd);
+    int rc = ferry_model_save(m, path);
+    struct stat sb;
+    if (!rc && stat(path, &sb)) rc = FERRY_ERR_IO;
+    if (!rc) *out = (uint64_t)sb.st_size;
+    unlink(path);
+    return rc;
+}
+
 static int publish(trainer *t, demo_leg *leg, demo_step *ds)
 {
     ferry_publish_info info;
     unsigned flags = t->o->full_sync ? FERRY_PUBLISH_ANCHOR : 0;
+    int rc;
+    if (t->quant && ds) {
+        /* the BF16 patch of this step, measured beside the FP8 one */
+        void *patch = NULL;
+        size_t size = 0;
+        if ((rc = ferry_diff(t->m_published, t->m_cast, NULL, &patch, &size))) return tfail("the BF16 patch of the step", rc);
+        ferry_free(patch);
+        ds->bf16_delta_bytes = size;
+        leg->bf16_delta_total += size;
+    }
     double t0 = demo_now_ms();
     uint64_t wall0 = demo_wall_ms();
-    int rc = ferry_publish_ex(t->pub, t->m_f32, flags, &info);
+    rc = ferry_publish_ex(t->pub, t->m_f32, flags, &info);
     if (rc) return tfail("publishing", rc);
     if (ds) {
         ds->pub_ms = demo_now_ms() - t0;
@@ -564,6 +608,11 @@ static int publish(trainer *t, demo_leg *leg, demo_step *ds)
         for (uint32_t i = 0; i < t->o->islands; i++)
             t->pub_pid[(size_t)info.version * t->o->islands + i] = t->sp ? (long)t->sp->pid[i] : 0;
     }
+    if (t->o->dump_dir) {
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s-trainer-v%" PRIu64 ".safetensors", t->o->dump_dir, t->run, info.version);
+        if ((rc = ferry_model_save(t->m_cast, path))) return tfail(path, rc);
+    }
     memcpy(t->published, t->cast, t->master.nparams * 2);
     leg->versions++;
     leg->delta_total += info.delta_bytes;
@@ -571,6 +620,7 @@ static int publish(trainer *t, demo_leg *leg, demo_step *ds)
         leg->anchors++;
         leg->anchor_total += info.full_bytes;
         if (!leg->full_bytes) leg->full_bytes = info.full_bytes;
+        if (!t->quant && !leg->bf16_full_bytes) leg->bf16_full_bytes = info.full_bytes;
     }
     /* keep the store bounded: versions a reader can no longer need */
     if (info.version % 25 == 0) {
@@ -616,14 +666,16 @@ static int demo_trainer_keys(const demo_options *o, ferry_keys **sign, ferry_key
     return rc;
 }
 
-int demo_run_leg(const demo_options *o, ferry_store *st, double adaptive, const char *name, demo_leg *leg)
+int demo_run_leg(const demo_options *o, ferry_store *st, double adaptive, int quant, const char *name, demo_leg *leg)
 {
     memset(leg, 0, sizeof *leg);
     snprintf(leg->name, sizeof leg->name, "%s", name);
     leg->adaptive = adaptive;
+    leg->quant = quant;
     trainer t;
     memset(&t, 0, sizeof t);
     t.o = o;
+    t.quant = quant;
     t.st = st;
     sup s;
     memset(&s, 0, sizeof s);
@@ -685,14 +737,16 @@ int demo_run_leg(const demo_options *o, ferry_store *st, double adaptive, const 
         tfail("alloc", FERRY_ERR_NOMEM);
         goto out;
     }
-    if ((rc = rl_policy_model_f32(&t.master, &t.m_f32))) {
+    if ((rc = rl_policy_model_f32(&t.master, &t.m_f32)) || (rc = rl_policy_model_bf16(&t.master, t.cast, &t.m_cast)) ||
+        (rc = rl_policy_model_bf16(&t.master, t.published, &t.m_published))) {
         tfail("model", rc);
         goto out;
     }
 
     /* the run's parameters, for the islands */
     demo_config cfg = {.mode = o->mode, .full_sync = o->full_sync, .islands = o->islands, .prompts = o->prompts,
-                       .group = o->group, .queue = o->queue, .max_staleness = o->max_staleness, .seed = o->seed, .task = o->task, .net = o->net};
+                       .group = o->group, .queue = o->queue, .max_staleness = o->max_staleness, .seed = o->seed, .task = o->task, .net = o->net,
+                       .quant = quant};
     char text[1024];
     if ((rc = demo_config_format(&cfg, text, sizeof text)) || (rc = write_text(st, t.run, "config", text))) {
         tfail("writing the run's config", rc);
@@ -708,12 +762,16 @@ int demo_run_leg(const demo_options *o, ferry_store *st, double adaptive, const 
     }
     ferry_publisher_options po = {.publisher_id = "ferry-demo-trainer",
                                   .anchor_every = o->full_sync ? 1 : o->anchor_every,
-                                  .cast_bf16 = 1, .keys = t.sign};
+                                  .cast_bf16 = 1, .keys = t.sign, .quantize = quant};
     if ((rc = ferry_publisher_open(st, t.policy_run, &po, &t.pub))) {
         tfail("publisher", rc);
         goto out;
     }
     rl_policy_cast_bf16(&t.master, t.cast);
+    if (quant && (rc = checkpoint_bytes(t.m_cast, &leg->bf16_full_bytes))) {
+        tfail("the size of a BF16 checkpoint", rc);
+        goto out;
+    }
     if (publish(&t, leg, NULL)) goto out;
     ferry_dock_options dopt = {.role = FERRY_DOCK_CONSUMER, .poll_ms = 2, .delete_rejected = 1, .keys = t.enrolled};
     if ((rc = ferry_dock_open(st, t.run, &dopt, &t.dock))) {
