@@ -1,6 +1,7 @@
 /* ferry pull: keep a local checkpoint at a version of a run (once, or
  * following HEAD). */
 #include "cmd_sync.h"
+#include "cmd_shard.h"
 
 #ifndef FERRY_NO_NET
 #include <stdio.h>
@@ -112,7 +113,7 @@ static int check_local(const sync_common *c, ferry_store *st, ferry_subscriber *
  * manifest (oversize, malformed, unsigned where keys are trusted, or not
  * a regular file in a file:// store: STORE_CORRUPT), which whoever can
  * write the store can put there and must not stop an island for good. */
-static bool transient(int rc)
+bool pull_transient(int rc)
 {
     return rc == FERRY_ERR_STORE_TIMEOUT || rc == FERRY_ERR_STORE_NET || rc == FERRY_ERR_STORE_HTTP ||
            rc == FERRY_ERR_SYNC_NO_PATH || rc == FERRY_ERR_SYNC_NOT_YET || rc == FERRY_ERR_STORE_CORRUPT ||
@@ -120,6 +121,62 @@ static bool transient(int rc)
            /* a HEAD rolled back, or forged, is reported and waited out: the
               file keeps its version and follows again once HEAD is valid */
            rc == FERRY_ERR_SYNC_BACKWARDS || (rc >= FERRY_ERR_SIG_MISSING && rc <= FERRY_ERR_SIG_DIGEST);
+}
+
+/* A sharded run (ferry-manifest-2) refused by the single-rank reader (as
+ * not its format, or as larger than its bound on a manifest): pulled as a
+ * whole-model island instead (pull_sharded).  Asked only after that
+ * refusal: HEAD's manifest read as a sharded one.  When it is not one, the
+ * reader's error is given back as it was (*saved, printed by
+ * fail_saved). */
+static bool is_sharded(int rc, ferry_store *store, const sync_common *c, char *saved, size_t cap)
+{
+    saved[0] = 0;
+    if (rc != FERRY_ERR_SYNC_MANIFEST) return false;
+    snprintf(saved, cap, "%s", ferry_last_error());
+    ferry_shard_tensor_list *l = NULL;
+    if (ferry_shard_tensors(store, c->run, c->keys, &l)) return false;
+    ferry_shard_tensor_list_free(l);
+    return true;
+}
+
+static int fail_saved(int rc, const char *what, const char *saved)
+{
+    sync_progress_end();
+    fprintf(stderr, "ferry pull: %s: %s (%s)\n", what, saved[0] ? saved : ferry_strerror(rc), ferry_strerror(rc));
+    return rc == FERRY_ERR_SYNC_MANIFEST ? SYNC_EXIT_CORRUPT : SYNC_EXIT_FAIL;
+}
+
+/* ferry pull of a sharded run into one file: an island of one rank whose
+ * regions are every tensor whole (M = 1), its state beside PATH as
+ * ferry shard-pull --out keeps it (cmd_shard_local.c). */
+static int pull_sharded(sync_common *c, ferry_store *store, ferry_store *const *fbs, int nfb, const char *const *fallback,
+                        shard_out *o, int threads)
+{
+    ferry_shard_tensor_list *l = NULL;
+    ferry_shard_subscriber *s = NULL;
+    ferry_shard_region *rg = NULL;
+    int rc = ferry_shard_tensors(store, c->run, c->keys, &l), ret = 0;
+    if (!rc && !(rg = calloc(l->count + 1, sizeof *rg))) rc = FERRY_ERR_NOMEM;
+    for (size_t i = 0; !rc && i < l->count; i++) rg[i].name = l->tensors[i].name;
+    ferry_shard_sub_options so = {.threads = threads, .keys = c->keys};
+    so.poll_interval_ms = (uint32_t)(o->interval_s * 1000.0 + 0.5) ? (uint32_t)(o->interval_s * 1000.0 + 0.5) : 1;
+    if (!rc) rc = ferry_shard_subscriber_open(store, c->run, rg, l->count, &so, &s);
+    for (int k = 0; k < nfb && !rc; k++) rc = ferry_shard_subscriber_add_store(s, fbs[k]);
+    if (rc) ret = sync_fail("pull", rc, o->path);
+    else {
+        o->cmd = "pull";
+        o->whole = true;
+        o->rg = rg;
+        o->n = l->count;
+        o->tensors = l->tensors;
+        o->fallback = fallback;
+        ret = shard_out_run(c, s, o);
+    }
+    ferry_shard_subscriber_free(s);
+    free(rg);
+    ferry_shard_tensor_list_free(l);
+    return ret;
 }
 
 static void pause_s(double s)
@@ -132,16 +189,18 @@ static void pause_s(double s)
  * subscriber's interval and returns as soon as a newer version shows).
  * Killing the process at any point is safe: PATH only ever changes by an
  * atomic rename to a verified version. */
-static int follow(const sync_common *c, ferry_subscriber *sub, const char *path, int mode, uint64_t ver, uint64_t until,
-                  double idle_s, double interval_s)
+static int follow(const sync_common *c, ferry_store *store, ferry_subscriber *sub, const char *path, int mode, uint64_t ver,
+                  uint64_t until, double idle_s, double interval_s, bool *sharded)
 {
+    char saved[1024];
     double last_new = cli_now();
     uint64_t errors = 0;
-    for (;;) {
+    for (bool first = true;; first = false) {
         ferry_sync_info in;
         uint64_t before = ferry_subscriber_version(sub);
         int rc = ferry_subscriber_sync(sub, mode, ver, &in);
         sync_progress_end();
+        if (first && (*sharded = is_sharded(rc, store, c, saved, sizeof saved))) return 0;
         if (!rc) {
             errors = 0;
             if (ferry_subscriber_version(sub) != before || in.steps) {
@@ -149,8 +208,8 @@ static int follow(const sync_common *c, ferry_subscriber *sub, const char *path,
                 last_new = cli_now();
             }
             mode = FERRY_SYNC_LATEST;
-        } else if (transient(rc)) {
-            if (rc != FERRY_ERR_SYNC_NOT_YET) fprintf(stderr, "ferry pull: %s (retrying)\n", ferry_last_error());
+        } else if (pull_transient(rc)) {
+            if (rc != FERRY_ERR_SYNC_NOT_YET) fprintf(stderr, "ferry pull: %s (retrying)\n", first && saved[0] ? saved : ferry_last_error());
             if (++errors > 1000) return sync_fail("pull", rc, path);
         } else {
             return sync_fail("pull", rc, path);
@@ -166,7 +225,7 @@ static int follow(const sync_common *c, ferry_subscriber *sub, const char *path,
         if (idle_s > 0 && idle_s - waited < span) span = idle_s - waited;
         uint64_t head;
         rc = ferry_subscriber_wait(sub, ferry_subscriber_version(sub), (uint64_t)(span * 1000.0) + 1, &head);
-        if (rc && rc != FERRY_ERR_SYNC_TIMEOUT && !transient(rc)) return sync_fail("pull", rc, path);
+        if (rc && rc != FERRY_ERR_SYNC_TIMEOUT && !pull_transient(rc)) return sync_fail("pull", rc, path);
         if (rc && rc != FERRY_ERR_SYNC_TIMEOUT) {
             fprintf(stderr, "ferry pull: %s (retrying)\n", ferry_last_error());
             if (++errors > 1000) return sync_fail("pull", rc, path);
@@ -262,13 +321,21 @@ int cmd_pull(int argc, char **argv)
             goto out;
         }
     }
-    if (check) ret = check_local(&c, store, sub, to);
-    else if (fol) ret = follow(&c, sub, to, mode, ver, until, idle, interval);
-    else {
+    shard_out sho = {.path = to, .mode = mode, .version = ver, .follow = fol, .until = until, .idle_s = idle, .interval_s = interval};
+    bool sharded = !check && shard_state_is_ours(to);
+    if (sharded) ret = pull_sharded(&c, store, fb_store, nfb, fallback, &sho, so.threads);
+    else if (check) ret = check_local(&c, store, sub, to);
+    else if (fol) {
+        ret = follow(&c, store, sub, to, mode, ver, until, idle, interval, &sharded);
+        if (sharded) ret = pull_sharded(&c, store, fb_store, nfb, fallback, &sho, so.threads);
+    } else {
         ferry_sync_info in;
         rc = ferry_subscriber_sync(sub, mode, ver, &in);
         sync_progress_end();
-        if (rc) ret = sync_fail("pull", rc, to);
+        char saved[1024];
+        if (is_sharded(rc, store, &c, saved, sizeof saved)) ret = pull_sharded(&c, store, fb_store, nfb, fallback, &sho, so.threads);
+        else if (saved[0]) ret = fail_saved(rc, to, saved);
+        else if (rc) ret = sync_fail("pull", rc, to);
         else {
             print_sync(&c, to, &in);
             unsigned used = ferry_subscriber_store_used(sub);

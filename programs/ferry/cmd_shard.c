@@ -2,6 +2,7 @@
  * (include/ferry_shard.h).  The publishing side runs under MPI:
  * build/ferry-shard-mpi (programs/ferry/cmd_shard_mpi.c). */
 #include "cmd_sync.h"
+#include "cmd_shard.h"
 
 int cmd_shard_pull(int argc, char **argv);
 
@@ -17,7 +18,8 @@ static void shard_pull_help(void)
 {
     printf("usage: ferry shard-pull STORE --run RUN --slice SPEC [--slice SPEC ...]\n"
            "                        [--min-version N | --exact-version N] [--out PATH]\n"
-           "                        [--fallback URL ...] [--json] [-q]\n\n"
+           "                        [--follow [--interval S] [--until-version N] [--idle-timeout S]]\n"
+           "                        [--fallback URL ...] [--threads N] [--json] [-q]\n\n"
            "Pulls the slices one island rank holds from a sharded run (published by\n"
            "build/ferry-shard-mpi or ferry_shard_publish_mpi): reads HEAD and the\n"
            "manifests, fetches with ranged GETs only the tiles that cover the slices,\n"
@@ -29,10 +31,24 @@ static void shard_pull_help(void)
            "  --min-version N     at least version N (exit 4 if HEAD is below N)\n"
            "  --exact-version N   exactly version N\n"
            "  --out PATH          write the slices to a .safetensors file, one 2-D tensor\n"
-           "                      per slice named as its SPEC with the bounds filled in\n"
+           "                      per slice named as its SPEC with the bounds filled in;\n"
+           "                      the version it holds is recorded in PATH.ferry.json and\n"
+           "                      the next call with the same slices starts from it (only\n"
+           "                      the deltas are fetched; slices on tile edges, else it\n"
+           "                      pulls from scratch).  PATH is replaced by an atomic\n"
+           "                      rename only with a complete, verified version, and is\n"
+           "                      left as it was on any failure; a state file that does\n"
+           "                      not parse or names another run or other slices is an\n"
+           "                      error (exit 1)\n"
+           "  --follow            keep the slices (and PATH) at the latest version as\n"
+           "                      versions appear\n"
+           "  --interval S        how often --follow polls HEAD (default 1)\n"
+           "  --until-version N   --follow: stop once holding N or later\n"
+           "  --idle-timeout S    --follow: stop (exit 4) when no new version came for S seconds\n"
            "  --fallback URL      another store holding the same run (a mirror's upstream),\n"
            "                      tried in order when the previous one is down, behind or\n"
-           "                      serves what does not verify (repeatable; docs/MIRROR.md)\n\n%s\n",
+           "                      serves what does not verify (repeatable; docs/MIRROR.md)\n"
+           "  --threads N         codec threads (default 1)\n\n%s\n",
            sync_common_help);
 }
 
@@ -63,32 +79,6 @@ static bool parse_slice(char *spec, ferry_shard_region *r)
     return !comma || parse_range(comma + 1, strlen(comma + 1), &r->col_begin, &r->col_end);
 }
 
-static int write_out(const char *cmd, ferry_shard_subscriber *s, const ferry_shard_region *rg, size_t n, const char *path)
-{
-    ferry_model *m = NULL;
-    int rc = ferry_model_create(&m);
-    for (size_t i = 0; i < n && !rc; i++) {
-        ferry_dtype dt;
-        uint64_t rows, cols, nb;
-        if ((rc = ferry_shard_region_shape(s, i, &dt, &rows, &cols, &nb))) break;
-        void *buf = malloc(nb ? nb : 1);
-        if (!buf) {
-            rc = FERRY_ERR_NOMEM;
-            break;
-        }
-        char name[FERRY_MAX_NAME + 128];
-        snprintf(name, sizeof name, "%s@%llu:%llu,%llu:%llu", rg[i].name, (unsigned long long)rg[i].row_begin,
-                 (unsigned long long)(rg[i].row_begin + rows), (unsigned long long)rg[i].col_begin,
-                 (unsigned long long)(rg[i].col_begin + cols));
-        uint64_t shape[2] = {rows, cols};
-        if (!(rc = ferry_shard_region_copy(s, i, buf, nb))) rc = ferry_model_add(m, name, dt, 2, shape, buf, nb, FERRY_ADD_COPY);
-        free(buf);
-    }
-    if (!rc) rc = ferry_model_save(m, path);
-    ferry_model_free(m);
-    return rc ? sync_fail(cmd, rc, path) : 0;
-}
-
 int cmd_shard_pull(int argc, char **argv)
 {
     const char *cmd = "shard-pull";
@@ -96,11 +86,13 @@ int cmd_shard_pull(int argc, char **argv)
     sync_common_init(&c);
     ferry_shard_region rg[256];
     size_t n = 0;
-    int mode = FERRY_SYNC_LATEST;
-    uint64_t version = 0;
-    const char *out = NULL, *fb[FERRY_SYNC_STORES_MAX];
+    shard_out o = {.cmd = cmd, .mode = FERRY_SYNC_LATEST, .interval_s = 1.0};
+    int modes = 0;
+    long num;
+    const char *fb[FERRY_SYNC_STORES_MAX];
     ferry_store *fbs[FERRY_SYNC_STORES_MAX] = {0};
     int nfb = 0;
+    ferry_shard_sub_options so = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (cli_is_help(a)) {
@@ -114,12 +106,27 @@ int cmd_shard_pull(int argc, char **argv)
             if (++i == argc || n == sizeof rg / sizeof rg[0] || !parse_slice(argv[i], &rg[n]))
                 return cli_usage_error(cmd, "--slice needs NAME, NAME@R0:R1 or NAME@R0:R1,C0:C1 (at most 256 slices)");
             n++;
-        } else if (!strcmp(a, "--min-version") || !strcmp(a, "--exact-version")) {
-            if (++i == argc || !sync_parse_u64(argv[i], &version) || !version) return cli_usage_error(cmd, "%s needs a version >= 1", a);
-            mode = a[2] == 'm' ? FERRY_SYNC_MIN : FERRY_SYNC_EXACT;
+        } else if (!strcmp(a, "--min-version") || !strcmp(a, "--exact-version") || !strcmp(a, "--until-version")) {
+            uint64_t *dst = a[2] == 'u' ? &o.until : &o.version;
+            if (++i == argc || !sync_parse_u64(argv[i], dst) || !*dst) return cli_usage_error(cmd, "%s needs a version >= 1", a);
+            if (a[2] != 'u') {
+                o.mode = a[2] == 'm' ? FERRY_SYNC_MIN : FERRY_SYNC_EXACT;
+                modes++;
+            }
+        } else if (!strcmp(a, "--follow")) {
+            o.follow = true;
+        } else if (!strcmp(a, "--interval") || !strcmp(a, "--idle-timeout")) {
+            char *end;
+            double sec = ++i < argc ? strtod(argv[i], &end) : -1;
+            if (i == argc || *end || !(sec > 0) || sec > 86400) return cli_usage_error(cmd, "%s needs seconds", a);
+            if (a[3] == 'n') o.interval_s = sec;
+            else o.idle_s = sec;
+        } else if (!strcmp(a, "--threads")) {
+            if (++i == argc || !cli_parse_int(argv[i], 1, 256, &num)) return cli_usage_error(cmd, "--threads needs 1..256");
+            so.threads = (int)num;
         } else if (!strcmp(a, "--out")) {
             if (++i == argc) return cli_usage_error(cmd, "--out needs a path");
-            out = argv[i];
+            o.path = argv[i];
         } else if (!strcmp(a, "--fallback")) {
             if (++i == argc || nfb + 1 >= FERRY_SYNC_STORES_MAX)
                 return cli_usage_error(cmd, "--fallback needs a store URL (at most %d)", FERRY_SYNC_STORES_MAX - 1);
@@ -130,12 +137,18 @@ int cmd_shard_pull(int argc, char **argv)
     int st = sync_common_check(cmd, &c);
     if (st) return st;
     if (!n) return cli_usage_error(cmd, "expects at least one --slice");
+    if (modes > 1) return cli_usage_error(cmd, "give --min-version or --exact-version, not both");
+    if (o.follow && o.mode == FERRY_SYNC_EXACT) return cli_usage_error(cmd, "--follow keeps the latest version: not with --exact-version");
+    if (!o.follow && (o.until || o.idle_s > 0)) return cli_usage_error(cmd, "--until-version and --idle-timeout go with --follow");
+    o.rg = rg;
+    o.n = n;
+    o.fallback = fb;
     ferry_store *store = NULL;
     int ret = sync_open_store(cmd, &c, 0, &store);
     if (ret) return ret;
     ferry_shard_subscriber *s = NULL;
-    ferry_shard_pull_info info;
-    ferry_shard_sub_options so = {.keys = c.keys}; /* --trust-key: HEAD and manifests must verify */
+    so.keys = c.keys; /* --trust-key: HEAD and manifests must verify */
+    so.poll_interval_ms = (uint32_t)(o.interval_s * 1000.0 + 0.5) ? (uint32_t)(o.interval_s * 1000.0 + 0.5) : 1;
     int rc = ferry_shard_subscriber_open(store, c.run, rg, n, &so, &s);
     for (int k = 0; k < nfb && !rc && !ret; k++) { /* the store list, in order (docs/MIRROR.md) */
         const char *url = c.store_url;
@@ -144,28 +157,8 @@ int cmd_shard_pull(int argc, char **argv)
         c.store_url = url;
         if (!ret) rc = ferry_shard_subscriber_add_store(s, fbs[k]);
     }
-    if (!rc && !ret) rc = ferry_shard_pull(s, mode, version, &info);
     if (!ret && rc) ret = sync_fail(cmd, rc, c.run); /* (a store that did not open is reported already) */
-    else if (out) ret = write_out(cmd, s, rg, n, out);
-    if (!ret && c.json) {
-        printf("{\"run\": ");
-        json_str(stdout, c.run);
-        printf(", \"from_version\": %llu, \"version\": %llu, \"head\": %llu, \"path\": \"%s\", \"bytes_fetched\": %llu, "
-               "\"object_bytes\": %llu, \"manifest_bytes\": %llu, \"version_bytes\": %llu, \"requests\": %llu, \"tiles\": %llu}\n",
-               (unsigned long long)info.from_version, (unsigned long long)info.to_version, (unsigned long long)info.head_version,
-               info.path, (unsigned long long)info.bytes_fetched, (unsigned long long)info.object_bytes,
-               (unsigned long long)info.manifest_bytes, (unsigned long long)info.version_bytes, (unsigned long long)info.requests,
-               (unsigned long long)info.tiles);
-    }
-    unsigned used = !ret && s ? ferry_shard_subscriber_store_used(s) : 0;
-    if (used && !c.quiet) fprintf(stderr, "ferry shard-pull: served by the fallback %s\n", fb[used - 1]);
-    if (!ret && !c.json && !c.quiet) {
-        printf("run %s: version %llu (%s): %llu tile bytes in %llu ranged GETs (%.1f%% of the versions' %llu), %llu manifest bytes\n",
-               c.run, (unsigned long long)info.to_version, info.path, (unsigned long long)info.object_bytes,
-               (unsigned long long)info.requests,
-               info.version_bytes ? 100.0 * (double)info.object_bytes / (double)info.version_bytes : 0.0,
-               (unsigned long long)info.version_bytes, (unsigned long long)info.manifest_bytes);
-    }
+    else if (!ret) ret = shard_out_run(&c, s, &o);
     ferry_shard_subscriber_free(s);
     for (int k = 0; k < nfb; k++) ferry_store_free(fbs[k]);
     ferry_store_free(store);
