@@ -81,11 +81,42 @@ void ferry__sync_model_overwrite(ferry_model *dst, const ferry_model *m, int cas
     }
 }
 
+/* "BF16 [4, 8]" */
+static void describe(char *out, size_t cap, const ferry_tensor *t)
+{
+    size_t n = (size_t)snprintf(out, cap, "%s [", ferry_dtype_name(t->dtype));
+    for (uint32_t d = 0; d < t->ndim && n < cap; d++)
+        n += (size_t)snprintf(out + n, cap - n, "%s%llu", d ? ", " : "", (unsigned long long)t->shape[d]);
+    if (n < cap) snprintf(out + n, cap - n, "]");
+}
+
+/* Up to 4 names of x's tensors that y lacks, quoted, into out. */
+static void names_missing(char *out, size_t cap, const ferry_model *x, const ferry_model *y)
+{
+    size_t n = 0, k = 0;
+    out[0] = 0;
+    for (size_t i = 0; i < ferry_model_count(x) && n < cap; i++) {
+        const char *name = ferry_model_tensor(x, i)->name;
+        if (ferry_model_find(y, name)) continue;
+        if (k++ == 4) {
+            snprintf(out + n, cap - n, ", ...");
+            return;
+        }
+        n += (size_t)snprintf(out + n, cap - n, "%s'%.100s'", k > 1 ? ", " : "", name);
+    }
+}
+
+/* a: the model that must be fitted (the caller's), b: the candidate (a
+ * version); why says what differs, with both sides. */
 bool ferry__sync_same_structure(const ferry_model *a, const ferry_model *b, char *why, size_t cap)
 {
     size_t n = ferry_model_count(a);
-    if (n != ferry_model_count(b)) {
-        snprintf(why, cap, "%zu tensors instead of %zu", ferry_model_count(b), n);
+    char only_a[256], only_b[256];
+    names_missing(only_a, sizeof only_a, a, b);
+    names_missing(only_b, sizeof only_b, b, a);
+    if (only_a[0] || only_b[0] || n != ferry_model_count(b)) {
+        snprintf(why, cap, "the version has %zu tensors, the caller's model %zu; not in the caller's model: %s; missing from the version: %s",
+                 ferry_model_count(b), n, only_b[0] ? only_b : "none", only_a[0] ? only_a : "none");
         return false;
     }
     for (size_t i = 0; i < n; i++) {
@@ -95,7 +126,10 @@ bool ferry__sync_same_structure(const ferry_model *a, const ferry_model *b, char
             return false;
         }
         if (x->dtype != y->dtype || x->ndim != y->ndim || (x->ndim && memcmp(x->shape, y->shape, x->ndim * sizeof *x->shape))) {
-            snprintf(why, cap, "tensor '%.200s' changes dtype or shape", x->name);
+            char dx[160], dy[160];
+            describe(dx, sizeof dx, x);
+            describe(dy, sizeof dy, y);
+            snprintf(why, cap, "tensor '%.200s' is %s in the version, %s in the caller's model", x->name, dy, dx);
             return false;
         }
     }

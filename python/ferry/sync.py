@@ -16,14 +16,16 @@ from __future__ import annotations
 import collections.abc
 import ctypes
 import os
+import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Optional, Union
 
 from . import _lib
 from . import _alias
-from .errors import ERR_NOT_FOUND, FerryError, check, cpath, cstr
+from .errors import ERR_NOT_FOUND, ERR_SYNC_FOREIGN, FerryError, check, cpath, cstr
 from .fp8 import scheme_code
 from .model import Model, Raw, _Using, _torch
+from .patch import diff as ferry_diff, inspect as ferry_inspect
 from ._typing import ModelArg, PathArg, StoreArg, Tensors
 
 if TYPE_CHECKING:
@@ -129,6 +131,7 @@ _lib._proto("ferry_mirror_once", _I, _P, _P, _S, ctypes.POINTER(_MirrorOptions),
 
 SYNC_LATEST, SYNC_MIN, SYNC_EXACT = 0, 1, 2
 ERR_SYNC_TIMEOUT = 88
+_DEADLINE_MS = 300000   # ferry_store_options.deadline_ms 0 (include/ferry_store.h)
 
 
 def _enc(s: Optional[PathArg], what: str = "path") -> Optional[bytes]:
@@ -170,6 +173,9 @@ class Store(_lib.Handle):
                  deadline_s: Optional[float] = None, **options: Any) -> None:
         self._users: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._closed = False
+        # what it was opened with: a twin with a shorter deadline
+        # (Subscriber.wait(timeout_s)) is opened from it
+        self._args = (str(url), dict(options))
         o = _StoreOptions(create=1 if create else 0)
         if deadline_s is not None:
             o.deadline_ms = max(1, int(deadline_s * 1000))
@@ -181,9 +187,16 @@ class Store(_lib.Handle):
                 v = cstr(v, "store option %s" % k)
                 self._keep.append(v)
             setattr(o, k, v)
+        self.deadline_s = (o.deadline_ms or _DEADLINE_MS) / 1000.0
         h = ctypes.c_void_p()
         check(L.ferry_store_open(cpath(str(url), "store url"), ctypes.byref(o), ctypes.byref(h)))
         self._h = h
+
+    def _twin(self, deadline_s: float) -> "Store":
+        """The same store opened again with another per-call deadline."""
+        url, options = self._args
+        options = {k: v for k, v in options.items() if k != "deadline_ms"}
+        return Store(url, create=False, deadline_s=deadline_s, **options)
 
     @property
     def url(self) -> str:
@@ -235,7 +248,15 @@ class Publisher(_lib.Handle):
     quantize: "fp8-block128" or "fp8-block128-sticky" publishes each
     version as its FP8 checkpoint (NAME F8_E4M3 + NAME_scale_inv F32,
     include/ferry_quant.h; ferry.fp8.dequantize reads it back); a run
-    keeps its scheme (reopening with another raises FerryError ERR_ARG)."""
+    keeps its scheme (reopening with another raises FerryError ERR_ARG).
+
+    A Publisher opened on a run that has versions resumes after HEAD; its
+    first publish is then checked against HEAD's model: a model far from
+    it (more than max_resume_change of the words differ and it moved by
+    more than max_resume_change of its norm: a fresh init under an old run
+    name) raises SyncError ERR_SYNC_FOREIGN, HEAD unchanged, unless
+    new_lineage=True (then it is published as the next version all the
+    same).  Not checked for quantized runs."""
 
     _FREE = "ferry_publisher_free"
 
@@ -243,7 +264,8 @@ class Publisher(_lib.Handle):
                  threads: int = 1, level: int = 0, verify: bool = False,
                  publisher_id: Optional[str] = None, cache_path: Optional[PathArg] = None,
                  tmp_dir: Optional[PathArg] = None, keys: Optional[Keys] = None,
-                 quantize: Optional[str] = None) -> None:
+                 quantize: Optional[str] = None, new_lineage: bool = False,
+                 max_resume_change: float = 0.5) -> None:
         q = scheme_code(quantize)
         self._store = _store(store, create=True, user=self)
         self._keys = keys  # the library borrows it: kept alive with the handle
@@ -260,6 +282,48 @@ class Publisher(_lib.Handle):
         self._h = h
         self.run = run
         self.last_info: Optional[Dict[str, Any]] = None
+        self._cast = bool(cast_bf16)
+        # a resumed run: the first publish is checked against HEAD's model
+        self._lineage = None if new_lineage or q else (self.version, float(max_resume_change))
+
+    def _check_lineage(self, model: Model) -> None:
+        """The first publish after resuming at HEAD (version v): refused
+        (SyncError ERR_SYNC_FOREIGN) when more than max_resume_change of
+        the published words (BF16 after the cast) differ from version v's
+        AND the model moved by more than max_resume_change of its norm
+        (||new - v|| > max_resume_change * ||v||, float tensors): what a
+        freshly initialized model under an old run name looks like (about
+        100% of the words and 1.0-1.4 of the norm), and not a trainer
+        resumed from its checkpoint, which differs from HEAD by its last
+        steps (a few percent of the norm, even where a large learning
+        rate changes every word).  HEAD's model is read back through a
+        private Subscriber: one fetch of the model and one diff, on the
+        first publish after a resume only."""
+        head, limit = self._lineage
+        sub = Subscriber(self._store, self.run, keys=self._keys)
+        try:
+            sub.sync(exact_version=head)
+            old = Model(L.ferry_subscriber_model(sub.handle))
+            try:
+                info = ferry_inspect(ferry_diff(old, model, cast_bf16=self._cast))
+                n = sum(t["nelem"] for t in info["tensors"])
+                changed = sum(t["changed"] for t in info["tensors"])
+                moved = _relative_distance(old.tensors("np"), model) \
+                    if n and changed > limit * n else 0.0
+            except FerryError:
+                moved = 0.0   # another layout: the publish itself decides
+            finally:
+                old._h = ctypes.c_void_p()   # borrowed: the subscriber owns it
+        finally:
+            sub.close()
+        if moved > limit:
+            raise FerryError(ERR_SYNC_FOREIGN, "run %s: resumed at version %d, but %.1f%% of the "
+                             "model's words differ from that version's and it moved by %.2f of "
+                             "its norm (both more than %.2f): a freshly initialized model under "
+                             "an old run name?  Publisher(..., new_lineage=True) publishes it as "
+                             "the next version all the same; another run name starts over"
+                             % (self.run, head, 100.0 * changed / n, moved, limit))
+        self._lineage = None
 
     def publish(self, named_tensors: Union[ModelArg, Iterable[Any]], anchor: bool = False) -> int:
         """Publishes a mapping name -> tensor (a state_dict; or a Model, or
@@ -273,6 +337,8 @@ class Publisher(_lib.Handle):
             named_tensors = dict(named_tensors)  # named_parameters() and the like
         info = _PublishInfo()
         with _Using(named_tensors) as m:
+            if self._lineage is not None and self._lineage[0] == self.version > 0:
+                self._check_lineage(m)
             check(L.ferry_publish_ex(self.handle, m.handle, 1 if anchor else 0,
                                      ctypes.byref(info)))
         self.last_info = _info_dict(info)
@@ -323,11 +389,16 @@ class Subscriber(_lib.Handle):
     def __init__(self, store: StoreArg, run: str, path: Optional[PathArg] = None, threads: int = 1,
                  poll_interval_s: Optional[float] = None, max_attempts: int = 0,
                  no_compactions: bool = False, tmp_dir: Optional[PathArg] = None,
-                 keys: Optional[Keys] = None, stores: Iterable[StoreArg] = ()) -> None:
-        self._store = _store(store, create=False, user=self)
+                 keys: Optional[Keys] = None, stores: Iterable[StoreArg] = (),
+                 create: bool = False, deadline_s: Optional[float] = None) -> None:
+        def opened(x):
+            if isinstance(x, Store):
+                return x._lend(self)
+            return Store(x, create=create, deadline_s=deadline_s)._lend(self)
+        self._store = opened(store)
         if isinstance(stores, (str, bytes, os.PathLike, Store)):
             raise TypeError("ferry.Subscriber: stores is a list of further stores")
-        self._stores = [_store(x, create=False, user=self) for x in stores]
+        self._stores = [opened(x) for x in stores]
         self._keys = keys  # the library borrows it: kept alive with the handle
         self.run = run
         self.path = path
@@ -345,6 +416,11 @@ class Subscriber(_lib.Handle):
         self._version = 0
         self._claimed = 0
         self._floor = 0          # the highest version any handle of this island held
+        self._refused = 0        # the highest HEAD version a sync failed to reach
+        self._stats_before: Dict[str, Any] = {}  # counters of handles closed since
+        self._waiter = None      # wait(timeout_s): (deadline_ms, handle, stores)
+        self._wait_lock = threading.Lock()
+        self._wake_pending = False
         self.last_info: Optional[Dict[str, Any]] = None
         if path is not None:
             self._open(path=_enc(path))
@@ -377,8 +453,25 @@ class Subscriber(_lib.Handle):
 
     def _close_handle(self):
         if self._h:
+            self._stats_before = self._stats_sum(self._stats_before, self._handle_stats())
             L.ferry_subscriber_free(self._h)
             self._h = ctypes.c_void_p()
+
+    def _handle_stats(self):
+        st = _SubscriberStats()
+        if self._h:
+            L.ferry_subscriber_get_stats(self._h, ctypes.byref(st))
+        return _info_dict(st)
+
+    @staticmethod
+    def _stats_sum(a, b):
+        out = dict(b)
+        for k, v in a.items():
+            if isinstance(v, int):
+                out[k] = out.get(k, 0) + v
+            elif not out.get(k):
+                out[k] = v   # last_rejection: the newest one said
+        return out
 
     @staticmethod
     def _target(min_version, exact_version):
@@ -397,6 +490,8 @@ class Subscriber(_lib.Handle):
         # after an error too: the library says what the tensors hold (the
         # version before the sync: a failed sync is undone as a whole)
         self._version = L.ferry_subscriber_version(self._h)
+        if rc and mode != SYNC_EXACT and not _transient(rc):
+            self._refuse(info.head_version)
         check(rc)
         self.last_info = _info_dict(info)
         self.last_info["store_used"] = L.ferry_subscriber_store_used(self._h)
@@ -434,6 +529,7 @@ class Subscriber(_lib.Handle):
             try:
                 _alias.check_groups(self._tied, host)
             except FerryError as e:
+                self._refuse(got)
                 raise self._undo(before, e)
             _alias.write_back({n: d for n, (d, _) in self._mirror.items()}, host, self._tied)
             if self._all_mirrored:
@@ -490,20 +586,84 @@ class Subscriber(_lib.Handle):
         self._mirror, self._sig, self._version = None, None, before
         return err
 
+    def _refuse(self, head):
+        """A sync failed for what HEAD's version is (not for the store):
+        wait() waits for a version above it."""
+        if head > self._version:
+            self._refused = max(self._refused, int(head))
+
+    @property
+    def refused(self) -> int:
+        """The highest HEAD version a sync failed to bring (refused:
+        signature, shape, tied names, corrupt or missing objects; not a
+        store error), 0 if none.  wait() waits for a version above it."""
+        return self._refused if self._refused > self._version else 0
+
     def wait(self, after_version: Optional[int] = None,
              timeout_s: Optional[float] = None) -> Optional[int]:
         """Blocks until HEAD names a version above after_version (default:
-        the version held); returns HEAD's version, or None on timeout
-        (timeout_s None waits up to a day; 0 polls once)."""
-        if not self._h:
-            self._open()
-        return wait_head(L.ferry_subscriber_wait, self._h,
-                         self._version if after_version is None else after_version, timeout_s)
+        the version held, or the version last refused if higher, so that a
+        loop of wait() and sync_into() does not spin on a bad version);
+        returns HEAD's version, or None on timeout (timeout_s None waits up
+        to a day; 0 polls once).  A run or store root that does not exist
+        yet is waited for.
+
+        timeout_s holds with the store down too: when it is shorter than
+        the store's per-call deadline (deadline_s, default 300 s), HEAD is
+        read through a twin of the store whose deadline is timeout_s (at
+        least 1 s), so an unreachable store raises its StoreError
+        (ERR_STORE_TIMEOUT, naming the last error) after about timeout_s
+        instead of blocking up to the store's deadline."""
+        after = max(self._version, self._refused) if after_version is None else int(after_version)
+        stores = [self._store] + self._stores
+        if timeout_s is None or timeout_s >= min(s.deadline_s for s in stores):
+            if not self._h:
+                self._open()
+            return wait_head(L.ferry_subscriber_wait, self._h, after, timeout_s)
+        deadline_ms = max(1000, int(timeout_s * 1000))
+        with self._wait_lock:
+            if self._waiter is None or self._waiter[0] != deadline_ms:
+                self._free_waiter()
+                self._waiter = (deadline_ms,) + self._open_waiter(stores, deadline_ms / 1000.0)
+            h = self._waiter[1]
+            if self._wake_pending:
+                self._wake_pending = False
+                timeout_s = 0
+        return wait_head(L.ferry_subscriber_wait, h, after, timeout_s)
+
+    def _open_waiter(self, stores, deadline_s):
+        """A private-mode handle on twins of the stores, each with that
+        per-call deadline: only its HEAD polls are used."""
+        twins = [s._twin(deadline_s) for s in stores]
+        o = _SubscriberOptions(keys=self._keys.handle if self._keys is not None else None,
+                               **self._opts)
+        h = ctypes.c_void_p()
+        check(L.ferry_subscriber_open(twins[0].handle, cstr(self.run, "run name"),
+                                      ctypes.byref(o), ctypes.byref(h)))
+        for st in twins[1:]:
+            rc = L.ferry_subscriber_add_store(h, st.handle)
+            if rc:
+                L.ferry_subscriber_free(h)
+                check(rc)
+        return h, twins
+
+    def _free_waiter(self):
+        if self._waiter is not None:
+            L.ferry_subscriber_free(self._waiter[1])
+            for st in self._waiter[2]:
+                st.close()
+            self._waiter = None
 
     def wake(self) -> None:
-        """Makes a wait() in another thread return at once."""
-        if self._h:
-            L.ferry_subscriber_wake(self._h)
+        """Makes a wait() in another thread return at once (or the next
+        wait(), when none is waiting)."""
+        with self._wait_lock:
+            if self._waiter is not None:
+                L.ferry_subscriber_wake(self._waiter[1])
+            else:
+                self._wake_pending = True
+            if self._h:
+                L.ferry_subscriber_wake(self._h)
 
     @property
     def version(self) -> int:
@@ -527,11 +687,12 @@ class Subscriber(_lib.Handle):
 
     @property
     def stats(self) -> Dict[str, Any]:
-        """The ferry_subscriber_stats counters, as a dict."""
-        st = _SubscriberStats()
-        if self._h:
-            L.ferry_subscriber_get_stats(self._h, ctypes.byref(st))
-        return _info_dict(st)
+        """The ferry_subscriber_stats counters since this Subscriber was
+        made, as a dict (syncs, steps, bytes_fetched, objects_fetched,
+        manifests_fetched, rejected, last_rejection): summed over the C
+        handles it opened (a new one whenever the tensors given to
+        sync_into are not the same as before), so every sync counts."""
+        return self._stats_sum(self._stats_before, self._handle_stats())
 
     def tensors(self, framework: str = "auto") -> Dict[str, Any]:
         """The version held, as name -> array: file mode maps the file
@@ -553,7 +714,11 @@ class Subscriber(_lib.Handle):
             m._h = ctypes.c_void_p()   # borrowed: the subscriber owns it
 
     def close(self) -> None:
+        if not hasattr(self, "_wait_lock"):
+            return   # __init__ failed before the handles
         self._close_handle()
+        with self._wait_lock:
+            self._free_waiter()
         if self._model is not None:
             self._model.close()
             self._model = None
@@ -603,6 +768,44 @@ def wait_head(fn: Callable[..., int], handle: ctypes.c_void_p, after: int,
         return None
     check(rc)
     return head.value
+
+
+def _as_f32(x):
+    """A float array's values as float32 numpy (BF16 words widened), or
+    None for other dtypes."""
+    import numpy as np
+    if isinstance(x, Raw):
+        if x.dtype != "BF16":
+            return None
+        return (x.data.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+        return x.astype(np.float32)
+    return None
+
+
+def _relative_distance(head, model):
+    """||new - head|| / ||head|| over the float tensors both hold by name
+    (new: a Model), NaNs ignored; 0 when nothing compares."""
+    import numpy as np
+    new = model.tensors("np")
+    num = den = 0.0
+    for name, h in head.items():
+        a, b = _as_f32(h), _as_f32(new.get(name)) if name in new else None
+        if a is None or b is None or a.shape != b.shape:
+            continue
+        d = np.nan_to_num(b.astype(np.float64) - a, nan=0.0, posinf=0.0, neginf=0.0)
+        num += float(np.dot(d.ravel(), d.ravel()))
+        a64 = np.nan_to_num(a.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+        den += float(np.dot(a64.ravel(), a64.ravel()))
+    if den == 0.0:
+        return float("inf") if num else 0.0
+    return (num / den) ** 0.5
+
+
+def _transient(rc):
+    """Errors of the store (60..79: down, slow, refusing), not of the
+    version HEAD names."""
+    return 60 <= rc < 80
 
 
 def _needs_mirror(t):
