@@ -536,6 +536,93 @@ static void t_corrupt_objects(void)
     ferry_store_free(st);
 }
 
+/* A ferry-tile-1 payload whose SHA-256 the (unsigned) manifest was made to
+ * agree with: the decoder and the target hash still refuse it.  what: 0 an
+ * unknown code byte, 1 a byte inside the sparse chunk, 2 a SPARSE tile
+ * claimed SAME. */
+static int forge_tile(const char *run, uint64_t v, const char *id, int what)
+{
+    char key[FS_KEY_CAP], path[1024];
+    ferry__sync_key_version(key, run, v, id, FS_OBJ_MANIFEST);
+    snprintf(path, sizeof path, "%s/%s", g_root, key);
+    void *mt;
+    size_t mn;
+    if (ferry_file_read(path, (size_t)1 << 28, &mt, &mn)) return -1;
+    char *text = mt;
+    /* the first delta of rank 0 with more than a few bytes */
+    char *d = text;
+    unsigned long long off = 0, size = 0;
+    char sha[65] = "";
+    while ((d = strstr(d, "\"delta\":["))) {
+        if (sscanf(d, "\"delta\":[%llu,%llu,\"%64[0-9a-f]\"]", &off, &size, sha) == 3 && size > 8) break;
+        d++;
+    }
+    int rc = -1;
+    if (d) {
+        /* which rank's object holds it: the part's "rank" follows its tiles */
+        const char *rk = strstr(d, "\"rank\":");
+        unsigned rank = rk ? (unsigned)strtoul(rk + 7, NULL, 10) : 0;
+        char okey[FS_KEY_CAP], opath[1024];
+        ferry__shard_key_object(okey, run, v, id, rank, SH_DELTA);
+        snprintf(opath, sizeof opath, "%s/%s", g_root, okey);
+        void *od;
+        size_t on;
+        if (!ferry_file_read(opath, (size_t)1 << 30, &od, &on) && off + size <= on) {
+            uint8_t *pl = (uint8_t *)od + off;
+            if (what == 0) pl[0] = 9;
+            else if (what == 1) pl[size / 2] ^= 0x41;
+            else pl[0] = SH_TILE_SAME;
+            char hex[65];
+            ferry__sha256_hex(pl, what == 2 ? 1 : (size_t)size, hex);
+            char *at = strstr(d, sha);
+            memcpy(at, hex, 64);
+            if (what == 2) { /* [off, 1, sha of the one SAME byte]: decodes cleanly, to the old tile */
+                char *comma = strchr(d + 9, ',');
+                size_t tail = mn - (size_t)(at - 1 - text);
+                memmove(comma + 3, at - 1, tail);
+                memcpy(comma, ",1,", 3);
+                mn = (size_t)(comma + 3 - text) + tail;
+            }
+            if (!ferry_file_write(opath, od, on) && !ferry_file_write(path, text, mn)) rc = 0;
+            ferry_free(od);
+        }
+    }
+    ferry_free(mt);
+    return rc;
+}
+
+static void t_forged_tile(void)
+{
+    SKIP_UNLESS_DATA("rl-a");
+    for (int what = 0; what < 3; what++) {
+        ferry_store *st = open_store();
+        char run[64];
+        new_run(run, sizeof run);
+        group g;
+        CHECK_OK(group_open(&g, st, run, 2, 1024, 10, 0));
+        ferry_model *m0 = step(0), *m1 = step(1);
+        CHECK_OK(group_publish(&g, m0, 0, NULL));
+        island is;
+        CHECK_OK(island_open(&is, st, run, m0, L_ROWS, 0, 1));
+        CHECK_RC(island_pull(&is, 1, m0, NULL), 0);
+        ferry_shard_publish_info info;
+        CHECK_OK(group_publish(&g, m1, 0, &info));
+        CHECK(forge_tile(run, 2, info.id, what) == 0);
+        int rc = ferry_shard_pull(is.s, FERRY_SYNC_LATEST, 0, NULL);
+        if (what == 0) CHECK(rc == FERRY_ERR_SYNC_CORRUPT && has("tile code 9"));
+        else if (what == 1) CHECK(rc == FERRY_ERR_SYNC_CORRUPT || rc == FERRY_ERR_PATCH_CORRUPT);
+        else CHECK(rc == FERRY_ERR_SYNC_CORRUPT && has("target hash"));
+        if (rc) CHECK(has(".patch") && has("tile ["));
+        CHECK(ferry_shard_subscriber_version(is.s) == 1);
+        for (size_t i = 0; i < is.n; i++) CHECK(region_matches(is.s, i, m0, &is.rg[i]));
+        island_close(&is);
+        ferry_model_free(m0);
+        ferry_model_free(m1);
+        group_close(&g);
+        ferry_store_free(st);
+    }
+}
+
 static void t_kind_mismatch(void)
 {
     SKIP_UNLESS_DATA("rl-a");
@@ -818,6 +905,7 @@ int main(void)
     RUN(t_fp32_master);
     RUN(t_bad_parts);
     RUN(t_corrupt_objects);
+    RUN(t_forged_tile);
     RUN(t_kind_mismatch);
     RUN(t_gc);
     RUN(t_signed);
