@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # The "Sharded publish and pull" table of bench/README.md:
+#   0. tests/scripts/shard_cost.sh at default settings: each delta version's
+#      rank objects against the single-rank `ferry publish` delta, and
+#      island tile bytes against it (bench/results/shard/cost.txt);
 #   1. bytes fetched per island rank, rl-a (../shared/data), 8 versions
 #      published by 4 ranks (tile grid min 256 words), layouts rows, cols and
 #      fused at M = 2, 4, 8: the largest share of a version's objects any
@@ -26,6 +29,10 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/ferry-shard-bench.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 PUB=$BUILD/ferry-shard-mpi
 ISL=$BUILD/tools/shard_island
+
+# --- 0. parts and island bytes against the single-rank delta (default settings) ---
+FERRY_BUILD=$BUILD FERRY_BIN=$BUILD/ferry FERRY_DATA=$FERRY_DATA bash tests/scripts/shard_cost.sh >"$out/cost.txt" 2>&1 || true
+grep -E '^(ok|FAIL|note)|version [0-9]+: parts' "$out/cost.txt"
 
 # --- 1. bytes per island rank on rl-a -----------------------------------------
 files=()

@@ -17,12 +17,13 @@
  *    divide the dimension and keep a tile at least min_tile_words
  *    elements; part boundaries are always row cuts).  The grid is written
  *    into the manifest; readers never recompute it.
- *  - A tile is a one-tensor ferry model and its update is a standalone
- *    ferry patch (include/ferry.h) from the tile of the previous version;
- *    on anchor versions also a patch from the empty model.  So a tile
- *    verifies itself: the patch's checksum, its base hash, its target
- *    hash, plus a SHA-256 of its bytes in the manifest.
- *  - Each rank uploads ONE object per version with its tile patches
+ *  - A tile is a one-tensor ferry model and its update is a ferry-tile-1
+ *    payload (docs/FORMAT.md "Tiles"): the patch codec's sparse chunk(s)
+ *    against the tile of the previous version (or the tile whole); on
+ *    anchor versions also the tile whole.  A tile verifies itself: the
+ *    SHA-256 of its bytes, its base and its target hash, all in the
+ *    manifest.
+ *  - Each rank uploads ONE object per version with its tile payloads
  *    (RUN/v/VERSION-ID-rRANK.patch, and .anchor on anchor versions), and
  *    rank 0 commits: the manifest RUN/v/VERSION-ID.json (format
  *    "ferry-manifest-2", which readers of ferry_sync.h refuse as an
