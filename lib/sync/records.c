@@ -305,17 +305,27 @@ static void g_run_id(pctx *c, json_t *root, char out[FS_ID_CAP])
     g_id(c, root, "run_id", out);
 }
 
+/* What a HEAD and a manifest both begin with: the record of one version of
+ * RUN (format, run, run id, version, id, kind). */
+static json_t *load_version(pctx *c, const void *text, size_t n, const char *format, const char *run,
+                            char run_id[FS_ID_CAP], uint64_t *version, char id[FS_ID_CAP], int *kind)
+{
+    json_t *root = load(c, text, n, format);
+    if (!root) return NULL;
+    check_run(c, root, run);
+    g_run_id(c, root, run_id);
+    *version = g_u64(c, root, "version");
+    g_id(c, root, "id", id);
+    *kind = g_kind(c, root);
+    return root;
+}
+
 int ferry__sync_head_parse(const char *run, const char *key, const void *text, size_t n, fs_head *h)
 {
     pctx c = {key, 0};
     memset(h, 0, sizeof *h);
-    json_t *root = load(&c, text, n, "ferry-head-1");
+    json_t *root = load_version(&c, text, n, "ferry-head-1", run, h->run_id, &h->version, h->id, &h->kind);
     if (!root) return c.rc;
-    check_run(&c, root, run);
-    g_run_id(&c, root, h->run_id);
-    h->version = g_u64(&c, root, "version");
-    g_id(&c, root, "id", h->id);
-    h->kind = g_kind(&c, root);
     g_hash(&c, root, "model_hash", h->model_hash);
     g_publisher(&c, root, h->publisher);
     h->time = (int64_t)g_u64(&c, root, "time_unix");
@@ -339,13 +349,8 @@ int ferry__sync_manifest_parse(const char *run, const char *key, const void *tex
 {
     pctx c = {key, 0};
     memset(m, 0, sizeof *m);
-    json_t *root = load(&c, text, n, "ferry-manifest-1");
+    json_t *root = load_version(&c, text, n, "ferry-manifest-1", run, m->run_id, &m->version, m->id, &m->kind);
     if (!root) return c.rc;
-    check_run(&c, root, run);
-    g_run_id(&c, root, m->run_id);
-    m->version = g_u64(&c, root, "version");
-    g_id(&c, root, "id", m->id);
-    m->kind = g_kind(&c, root);
     g_ref(&c, root, "prev", &m->prev);
     g_anchor(&c, root, "anchor", &m->anchor);
     g_anchor(&c, root, "prev_anchor", &m->prev_anchor);
