@@ -12,6 +12,7 @@
 #     E4M3 decoder) and the BF16 tensors widened; the JSON shows both legs,
 #     FP8 and BF16 bytes per version (the FP8 patch smaller than the BF16
 #     patch of the same step, the FP8 checkpoint smaller than the BF16 one),
+#     the logits of the FP8 weights close to the BF16 version's (the probe),
 #     finite rewards, and learning: reward rises over the 16 steps in both
 #     legs (sequential mode with a fixed seed is deterministic), and the FP8
 #     leg's stays close to the BF16 leg's; the HTML report has the FP8
@@ -168,11 +169,15 @@ for name in sm:
             # the FP8 patch against the BF16 patch of the same step, and the checkpoints
             assert 0 < s["patch_bytes"] < s["bf16_patch_bytes"], s
             assert s["full_bytes"] < q["bf16_full_bytes"], (s, q)
+            # the logits probe: the FP8 weights differ from the BF16 ones, a little
+            assert 0 < s["fp8_logit_mean_abs"] <= s["fp8_logit_max_abs"] < 1, s
+            assert 0 <= s["fp8_kl"] < 0.01 and 0.9 <= s["fp8_same_argmax"] <= 1, s
         else:
-            assert s["bf16_patch_bytes"] == s["patch_bytes"], s
+            assert s["bf16_patch_bytes"] == s["patch_bytes"] and "fp8_kl" not in s, s
     sm[name]["mean"] = sum(s["reward"] for s in st) / steps
 assert q["full_bytes"] < 0.6 * q["bf16_full_bytes"] and q["bf16_full_bytes"] == b["full_bytes"], (q, b)
 assert q["delta_bytes"] < q["bf16_delta_bytes"], q
+assert q["fp8_probes"] == steps and 0 < q["fp8_kl"] < 0.01 and "fp8_kl" not in b, (q, b)
 for s in (b, q):
     assert s["reward_last"] > s["reward_first"], s           # learning proceeds
 assert q["masters_hash"] != b["masters_hash"]                 # FP8 rollouts, other trajectories

@@ -327,12 +327,16 @@ void demo_print_step(const demo_options *o, const demo_leg *leg, const demo_step
                ",\"published\":%s,\"new_version\":%" PRIu64 ",\"changed_pct\":%.3f,\"patch_bytes\":%" PRIu64
                ",\"anchor_bytes\":%" PRIu64 ",\"full_bytes\":%" PRIu64 ",\"patch_pct\":%.3f,\"publish_ms\":%.2f,\"sync_ms\":%.2f,"
                "\"fresh_version\":%" PRIu64 ",\"fresh_ms\":%.1f,\"wait_share\":%.4f,\"step_ms\":%.1f,\"t_s\":%.3f,"
-               "\"bf16_patch_bytes\":%" PRIu64 "}\n",
+               "\"bf16_patch_bytes\":%" PRIu64,
                s->step, s->version, s->reward, s->batches, s->prompts, s->stale_min, s->stale_max, s->dropped, s->discarded,
                s->published ? "true" : "false", s->published ? s->pub_version : s->version, 100 * s->changed, s->delta_bytes,
                s->anchor_bytes, leg->full_bytes, leg->full_bytes ? 100.0 * (double)s->delta_bytes / (double)leg->full_bytes : 0,
                s->pub_ms, s->sync_ms, s->fresh_version, s->ver_fresh_ms, s->wait_share, s->step_ms, s->t_s,
                leg->quant ? s->bf16_delta_bytes : s->delta_bytes);
+        if (leg->quant && s->published)
+            printf(",\"fp8_logit_max_abs\":%.6g,\"fp8_logit_mean_abs\":%.6g,\"fp8_kl\":%.6g,\"fp8_same_argmax\":%.6f", s->fp8_logit_max,
+                   s->fp8_logit_mean, s->fp8_kl, s->fp8_top1);
+        printf("}\n");
     } else if (!o->quiet) {
         char stale[24], patch[24], ratio[24], pub[16], fresh[16];
         if (s->stale_min == s->stale_max) snprintf(stale, sizeof stale, "%" PRIu64, s->stale_min);
@@ -411,9 +415,14 @@ static void print_summary(const demo_options *o, const demo_leg *leg)
                leg->wait_share, leg->reward_last - leg->reward_first);
         for (uint64_t i = 0; i <= maxst; i++) printf("%s%" PRIu64, i ? "," : "", leg->stale_hist[i]);
         printf("],\"restarts\":%" PRIu64 ",\"restarted_batches\":%" PRIu64 ",\"traj_hash\":\"%s\",\"masters_hash\":\"%s\","
-               "\"quantize\":\"%s\",\"bf16_full_bytes\":%" PRIu64 ",\"bf16_delta_bytes\":%" PRIu64 "}\n",
+               "\"quantize\":\"%s\",\"bf16_full_bytes\":%" PRIu64 ",\"bf16_delta_bytes\":%" PRIu64,
                restarts, leg->restarted_batches, leg->traj_hash, leg->masters_hash, ferry_quant_name((ferry_quant)leg->quant),
                leg->bf16_full_bytes, leg->quant ? leg->bf16_delta_total : leg->delta_total);
+        if (leg->quant)
+            printf(",\"fp8_probes\":%" PRIu64 ",\"fp8_logit_max_abs\":%.6g,\"fp8_logit_mean_abs\":%.6g,\"fp8_kl\":%.6g,"
+                   "\"fp8_same_argmax\":%.6f",
+                   leg->probes, leg->fp8_logit_max, leg->fp8_logit_mean, leg->fp8_kl, leg->fp8_top1);
+        printf("}\n");
         fflush(stdout);
         return;
     }
@@ -450,6 +459,10 @@ static void print_summary(const demo_options *o, const demo_leg *leg)
                "     %s (%.2fx); an FP8 checkpoint is %s, a BF16 one %s\n",
                ferry_quant_name((ferry_quant)leg->quant), a, e,
                leg->bf16_delta_total ? (double)leg->delta_total / (double)leg->bf16_delta_total : 0, g, h);
+        printf("     logits of the FP8 weights vs the BF16 version (%u prompts x %u contexts, %" PRIu64 " versions):\n"
+               "     max |diff| %.3g, mean |diff| %.3g, KL %.3g nats, same argmax %.2f%%\n",
+               DEMO_PROBE_PROMPTS, o->task.completion_len, leg->probes, leg->fp8_logit_max, leg->fp8_logit_mean, leg->fp8_kl,
+               100 * leg->fp8_top1);
     }
     if (restarts)
         printf("   churn: %" PRIu64 " island restart(s); %" PRIu64 " batches from restarted islands consumed\n     after the restart\n", restarts,

@@ -85,6 +85,11 @@ void demo_shard(uint32_t prompts, uint32_t islands, uint32_t i, uint32_t *first,
 int demo_config_format(const demo_config *c, char *buf, size_t cap);
 int demo_config_parse(const char *text, demo_config *c);
 
+/* The probe set of quantized legs (demo_step.fp8_*): prompts of a stream of
+ * their own (seed ^ DEMO_PROBE_SEED). */
+#define DEMO_PROBE_PROMPTS 64
+#define DEMO_PROBE_SEED 0x70726f6265ull
+
 /* Status line of an island. */
 #define DEMO_FRESH_HIST 8
 typedef struct demo_island_status {
@@ -139,6 +144,12 @@ typedef struct demo_step {
     uint64_t bf16_delta_bytes; /* quantized legs: the BF16 patch of the same
                                step (ferry_diff of the BF16 casts, not
                                shipped), to set beside delta_bytes */
+    /* quantized legs: the logits of the weights the islands sample with
+     * (the FP8 version, dequantized) against those of the BF16 version, on
+     * the probe set (DEMO_PROBE_PROMPTS prompts, every teacher-forced
+     * context of their answers): max and mean |difference|, mean KL(BF16 ||
+     * FP8) per context in nats, share of contexts with the same argmax */
+    double fp8_logit_max, fp8_logit_mean, fp8_kl, fp8_top1;
     double pub_ms;          /* ferry_publish_ex: diff + uploads + HEAD */
     double sync_ms;         /* islands' mean sync time to the consumed version */
     double fresh_ms;        /* time-to-fresh-policy of pub_version: publish
@@ -177,6 +188,9 @@ typedef struct demo_leg {
                                (.safetensors: BF16, or FP8 in a quantized leg) */
     uint64_t bf16_full_bytes; /* one full BF16 checkpoint (every leg) */
     uint64_t bf16_delta_total; /* quantized legs: Σ bf16_delta_bytes */
+    uint64_t probes;        /* quantized legs: versions probed (fp8_* of steps) */
+    double fp8_logit_max, fp8_logit_mean, fp8_kl, fp8_top1; /* over them: max,
+                               and means */
     uint64_t versions, anchors, delta_total, anchor_total;
     uint64_t fetched_total; /* bytes the islands fetched, summed */
     uint64_t admitted, dropped, duplicates, rejected, discarded;

@@ -191,14 +191,16 @@ static int fp8_section(FILE *f, const demo_leg *legs, size_t nlegs)
     }
     if (!q) return 0;
     size_t n = q->nsteps + (b ? b->nsteps : 0) + 4;
-    double *a = calloc(5 * n, sizeof *a);
+    double *a = calloc(7 * n, sizeof *a);
     if (!a) return -1;
-    double *vx = a, *v8 = a + n, *v16 = a + 2 * n, *bx = a + 3 * n, *bb = a + 4 * n;
+    double *vx = a, *v8 = a + n, *v16 = a + 2 * n, *bx = a + 3 * n, *bb = a + 4 * n, *lmax = a + 5 * n, *lmean = a + 6 * n;
     size_t nq = 0, nb = 0;
     for (size_t i = 0; i < q->nsteps; i++)
         if (q->steps[i].published) {
             vx[nq] = (double)q->steps[i].pub_version;
             v8[nq] = (double)q->steps[i].delta_bytes;
+            lmax[nq] = q->steps[i].fp8_logit_max;
+            lmean[nq] = q->steps[i].fp8_logit_mean;
             v16[nq++] = (double)q->steps[i].bf16_delta_bytes;
         }
     for (size_t i = 0; b && i < b->nsteps; i++)
@@ -229,19 +231,26 @@ static int fp8_section(FILE *f, const demo_leg *legs, size_t nlegs)
         fprintf(f, " Mean reward over the last %d steps: %.3f with FP8 weights, %.3f with BF16 weights (first %d steps: %.3f and "
                    "%.3f).",
                 q->window, q->reward_last, b->reward_last, q->window, q->reward_first, b->reward_first);
+    fprintf(f, " The logits of the weights the islands sample with, against those of the BF16 version, on %u prompts of the task "
+               "and every teacher-forced context of their answers: max |&Delta;| %.3g, mean |&Delta;| %.3g, mean KL(BF16 || FP8) %.3g "
+               "nats per context, the same argmax in %.2f%% of the contexts (over %" PRIu64 " versions).",
+            DEMO_PROBE_PROMPTS, q->fp8_logit_max, q->fp8_logit_mean, q->fp8_kl, 100 * q->fp8_top1, q->probes);
     fprintf(f, "</p>\n<div class=\"grid\">\n");
     line_chart(f, "bytes per version: FP8 patch vs BF16 patch", "policy version", s, ns, FMT_BYTES, 0, NULL, NULL, NULL, 0);
+    series ls[2] = {{"max |logit diff|", k_colors[1], vx, lmax, nq, 0}, {"mean |logit diff|", k_colors[0], vx, lmean, nq, 1}};
+    line_chart(f, "logits of the FP8 weights vs the BF16 version", "policy version", ls, 2, FMT_PLAIN, 0, NULL, NULL, NULL, 0);
     fprintf(f, "</div>\n<table><tr><th>step</th><th>version</th><th>FP8 patch</th><th>BF16 patch, same step</th><th>FP8 / BF16</th>"
-               "<th>reward, FP8 leg</th>%s</tr>\n",
+               "<th>max |&Delta;logit|</th><th>KL, nats</th><th>reward, FP8 leg</th>%s</tr>\n",
             b ? "<th>BF16 leg: patch</th><th>reward, BF16 leg</th>" : "");
     for (size_t i = 0; i < q->nsteps; i++) {
         const demo_step *st = &q->steps[i];
         fprintf(f, "<tr><td>%u</td>", st->step);
         if (st->published)
-            fprintf(f, "<td>%" PRIu64 "</td><td>%" PRIu64 "</td><td>%" PRIu64 "</td><td>%.2f</td>", st->pub_version, st->delta_bytes,
-                    st->bf16_delta_bytes, st->bf16_delta_bytes ? (double)st->delta_bytes / (double)st->bf16_delta_bytes : 0);
+            fprintf(f, "<td>%" PRIu64 "</td><td>%" PRIu64 "</td><td>%" PRIu64 "</td><td>%.2f</td><td>%.3g</td><td>%.3g</td>",
+                    st->pub_version, st->delta_bytes, st->bf16_delta_bytes,
+                    st->bf16_delta_bytes ? (double)st->delta_bytes / (double)st->bf16_delta_bytes : 0, st->fp8_logit_max, st->fp8_kl);
         else
-            fprintf(f, "<td>(held)</td><td>&ndash;</td><td>&ndash;</td><td>&ndash;</td>");
+            fprintf(f, "<td>(held)</td><td>&ndash;</td><td>&ndash;</td><td>&ndash;</td><td>&ndash;</td><td>&ndash;</td>");
         fprintf(f, "<td>%.3f</td>", st->reward);
         if (b && i < b->nsteps)
             fprintf(f, "<td>%" PRIu64 "</td><td>%.3f</td>", b->steps[i].delta_bytes, b->steps[i].reward);
@@ -351,6 +360,10 @@ int demo_report_write(const char *path, const demo_report_info *in, const demo_l
     ROW("bytes the islands fetched", mbs(c1, sizeof c1, L->fetched_total); fprintf(f, "%s", c1));
     if (any_quant) {
         ROW("full checkpoint shipped (anchor)", mbs(c1, sizeof c1, L->full_bytes); fprintf(f, "%s (%s)", c1, L->quant ? "FP8" : "BF16"));
+        ROW("logits of the FP8 weights vs the BF16 version (probe set)",
+            if (L->quant) fprintf(f, "max |&Delta;| %.3g, mean |&Delta;| %.3g, KL %.3g nats, same argmax %.2f%% (%" PRIu64 " versions)",
+                                  L->fp8_logit_max, L->fp8_logit_mean, L->fp8_kl, 100 * L->fp8_top1, L->probes);
+            else fprintf(f, "&ndash;"));
         ROW("BF16 patches of the same steps (FP8 leg: measured, not shipped)",
             if (L->quant) {
                 mbs(c1, sizeof c1, L->bf16_delta_total);

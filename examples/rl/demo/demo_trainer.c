@@ -41,6 +41,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,6 +245,17 @@ typedef struct kept {
     uint32_t island, shard;
 } kept;
 
+/* Quantized legs: the logits of the FP8 weights the islands sample with
+ * against those of the BF16 version, on a fixed probe set. */
+typedef struct probe {
+    rl_policy pol;              /* the weights evaluated */
+    rl_work ws;
+    uint8_t *ctx;               /* rows x window */
+    uint32_t *len;
+    size_t rows;
+    float *ref;                 /* rows x vocab: the BF16 version's logits */
+} probe;
+
 typedef struct trainer {
     const demo_options *o;
     ferry_store *st;
@@ -257,6 +269,7 @@ typedef struct trainer {
     ferry_model *m_f32;         /* borrows master.w */
     ferry_model *m_cast, *m_published; /* borrow cast and published */
     int quant;                  /* the leg's ferry_quant */
+    probe pr;                   /* quantized legs */
     ferry_publisher *pub;
     ferry_dock *dock;
     ferry_keys *sign, *enrolled; /* signed run: the trainer's key; the islands' keys */
@@ -309,6 +322,11 @@ static void trainer_release(trainer *t)
     ferry_model_free(t->m_f32);
     ferry_model_free(t->m_cast);
     ferry_model_free(t->m_published);
+    rl_policy_release(&t->pr.pol);
+    rl_work_release(&t->pr.ws);
+    free(t->pr.ctx);
+    free(t->pr.len);
+    free(t->pr.ref);
     free(t->grad);
     free(t->cast);
     free(t->published);
@@ -574,6 +592,83 @@ static int checkpoint_bytes(const ferry_model *m, uint64_t *out)
     return rc;
 }
 
+/* The probe set: DEMO_PROBE_PROMPTS prompts of their own stream and every
+ * teacher-forced context of their correct answers. */
+static int probe_init(trainer *t, const rl_task *task)
+{
+    probe *pr = &t->pr;
+    int rc = rl_policy_create(&pr->pol, &t->master.cfg);
+    if (rc) return rc;
+    uint32_t T = task->completion_len, W = pr->pol.cfg.window, V = pr->pol.cfg.vocab;
+    pr->rows = (size_t)DEMO_PROBE_PROMPTS * T;
+    if (!(pr->ctx = malloc(pr->rows * W)) || !(pr->len = malloc(pr->rows * sizeof *pr->len)) ||
+        !(pr->ref = malloc(pr->rows * V * sizeof *pr->ref)))
+        return FERRY_ERR_NOMEM;
+    for (uint32_t c = 0; c < DEMO_PROBE_PROMPTS; c++) {
+        uint8_t prompt[RL_TASK_MAX_LEN], ans[RL_TASK_MAX_LEN];
+        rl_task_prompt(task, t->o->seed ^ DEMO_PROBE_SEED, 0, c, prompt);
+        rl_task_answer(task, prompt, ans);
+        for (uint32_t k = 0; k < T; k++) {
+            size_t r = (size_t)c * T + k;
+            if ((rc = rl_policy_context(&pr->pol, prompt, task->prompt_len, ans, k, pr->ctx + r * W, pr->len + r))) return rc;
+        }
+    }
+    return 0;
+}
+
+/* ds->fp8_*: the logits of the version just published as the islands hold
+ * it (ferry_quantize of the BF16 cast, which is what the publisher
+ * quantizes: test demo_fp8.sh), dequantized as they do
+ * (rl_policy_weights), against the BF16 cast's. */
+static int probe_measure(trainer *t, demo_leg *leg, demo_step *ds)
+{
+    probe *pr = &t->pr;
+    size_t V = pr->pol.cfg.vocab;
+    rl_policy_set_bf16(&pr->pol, t->cast);
+    int rc = rl_forward(&pr->pol, pr->ctx, pr->len, pr->rows, &pr->ws);
+    if (rc) return rc;
+    memcpy(pr->ref, pr->ws.logits, pr->rows * V * sizeof *pr->ref);
+    ferry_model *q = NULL;
+    if ((rc = ferry_quantize(t->m_cast, (ferry_quant)t->quant, 0, NULL, &q, NULL))) return rc;
+    rc = rl_policy_weights(&pr->pol, q, pr->pol.w);
+    ferry_model_free(q);
+    if (rc || (rc = rl_forward(&pr->pol, pr->ctx, pr->len, pr->rows, &pr->ws))) return rc;
+    double mx = 0, sum = 0, kl = 0;
+    size_t same = 0;
+    for (size_t r = 0; r < pr->rows; r++) {
+        const float *a = pr->ref + r * V, *b = pr->ws.logits + r * V;
+        size_t ia = 0, ib = 0;
+        double ma = a[0], mb = b[0], sa = 0, sb = 0;
+        for (size_t v = 0; v < V; v++) {
+            double d = fabs((double)a[v] - (double)b[v]);
+            if (d > mx) mx = d;
+            sum += d;
+            if (a[v] > a[ia]) ia = v;
+            if (b[v] > b[ib]) ib = v;
+            if (a[v] > ma) ma = a[v];
+            if (b[v] > mb) mb = b[v];
+        }
+        same += ia == ib;
+        for (size_t v = 0; v < V; v++) sa += exp((double)a[v] - ma), sb += exp((double)b[v] - mb);
+        double la = ma + log(sa), lb = mb + log(sb);
+        for (size_t v = 0; v < V; v++) {
+            double lpa = (double)a[v] - la, lpb = (double)b[v] - lb;
+            kl += exp(lpa) * (lpa - lpb);
+        }
+    }
+    ds->fp8_logit_max = mx;
+    ds->fp8_logit_mean = sum / (double)(pr->rows * V);
+    ds->fp8_kl = kl / (double)pr->rows;
+    ds->fp8_top1 = (double)same / (double)pr->rows;
+    if (mx > leg->fp8_logit_max) leg->fp8_logit_max = mx;
+    double n = (double)leg->probes;
+    leg->fp8_logit_mean = (leg->fp8_logit_mean * n + ds->fp8_logit_mean) / (n + 1);
+    leg->fp8_kl = (leg->fp8_kl * n + ds->fp8_kl) / (n + 1);
+    leg->fp8_top1 = (leg->fp8_top1 * n + ds->fp8_top1) / (n + 1);
+    leg->probes++;
+    return 0;
+}
+
 static int publish(trainer *t, demo_leg *leg, demo_step *ds)
 {
     ferry_publish_info info;
@@ -608,6 +703,7 @@ static int publish(trainer *t, demo_leg *leg, demo_step *ds)
         for (uint32_t i = 0; i < t->o->islands; i++)
             t->pub_pid[(size_t)info.version * t->o->islands + i] = t->sp ? (long)t->sp->pid[i] : 0;
     }
+    if (t->quant && ds && (rc = probe_measure(t, leg, ds))) return tfail("the FP8 logits probe", rc);
     if (t->o->dump_dir) {
         char path[4400];
         snprintf(path, sizeof path, "%s/%s-trainer-v%" PRIu64 ".safetensors", t->o->dump_dir, t->run, info.version);
@@ -770,6 +866,10 @@ int demo_run_leg(const demo_options *o, ferry_store *st, double adaptive, int qu
     rl_policy_cast_bf16(&t.master, t.cast);
     if (quant && (rc = checkpoint_bytes(t.m_cast, &leg->bf16_full_bytes))) {
         tfail("the size of a BF16 checkpoint", rc);
+        goto out;
+    }
+    if (quant && (rc = probe_init(&t, &o->task))) {
+        tfail("the FP8 logits probe", rc);
         goto out;
     }
     if (publish(&t, leg, NULL)) goto out;
