@@ -10,9 +10,11 @@
  * ("current" and "pending") around the rename of PATH, and the version
  * PATH holds is decided by its model hash.  PATH is written aside and
  * renamed (ferry_model_save); a failed or interrupted pull leaves PATH and
- * its state as they were.  A state file that does not parse, names
- * another run or other slices, or whose versions PATH matches neither is
- * an error (nothing is overwritten): it is never guessed around. */
+ * its state as they were.  Beside an existing PATH, a state file that
+ * does not parse, names another run or other slices, or whose versions
+ * PATH matches neither is an error (nothing is overwritten): it is never
+ * guessed around.  Without PATH the state describes nothing and is
+ * written anew. */
 #include "cmd_shard.h"
 
 #ifndef FERRY_NO_NET
@@ -225,7 +227,9 @@ static int state_load(const shard_out *o, const sync_common *c, ferry_model **m,
     int st = check_regular(o, o->path, &have_path);
     if (!st) st = check_regular(o, sp, &have_state);
     if (st) return st;
-    if (!have_state) return 0; /* a PATH without state is replaced by a complete version */
+    /* a PATH without state is replaced by a complete version; a state
+       without PATH describes nothing (PATH removed): written anew */
+    if (!have_state || !have_path) return 0;
     void *text = NULL;
     size_t n = 0;
     int rc = ferry_file_read(sp, STATE_MAX, &text, &n);
@@ -254,7 +258,7 @@ static int state_load(const shard_out *o, const sync_common *c, ferry_model **m,
         bad = "malformed version record (current, pending)";
     json_decref(root);
     if (bad) return fail_msg(o, SYNC_EXIT_FAIL, "%s: %s: remove it (and the file beside it) to pull from scratch", sp, bad);
-    if (!have_path || (!cur.version && !pend.version)) return 0;
+    if (!cur.version && !pend.version) return 0;
     if ((rc = ferry_model_open(o->path, m)))
         return fail_msg(o, SYNC_EXIT_FAIL, "%s: its state says it holds a version, but it does not open: %s", o->path, ferry_last_error());
     uint8_t hash[16];
