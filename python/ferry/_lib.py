@@ -106,10 +106,13 @@ def _load():
             return ctypes.CDLL(name), name
         except OSError as e:
             errors.append("%s: %s" % (name, e))
-    hint = ("$FERRY_LIB is set but cannot be loaded" if explicit else
-            "build it with `make` in the ferry source tree, point $FERRY_LIB "
-            "at libferry.so, or `make install` it")
-    raise ImportError("ferry: libferry.so not found (%s). Tried: %s"
+    hint = ("$FERRY_LIB is set but cannot be loaded: point it at a libferry.so that "
+            "exists, or unset it" if explicit else
+            "build it with `make` in the ferry source tree (this package finds "
+            "build/libferry.so beside it); or point $FERRY_LIB at a libferry.so; "
+            "or, after `make install PREFIX=P`, set PKG_CONFIG_PATH=P/lib/pkgconfig "
+            "(when pkg-config does not search P) or LD_LIBRARY_PATH=P/lib")
+    raise ImportError("ferry: libferry.so not found. To fix: %s. Tried: %s"
                       % (hint, "; ".join(errors)))
 
 

@@ -22,6 +22,7 @@ collectives, and an island rank needs none at all.
 from __future__ import annotations
 
 import ctypes
+import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -30,7 +31,7 @@ from . import _alias, _lib
 from .errors import ERR_ARG, ERR_SHAPE_MISMATCH, FerryError, check, cstr
 from .model import _torch, _torch_tables, _view_bytes, _describe
 from .fp8 import scheme_code
-from .sync import _info_dict, _store, wait_head
+from .sync import _info_dict, _store, publish_info, wait_head
 from ._typing import StoreArg, Tensors
 
 if TYPE_CHECKING:
@@ -258,17 +259,20 @@ class ShardPublisher(_lib.Handle):
 
     def commit(self, token: str, records: Sequence[str]) -> Dict[str, Any]:
         """Rank 0: validates the records of every rank, writes the manifest,
-        moves HEAD; returns the publish info (dict)."""
+        moves HEAD; returns the publish info (ferry.sync.publish_info: the keys of
+        Publisher.last_info; seconds: the commit's)."""
         tb = token.encode("utf-8")
         bs = [r.encode("utf-8") for r in records]
         ptrs = (ctypes.c_char_p * max(1, len(bs)))(*bs)
         sizes = (ctypes.c_size_t * max(1, len(bs)))(*[len(b) for b in bs])
+        t0 = time.monotonic()
         info = _PublishInfo()
         check(L.ferry_shard_commit(self.handle, tb, len(tb), ptrs, sizes, len(bs),
                                    ctypes.byref(info)))
-        out = _info_dict(info)
-        out["kind"] = "anchor" if info.kind == 1 else "delta"
-        return out
+        d = _info_dict(info)
+        d["kind"] = "anchor" if info.kind == 1 else "delta"
+        d["seconds"] = time.monotonic() - t0
+        return publish_info(**d)
 
     def finish(self, committed: bool) -> None:
         """Every rank, with rank 0's commit outcome."""
@@ -280,6 +284,7 @@ class ShardPublisher(_lib.Handle):
         with the other ranks of the group (each calls publish), and returns
         the version.  Every rank raises the same FerryError when any rank
         failed (rank 0 then does not commit: HEAD stays)."""
+        t0 = time.monotonic()
         d = _dist()
         src = _global_rank(d, self.group, 0)
         box = [None]
@@ -297,8 +302,10 @@ class ShardPublisher(_lib.Handle):
         d.broadcast_object_list(out, src=src, group=self.group)
         committed = out[0][0] == "ok"
         self.finish(committed)
-        self.last_info = _reraise(out[0])
-        return self.last_info["version"]
+        info = dict(_reraise(out[0]))
+        info["seconds"] = time.monotonic() - t0   # this rank's publish()
+        self.last_info = info
+        return info["version"]
 
     @property
     def version(self) -> int:

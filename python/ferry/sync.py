@@ -134,6 +134,32 @@ ERR_SYNC_TIMEOUT = 88
 _DEADLINE_MS = 300000   # ferry_store_options.deadline_ms 0 (include/ferry_store.h)
 
 
+# Publisher.last_info and ferry.shard.ShardPublisher.last_info: one schema
+# (README.md, "Python").  Keys a publisher does not have are None.
+PUBLISH_INFO_KEYS = ("version", "kind", "id", "model_hash", "model_bytes", "delta_bytes",
+                     "full_bytes", "anchor_bytes", "manifest_bytes", "seconds", "world",
+                     "parts", "tiles")
+
+
+def publish_info(**got: Any) -> Dict[str, Any]:
+    """The last_info of both publishers: version (int), kind ("anchor" or
+    "delta"), id (the version's random id, str), model_hash (16 bytes: the
+    model hash; a sharded version's "shard hash", docs/FORMAT.md),
+    model_bytes (tensor bytes of the published model), delta_bytes (the
+    delta object(s), all ranks; 0 for version 1), full_bytes (the anchor
+    object(s), all ranks; 0 for a delta; anchor_bytes: the same number,
+    the name ferry_shard_publish_info gives it), manifest_bytes (sharded: the
+    manifest; None unsharded), seconds (wall time of publish() in this
+    process), world (trainer ranks: 1 unsharded), parts and tiles
+    (sharded: tensor parts and tiles published; None unsharded)."""
+    unknown = set(got) - set(PUBLISH_INFO_KEYS)
+    if unknown:
+        raise KeyError("publish_info: %s" % sorted(unknown))
+    full = got.get("full_bytes", got.get("anchor_bytes"))
+    got["full_bytes"] = got["anchor_bytes"] = full
+    return {k: got.get(k) for k in PUBLISH_INFO_KEYS}
+
+
 def _enc(s: Optional[PathArg], what: str = "path") -> Optional[bytes]:
     return None if s is None else cpath(s, what)
 
@@ -330,8 +356,8 @@ class Publisher(_lib.Handle):
         a checkpoint's path) as the next version and returns its number.  The tensors are read in place
         (CPU) or copied to the host once (GPU); the library keeps its own
         copy, so training may go on right after.  self.last_info holds
-        what the publish did (kind, delta_bytes, full_bytes, model_bytes,
-        model_hash, seconds)."""
+        what the publish did (ferry.sync.publish_info: the same keys as
+        ShardPublisher.last_info)."""
         if not isinstance(named_tensors, (collections.abc.Mapping, Model, str, bytes,
                                           os.PathLike)):
             named_tensors = dict(named_tensors)  # named_parameters() and the like
@@ -341,8 +367,9 @@ class Publisher(_lib.Handle):
                 self._check_lineage(m)
             check(L.ferry_publish_ex(self.handle, m.handle, 1 if anchor else 0,
                                      ctypes.byref(info)))
-        self.last_info = _info_dict(info)
-        self.last_info["kind"] = "anchor" if info.kind == 1 else "delta"
+        d = _info_dict(info)
+        d["kind"] = "anchor" if info.kind == 1 else "delta"
+        self.last_info = publish_info(world=1, **d)
         return info.version
 
     @property
