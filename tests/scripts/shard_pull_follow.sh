@@ -11,6 +11,8 @@
 #   - a corrupt state file, one of other slices or another run, and a PATH
 #     changed behind its state are clear errors that leave both files as
 #     they were; so is a pull that fails on a corrupt rank object;
+#   - kill -9 at several points of a pull: the next call works and PATH
+#     equals a fresh pull; no temporary file of the killed process stays;
 #   - slices off the tile edges cannot be resumed: the call says so and
 #     pulls from scratch, still exact;
 #   - `ferry pull --to FILE` of a sharded run writes the whole model (M = 1)
@@ -125,6 +127,17 @@ check "... PATH and its state as they were (version 6)" unchanged
 cp "$WORK/good.patch" "$p"
 sp --out "$A" --json >"$WORK/v7.json"
 check "repaired: the next call goes 6..7" json "d['from_version']==6 and d['version']==7" <"$WORK/v7.json"
+
+# --- kill -9 at several points of a pull: the next call always works ---------------------------
+for d in 0.05 0.1 0.15 0.2 0.3 0.5 0.8; do
+    (timeout -s KILL "$d" "$FERRY" shard-pull "$S" --run $RUN "${SLICES[@]}" --out "$A" --exact-version 2 -q >/dev/null 2>&1) 2>/dev/null
+    rc=0; sp --out "$A" -q || rc=$?
+    [ $rc -eq 0 ] || bad "the call after a kill -9 at $d s (exit $rc)"
+done
+sp --out "$WORK/fresh7.safetensors" -q
+check "kill -9 during pulls (7 points): every next call worked; PATH equals a fresh pull" cmp -s "$A" "$WORK/fresh7.safetensors"
+check "... and no file of the killed writers is left beside PATH" \
+    bash -c "! ls '$WORK' | grep -q -e '^island.safetensors.tmp' -e '^island.safetensors.ferry.json.tmp'"
 
 # --- slices off the tile edges -------------------------------------------------------------
 fy shard-pull "$S" --run $RUN --slice 'lm_head.weight@3:70' --out "$WORK/odd.safetensors" -q || bad "odd slice, cold"
