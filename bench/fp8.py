@@ -24,9 +24,23 @@ as `ferry quantize --json` reports them (the largest model is the figure).
 Sequences: rl-a and rl-b of $FERRY_DATA (default ../shared/data) and, with
 --syn, AdamW runs of build/examples/adamw_sim (--params 8M) at learning
 rates giving about 0.05% to 5% of BF16 words changed per step, generated
-under bench/data/fp8 once.  Writes bench/results/fp8.json and fp8.txt.
+under bench/data/fp8 once.
 
-    python3 bench/fp8.py [--build build] [--syn] [--big 64M]
+With --logits, the FP8 island's logits against the BF16 model's: every
+checkpoint of rl-a and rl-b (Llama-style decoders, $FERRY_DATA/
+make_snapshots.py), rebuilt in torch, FP32 forward of 64 x 24 random tokens
+with the BF16 weights and with the FP8 checkpoint's (ferry quantize, codes x
+scales by ferry.fp8.dequantize): max and mean |logit difference|, KL(BF16 ||
+FP8) per position, share of positions with the same argmax.
+
+With --demo, build/ferry-demo --rollout-dtype fp8 --json (default settings
+plus --demo-args): per leg (BF16, FP8) reward and bytes per version, the FP8
+patch against the BF16 patch of the same step, and the demo's own logits
+probe of the FP8 island (its policy, 64 prompts x every answer context).
+
+Writes bench/results/fp8.json, fp8.txt and (--demo) fp8_demo_steps.json.
+
+    python3 bench/fp8.py [--build build] [--syn] [--big 64M] [--logits] [--demo]
 """
 import argparse
 import resource
@@ -177,7 +191,7 @@ def sequences(args):
         if os.path.isdir(d):
             seqs.append((s, d))
     if args.syn:
-        for lr in ("1e-8", "1e-7", "1e-6", "3e-6"):
+        for lr in ("1e-8", "1e-7", "1e-6", "2e-6", "3e-6"):
             d = os.path.join(ROOT, "bench/data/fp8/lr" + lr)
             if not os.path.exists(os.path.join(d, "step-002.safetensors")):
                 subprocess.run([os.path.join(args.build, "examples/adamw_sim"), "--out", d, "--params", "8M",
@@ -187,14 +201,139 @@ def sequences(args):
     return seqs
 
 
+# ---- the FP8 island's logits against the BF16 model -------------------------
+
+def lm_forward(get, n_layers, heads, tokens):
+    """Logits of the Llama-style decoder of $FERRY_DATA/make_snapshots.py
+    (RMSNorm, q/k/v/o attention, SwiGLU MLP, learned positions, tied or
+    separate lm_head) in FP32, with weights get(name) (a torch tensor)."""
+    import torch
+    def rms(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    b, t = tokens.shape
+    emb = get("model.embed_tokens.weight")
+    D = emb.shape[1]
+    h = emb[tokens] + get("model.pos_embed")[:t]
+    mask = torch.triu(torch.full((t, t), float("-inf")), 1)
+    for i in range(n_layers):
+        p = "model.layers.%d." % i
+        x = rms(h, get(p + "input_layernorm.weight"))
+        sp = lambda z: z.view(b, t, heads, D // heads).transpose(1, 2)
+        q, k, v = (sp(x @ get(p + "self_attn.%s_proj.weight" % n).T) for n in "qkv")
+        att = (q @ k.transpose(-1, -2)) / (D // heads) ** 0.5 + mask
+        y = (att.softmax(-1) @ v).transpose(1, 2).reshape(b, t, D)
+        h = h + y @ get(p + "self_attn.o_proj.weight").T
+        x = rms(h, get(p + "post_attention_layernorm.weight"))
+        g, u = x @ get(p + "mlp.gate_proj.weight").T, x @ get(p + "mlp.up_proj.weight").T
+        h = h + (torch.nn.functional.silu(g) * u) @ get(p + "mlp.down_proj.weight").T
+    h = rms(h, get("model.norm.weight"))
+    head = get("lm_head.weight") if has_name(get, "lm_head.weight") else emb
+    return h @ head.T
+
+
+def has_name(get, name):
+    try:
+        get(name)
+        return True
+    except KeyError:
+        return False
+
+
+def logits_error(bf16_path, fp8_path, readme, batch=64, seq=24, seed=0):
+    """The BF16 model (weights widened to FP32) against the FP8 checkpoint
+    an island holds (codes x scales by ferry.fp8.dequantize, the BF16
+    tensors widened), same random token batch: max and mean |logit diff|,
+    the logits' standard deviation, mean KL(BF16 || FP8) per position in
+    nats, share of positions with the same argmax."""
+    import torch
+    import ferry.fp8
+    A, Q = st_read(bf16_path), st_read(fp8_path)
+
+    def widen(words):
+        return torch.from_numpy((words.astype(np.uint32) << 16).view(np.float32).copy())
+
+    def g_bf16(name):
+        return widen(A[name][1])
+
+    def g_fp8(name):
+        dt, x = Q[name]
+        if dt == "F8_E4M3":
+            return torch.from_numpy(ferry.fp8.dequantize(x, Q[name + "_scale_inv"][1].view(np.float32), name))
+        return widen(x)
+
+    torch.manual_seed(seed)
+    V = A["model.embed_tokens.weight"][1].shape[0]
+    tokens = torch.randint(0, V, (batch, seq))
+    n_layers, heads = readme["args"]["layers"], readme["args"]["heads"]
+    with torch.no_grad():
+        lb = lm_forward(g_bf16, n_layers, heads, tokens).double()
+        lf = lm_forward(g_fp8, n_layers, heads, tokens).double()
+    d = (lf - lb).abs()
+    pb, pf = lb.log_softmax(-1), lf.log_softmax(-1)
+    kl = (pb.exp() * (pb - pf)).sum(-1)
+    return {"max_abs": float(d.max()), "mean_abs": float(d.mean()), "logit_std": float(lb.std()),
+            "kl": float(kl.mean()), "same_argmax": float((lb.argmax(-1) == lf.argmax(-1)).double().mean()),
+            "fp8_tensors": sum(1 for dt, _ in Q.values() if dt == "F8_E4M3")}
+
+
+def logits_section(args, b):
+    out = []
+    for s in ("rl-a", "rl-b"):
+        d = os.path.join(args.data, s)
+        if not os.path.isdir(d):
+            continue
+        with open(os.path.join(d, "README.json")) as f:
+            readme = json.load(f)
+        for fn in sorted(f for f in os.listdir(d) if f.startswith("step-") and f.endswith(".safetensors")):
+            src = os.path.join(d, fn)
+            r = logits_error(src, b.quantize(src, "fp8-block128"), readme)
+            r["model"] = "%s:%s" % (s, fn[5:8])
+            out.append(r)
+            print("logits %-10s max |diff| %.4g  mean |diff| %.4g  (logit std %.3g)  KL %.3g  same argmax %.2f%%"
+                  % (r["model"], r["max_abs"], r["mean_abs"], r["logit_std"], r["kl"], 100 * r["same_argmax"]), flush=True)
+    return out
+
+
+# ---- the demo: ferry-demo --rollout-dtype fp8 ----------------------------------
+
+def demo_section(args, tmp):
+    """Runs build/ferry-demo --rollout-dtype fp8 --json (default settings: a
+    BF16 leg, then the FP8 leg) and keeps, per leg, its summary and per
+    version the bytes, reward and (FP8 leg) the logits probe."""
+    exe = os.path.join(args.build, "ferry-demo")
+    env = dict(os.environ, TMPDIR=tmp, XDG_CACHE_HOME=os.path.join(tmp, "cache"))
+    r = subprocess.run([exe, "--rollout-dtype", "fp8", "--json", "--report", os.path.join(tmp, "demo.html")] + args.demo_args,
+                       capture_output=True, text=True, env=env)
+    if r.returncode:
+        sys.exit("ferry-demo: %s" % r.stderr.strip()[-2000:])
+    ev = [json.loads(l) for l in r.stdout.splitlines()]
+    legs = {}
+    for e in ev:
+        if e["event"] == "summary":
+            legs.setdefault(e["leg"], {})["summary"] = e
+        elif e["event"] == "step":
+            st = legs.setdefault(e["leg"], {}).setdefault("steps", [])
+            st.append({k: e.get(k) for k in ("step", "new_version", "reward", "changed_pct", "patch_bytes", "bf16_patch_bytes",
+                                              "full_bytes", "fp8_logit_max_abs", "fp8_logit_mean_abs", "fp8_kl",
+                                              "fp8_same_argmax")})
+    start = [e for e in ev if e["event"] == "start"][0]
+    return {"command": " ".join(["build/ferry-demo", "--rollout-dtype", "fp8", "--json"] + args.demo_args),
+            "params": start["params"], "legs": legs}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.environ.get("BUILD", "build"))
     ap.add_argument("--data", default=os.environ.get("FERRY_DATA", os.path.join(ROOT, "../shared/data")))
     ap.add_argument("--syn", action="store_true", help="also the synthetic AdamW runs")
     ap.add_argument("--big", default=None, help="adamw_sim --params for the throughput model (e.g. 64M)")
+    ap.add_argument("--logits", action="store_true",
+                    help="the FP8 model's logits against the BF16 model's (torch, rl-a and rl-b)")
+    ap.add_argument("--demo", action="store_true", help="run ferry-demo --rollout-dtype fp8 (a BF16 and an FP8 leg)")
+    ap.add_argument("--demo-args", default="", help="more ferry-demo options (one string)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench/results"))
     args = ap.parse_args()
+    args.demo_args = args.demo_args.split()
     import ferry.fp8
     table = ferry.fp8.table()
     rows = []
@@ -252,12 +391,32 @@ def main():
         tot_in = sum(x for x, _, _ in b.qstats)
         tot_s = sum(s for _, s, _ in b.qstats)
         tot_cpu = sum(c for _, _, c in b.qstats)
-    summary = {"pairs": rows, "throughput_big": thr,
+        logits = logits_section(args, b) if args.logits else None
+        demo = demo_section(args, tmp) if args.demo else None
+    summary = {"pairs": rows, "throughput_big": thr, "logits": logits, "demo": demo,
                "throughput_all": {"in_bytes": tot_in, "seconds": tot_s, "GB_per_s": tot_in / tot_s / 1e9,
                                   "process_cpu_s": tot_cpu, "GB_per_cpu_s": tot_in / tot_cpu / 1e9}}
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "fp8.json"), "w") as f:
-        json.dump(summary, f, indent=1)
+    write_results(summary, args.out)
+
+
+def write_results(summary, out):
+    """fp8.json (the demo's per-version rows apart, compact, in
+    fp8_demo_steps.json) and fp8.txt."""
+    os.makedirs(out, exist_ok=True)
+    slim = dict(summary)
+    if summary.get("demo"):
+        slim["demo"] = dict(summary["demo"], legs={n: {"summary": l["summary"]} for n, l in summary["demo"]["legs"].items()})
+        with open(os.path.join(out, "fp8_demo_steps.json"), "w") as f:
+            f.write("{\n")
+            legs = list(summary["demo"]["legs"].items())
+            for i, (n, l) in enumerate(legs):
+                f.write(" %s: [\n" % json.dumps(n))
+                f.write(",\n".join("  " + json.dumps(x, separators=(",", ":")) for x in l["steps"]))
+                f.write("\n ]%s\n" % ("," if i + 1 < len(legs) else ""))
+            f.write("}\n")
+    with open(os.path.join(out, "fp8.json"), "w") as f:
+        json.dump(slim, f, indent=1)
+    rows, thr, logits, demo = summary["pairs"], summary["throughput_big"], summary.get("logits"), summary.get("demo")
     lines = ["%-22s %9s %9s %9s %9s %9s %8s %8s %9s %9s %7s %11s %11s %11s %11s" % (
         "pair", "bf16", "fp8", "sticky", "peer", "full", "fp8/bf16", "fp8/full", "bf16 ch%", "fp8 ch%",
         "scales", "err fresh", "max fresh", "err sticky", "max sticky")]
@@ -279,7 +438,31 @@ def main():
                      "(%d bytes, %.3f s thread CPU, %.3f s wall; best of 3)" % (thr["inproc_GB_per_cpu_s"],
                                                                                thr["inproc_bytes"], thr["inproc_cpu_s"],
                                                                                thr["inproc_wall_s"]))
-    with open(os.path.join(args.out, "fp8.txt"), "w") as f:
+    if logits:
+        lines.append("logits of the FP8 model (ferry quantize, dequantized) against the BF16 model, FP32 forward of 64 x 24 "
+                     "random tokens:")
+        lines.append("%-10s %11s %11s %10s %11s %12s" % ("model", "max |diff|", "mean |diff|", "logit std", "KL nats",
+                                                         "same argmax"))
+        for r in logits:
+            lines.append("%-10s %11.4g %11.4g %10.4g %11.4g %11.2f%%" % (r["model"], r["max_abs"], r["mean_abs"],
+                                                                         r["logit_std"], r["kl"], 100 * r["same_argmax"]))
+    if demo:
+        lines.append("ferry-demo --rollout-dtype fp8 (%s; %d parameters):" % (demo["command"], demo["params"]))
+        for name, leg in demo["legs"].items():
+            sm, st = leg["summary"], leg["steps"]
+            pub = [x for x in st if x["patch_bytes"]]
+            mean_patch = sum(x["patch_bytes"] for x in pub) / max(1, len(pub))
+            line = ("  %-14s reward %.3f -> %.3f (first/last %d steps); %d versions; mean patch %.0f B = %.2f%% of its "
+                    "checkpoint (%d B)" % (name, sm["reward_first"], sm["reward_last"], sm["window"], sm["versions"],
+                                           mean_patch, 100 * mean_patch / sm["full_bytes"], sm["full_bytes"]))
+            if sm["quantize"] != "none":
+                mean16 = sum(x["bf16_patch_bytes"] for x in pub) / max(1, len(pub))
+                line += ("; BF16 patch of the same steps %.0f B (FP8/BF16 %.3f; %.2f%% of a BF16 checkpoint, %d B); "
+                         "logits vs BF16: max |diff| %.3g, mean |diff| %.3g, KL %.3g nats, same argmax %.2f%%"
+                         % (mean16, mean_patch / mean16, 100 * mean16 / sm["bf16_full_bytes"], sm["bf16_full_bytes"],
+                            sm["fp8_logit_max_abs"], sm["fp8_logit_mean_abs"], sm["fp8_kl"], 100 * sm["fp8_same_argmax"]))
+            lines.append(line)
+    with open(os.path.join(out, "fp8.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
 
