@@ -110,6 +110,7 @@ _PP = ctypes.POINTER(ctypes.c_void_p)
 _lib._proto("ferry_store_open", _I, _S, ctypes.POINTER(_StoreOptions), _PP)
 _lib._proto("ferry_store_free", None, _P)
 _lib._proto("ferry_store_url", _S, _P)
+_lib._proto("ferry_store_kind", _I, _P)
 _lib._proto("ferry_publisher_open", _I, _P, _S, ctypes.POINTER(_PublisherOptions), _PP)
 _lib._proto("ferry_publisher_free", None, _P)
 _lib._proto("ferry_publish_ex", _I, _P, _P, ctypes.c_uint, ctypes.POINTER(_PublishInfo))
@@ -132,6 +133,7 @@ _lib._proto("ferry_mirror_once", _I, _P, _P, _S, ctypes.POINTER(_MirrorOptions),
 SYNC_LATEST, SYNC_MIN, SYNC_EXACT = 0, 1, 2
 ERR_SYNC_TIMEOUT = 88
 _DEADLINE_MS = 300000   # ferry_store_options.deadline_ms 0 (include/ferry_store.h)
+_STORE_FILE = 1         # FERRY_STORE_FILE
 
 
 # Publisher.last_info and ferry.shard.ShardPublisher.last_info: one schema
@@ -636,14 +638,18 @@ class Subscriber(_lib.Handle):
         yet is waited for.
 
         timeout_s holds with the store down too: when it is shorter than
-        the store's per-call deadline (deadline_s, default 300 s), HEAD is
-        read through a twin of the store whose deadline is timeout_s (at
+        the store's per-call deadline (deadline_s, default 300 s), HEAD of
+        an s3:// or http(s):// store is read through a twin of the store
+        whose deadline is timeout_s (at
         least 1 s), so an unreachable store raises its StoreError
         (ERR_STORE_TIMEOUT, naming the last error) after about timeout_s
         instead of blocking up to the store's deadline."""
         after = max(self._version, self._refused) if after_version is None else int(after_version)
         stores = [self._store] + self._stores
-        if timeout_s is None or timeout_s >= min(s.deadline_s for s in stores):
+        # file:// reads are not bounded by the deadline (nor slowed by a
+        # server): only network stores need the twin
+        if timeout_s is None or timeout_s >= min(s.deadline_s for s in stores) or \
+                all(L.ferry_store_kind(s.handle) == _STORE_FILE for s in stores):
             if not self._h:
                 self._open()
             return wait_head(L.ferry_subscriber_wait, self._h, after, timeout_s)
