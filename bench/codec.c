@@ -24,6 +24,7 @@
 #include "bench_util.h"
 #include "entropy.h"
 #include "peers.h"
+#include "scatter.h"
 
 /* =====================================================================
  * 1. Options and pairs
@@ -300,6 +301,8 @@ typedef struct pair_result {
     double ferry_enc_s, ferry_app_s; /* medians */
     double ferry_enc_min_s, ferry_app_min_s; /* fastest runs (less hit by a busy machine) */
     double ferry_inp_s;        /* in place (ferry_apply_inplace_ex, one thread), median */
+    double ferry_inp2_s;       /* the same with two threads */
+    double scatter_s, scatter2_s; /* raw scatter of the same changes (bench/scatter.h), one and two threads */
     uint64_t ferry_table;      /* bytes of the patch outside the tensor payloads (header, table, trailer) */
     int peer_ok[PEER_COUNT];
     uint64_t peer_size[PEER_COUNT];
@@ -390,17 +393,41 @@ static int run_ferry(const char *label, const ferry_model *a, const ferry_model 
     uint8_t ha[16];
     if (!rc && (ferry_model_hash(a, ha) || bench_model_copy(a, &c)))
         rc = bench_fail(err, "copy of OLD: %s", ferry_last_error());
+    /* Interleaved in each rep, into the same copy put back to OLD between
+     * them: ferry in place with one and two threads, and the raw scatter of
+     * the same changes (int32 indices + words, bench/scatter.h) with one and
+     * two, the least work that makes NEW from OLD in place. */
+    bench_scatter sc = {0};
+    double *t2 = calloc((size_t)reps, sizeof *t2), *s1 = calloc((size_t)reps, sizeof *s1), *s2 = calloc((size_t)reps, sizeof *s2);
+    if (!rc && (!t2 || !s1 || !s2 || bench_scatter_make(a, b, &sc))) rc = bench_fail(err, "raw scatter arrays: out of memory");
     for (int i = 0; i < reps && !rc; i++) {
-        if (i) bench_model_reset(c, a);
-        double t0 = bench_now();
-        int frc = ferry_apply_inplace_ex(c, patch, size, &(ferry_apply_options){.threads = 1, .base_hash = ha});
-        ti[i] = bench_now() - t0;
-        if (frc) rc = bench_fail(err, "ferry_apply_inplace: %s: %s", ferry_strerror(frc), ferry_last_error());
-        else if (ferry_model_hash(c, got) || memcmp(got, want, 16))
-            rc = bench_fail(err, "ferry_apply_inplace: the model's hash is not NEW's");
+        for (int th = 1; th <= 2 && !rc; th++) {
+            if (i || th > 1) bench_model_reset(c, a);
+            double t0 = bench_now();
+            int frc = ferry_apply_inplace_ex(c, patch, size, &(ferry_apply_options){.threads = th, .base_hash = ha});
+            (th == 1 ? ti : t2)[i] = bench_now() - t0;
+            if (frc) rc = bench_fail(err, "ferry_apply_inplace: %s: %s", ferry_strerror(frc), ferry_last_error());
+            else if (ferry_model_hash(c, got) || memcmp(got, want, 16))
+                rc = bench_fail(err, "ferry_apply_inplace: the model's hash is not NEW's");
+            if (rc) break;
+            bench_model_reset(c, a);
+            t0 = bench_now();
+            int src = bench_scatter_run(&sc, c, th);
+            (th == 1 ? s1 : s2)[i] = bench_now() - t0;
+            if (src || ferry_model_hash(c, got) || memcmp(got, want, 16)) rc = bench_fail(err, "raw scatter: the model's hash is not NEW's");
+        }
     }
+    bench_scatter_free(&sc);
     ferry_model_free(c);
-    if (!rc) r->ferry_inp_s = bench_median(ti, (size_t)reps);
+    if (!rc) {
+        r->ferry_inp_s = bench_median(ti, (size_t)reps);
+        r->ferry_inp2_s = bench_median(t2, (size_t)reps);
+        r->scatter_s = bench_median(s1, (size_t)reps);
+        r->scatter2_s = bench_median(s2, (size_t)reps);
+    }
+    free(t2);
+    free(s1);
+    free(s2);
     ferry_patch_info *pi = NULL;
     if (!rc && ferry_patch_inspect(patch, size, &pi) == 0) {
         uint64_t payload = 0;
@@ -633,6 +660,18 @@ static void print_speed(const pair_spec *ps, const pair_result *res, size_t n, c
             else printf(" %14s %14s\n", "-", "-");
         }
     }
+    printf("\nIn place against the raw scatter of the same changes (int32 indices + words, bench/scatter.h), seconds,\n"
+           "median of %d runs interleaved; ferry/scatter with as many threads each; 2t/1t: one thread's seconds over two's\n\n",
+           o->reps);
+    printf("%-*s %9s %9s %9s %9s | %14s %14s %9s %9s\n", lw, "pair", "ferry 1t", "scatter", "ferry 2t", "scatter", "ferry/scat 1t",
+           "ferry/scat 2t", "ferry 2t/1t", "scat");
+    for (size_t i = 0; i < n; i++) {
+        const pair_result *r = &res[i];
+        if (!r->ferry_ok || r->scatter_s <= 0 || r->scatter2_s <= 0 || r->ferry_inp2_s <= 0) continue;
+        printf("%-*s %9.4f %9.4f %9.4f %9.4f | %14.2f %14.2f %9.2f %9.2f\n", lw, ps[i].label, r->ferry_inp_s, r->scatter_s,
+               r->ferry_inp2_s, r->scatter2_s, r->ferry_inp_s / r->scatter_s, r->ferry_inp2_s / r->scatter2_s,
+               r->ferry_inp_s / r->ferry_inp2_s, r->scatter_s / r->scatter2_s);
+    }
     printf("\nEnd to end, seconds = bytes / link + in-place decode (one thread); lowest marked *\n\n");
     printf("%-*s %9s %9s", lw, "pair", "Gbit/s", "ferry");
     for (int k = 0; k < PEER_COUNT; k++) printf(" %9s", peer_formats[k].name);
@@ -799,6 +838,9 @@ static int write_json(const char *path, const pair_spec *ps, const pair_result *
         json_object_set_new(f, "bytes", json_size(r->ferry_size, r->ferry_ok));
         json_object_set_new(f, "encode_s", json_real(r->ferry_enc_s));
         json_object_set_new(f, "inplace_s", json_real(r->ferry_inp_s));
+        json_object_set_new(f, "inplace2_s", json_real(r->ferry_inp2_s));
+        json_object_set_new(f, "scatter_s", json_real(r->scatter_s));
+        json_object_set_new(f, "scatter2_s", json_real(r->scatter2_s));
         json_object_set_new(f, "table_bytes", json_integer((json_int_t)r->ferry_table));
         json_object_set_new(f, "apply_s", json_real(r->ferry_app_s));
         json_object_set_new(f, "encode_min_s", json_real(r->ferry_enc_min_s));

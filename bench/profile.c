@@ -9,13 +9,16 @@
  * apply (into new memory), apply-file (to --out, fsync'd), in-place (into
  * an owned copy of OLD, put back between runs outside the timing).  As in
  * bench/throughput, the base hash is passed as known.  Each run prints its
- * seconds and GB/s of NEW's tensor bytes; the last line is the best. */
+ * seconds and GB/s of NEW's tensor bytes; the last line is the best.
+ * To profile only the timed runs:
+ *   mkfifo /tmp/ctl && PERF_CTL_FIFO=/tmp/ctl perf record -D -1 --control fifo:/tmp/ctl -- profile ... */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "scatter.h"
 
 static void usage(FILE *f)
 {
@@ -25,7 +28,22 @@ static void usage(FILE *f)
                "  --masters M FP32 masters whose BF16 cast is NEW (diff-fp32)\n"
                "  --threads N worker threads (default 1)\n"
                "  --reps N    runs (default 5)\n"
-               "  --out F     apply-file's output (default /tmp/ferry-profile.safetensors)\n");
+               "  --out F     apply-file's output (default /tmp/ferry-profile.safetensors)\n"
+               "  --scatter   in-place: after each run, time the raw scatter of the same changes\n"
+               "              (int32 indices + words, bench/scatter.h) with as many threads, into\n"
+               "              the same copy put back to OLD; prints both and their ratio\n");
+}
+
+/* With PERF_CTL_FIFO set (perf record -D -1 --control fifo:PATH), the
+ * profile covers the timed runs only: enabled before each, disabled after. */
+static void perf_ctl(int on)
+{
+    const char *path = getenv("PERF_CTL_FIFO");
+    if (!path || !*path) return;
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    fputs(on ? "enable\n" : "disable\n", f);
+    fclose(f);
 }
 
 static void die(const char *what, int rc)
@@ -37,13 +55,14 @@ static void die(const char *what, int rc)
 int main(int argc, char **argv)
 {
     const char *mode = NULL, *oldp = NULL, *newp = NULL, *masters = NULL, *out = "/tmp/ferry-profile.safetensors";
-    int threads = 1, reps = 5;
+    int threads = 1, reps = 5, scatter = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { usage(stdout); return 0; }
         if (!strcmp(argv[i], "--masters") && i + 1 < argc) masters = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+        else if (!strcmp(argv[i], "--scatter")) scatter = 1;
         else if (!mode) mode = argv[i];
         else if (!oldp) oldp = argv[i];
         else if (!newp) newp = argv[i];
@@ -69,7 +88,12 @@ int main(int argc, char **argv)
     if (!m_diff && !m_fp32 && (rc = ferry_diff(a, b, &(ferry_diff_options){.threads = threads, .base_hash = ha}, &patch, &psize)))
         die("diff", rc);
     if (m_inplace && (rc = bench_model_copy(a, &c))) die("copy", rc); /* made outside the timing */
-    double gb = (double)ferry_model_nbytes(b) / 1e9, best = 1e30;
+    bench_scatter sc = {0};
+    if (scatter && (!m_inplace || bench_scatter_make(a, b, &sc))) {
+        fprintf(stderr, "profile: --scatter needs in-place and two models of the same tensors\n");
+        return 2;
+    }
+    double gb = (double)ferry_model_nbytes(b) / 1e9, best = 1e30, best_sc = 1e30;
     for (int r = 0; r < reps; r++) {
         if (m_inplace && r) bench_model_reset(c, a); /* back to OLD */
         ferry_diff_options d = {.threads = threads, .base_hash = ha, .cast_bf16 = m_fp32};
@@ -77,18 +101,33 @@ int main(int argc, char **argv)
         void *p = NULL;
         size_t n = 0;
         ferry_model *res = NULL;
+        perf_ctl(1);
         double t0 = bench_now();
         if (m_diff || m_fp32) rc = ferry_diff(a, m_fp32 ? m : b, &d, &p, &n);
         else if (m_apply) rc = ferry_apply_ex(a, patch, psize, &o, &res);
         else if (m_file) rc = ferry_apply_file(a, patch, psize, &o, out);
         else rc = ferry_apply_inplace_ex(c, patch, psize, &o);
         double dt = bench_now() - t0;
+        perf_ctl(0);
         if (rc) die(mode, rc);
         ferry_free(p);
         ferry_model_free(res);
         if (dt < best) best = dt;
         printf("%s run %d: %.3f s, %.2f GB/s\n", mode, r + 1, dt, gb / dt);
+        if (scatter) {
+            bench_model_reset(c, a);
+            double s0 = bench_now();
+            if (bench_scatter_run(&sc, c, threads)) die("scatter", FERRY_ERR_ARG);
+            double ds = bench_now() - s0;
+            if (ds < best_sc) best_sc = ds;
+            printf("raw scatter run %d: %.4f s (%llu changes); in-place / scatter %.2f\n", r + 1, ds,
+                   (unsigned long long)sc.changes, dt / ds);
+        }
     }
+    if (scatter)
+        printf("raw scatter best of %d, %d thread(s): %.4f s; best in-place / best scatter %.2f\n", reps, threads, best_sc,
+               best / best_sc);
+    bench_scatter_free(&sc);
     printf("%s best of %d, %d thread(s): %.3f s, %.2f GB/s of BF16 model (%.3f GB)\n", mode, reps, threads, best, gb / best, gb);
     if (m_file) unlink(out);
     ferry_free(patch);

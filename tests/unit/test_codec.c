@@ -8,6 +8,7 @@
 #include "model.h"
 #include "codec/patch.h"
 #include "codec/sparse.h"
+#include "codec/undo.h"
 #include "xxhash.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -411,7 +412,113 @@ static void test_counted_codec(void)
     free(y);
 }
 
-static void test_rans_every_width(void) { rans_every_width(150000, 1); }
+/* 60000 changes in one chunk: codec 3 (format version 2) since every
+ * chunk that takes rANS takes its vector lanes; codec 2 is still read
+ * (test_rans2_forced, tests/golden/v1). */
+static void test_rans_every_width(void) { rans_every_width(150000, 2); }
+
+/* Codec 2, which ferry no longer chooses but still reads: forced on a
+ * chunk of every word width, decoded at every kernel level to exactly the
+ * changed words. */
+static void test_rans2_forced(void)
+{
+    static sp_coder enc, dec;
+    static const ferry_dtype dts[] = {FERRY_BF16, FERRY_F16, FERRY_I16, FERRY_F32, FERRY_U32, FERRY_F64, FERRY_U8, FERRY_F8_E4M3};
+    static const char *const levels[] = {"0", "avx512", "1"};
+    for (size_t d = 0; d < sizeof dts / sizeof *dts; d++) {
+        sp_dtype t = sp_dtype_of(dts[d]);
+        size_t w = t.W / 8, n = 150000;
+        uint8_t *a = malloc(n * w), *b = malloc(n * w);
+        for (size_t i = 0; i < n * w; i++) a[i] = (uint8_t)rnd();
+        memcpy(b, a, n * w);
+        for (size_t i = 0; i < n; i++)
+            if (rnd() % 10 < 4) b[i * w + (rnd() % 3 ? 0 : w - 1)] ^= (uint8_t)(1u << (rnd() % 8));
+        ferry_buf out = {0};
+        sp_src sb = {b, 0};
+        uint8_t bh[4][16];
+        uint64_t changed = 0;
+        CHECK_OK(ferry__codec_encode_chunk_as(SP_CODEC_RANS, &t, a, &sb, n, &enc, &out, &changed, bh));
+        CHECK(out.data[0] == SP_CODEC_RANS && changed > 32768);
+        for (int l = 0; l < 3; l++) {
+            setenv("FERRY_NO_SIMD", levels[l], 1);
+            size_t k = 0;
+            CHECK_OK(ferry__codec_decode_chunk(&t, a, n, out.data, out.size, 1, &dec, &k));
+            CHECK(k == changed);
+            for (size_t j = 0; j < k; j++) CHECK(sp_load(b, dec.s.pos[j], t.W) == dec.s.val[j] && (j == 0 || dec.s.pos[j] > dec.s.pos[j - 1]));
+        }
+        unsetenv("FERRY_NO_SIMD");
+        free(out.data);
+        free(a);
+        free(b);
+    }
+    ferry__codec_coder_release(&enc);
+    ferry__codec_coder_release(&dec);
+}
+
+/* In-place applies keep their undo log and decoder scratch for the next
+ * one (decode.c): a later apply of another size, into another model, with
+ * the stale bytes of the last one in that memory, must still give its
+ * target, and put its base back exactly when it fails; and an undo record
+ * (which keeps its log) must still revert after other applies used the
+ * kept memory. */
+static void test_inplace_reuse(void)
+{
+    ferry_model *a1, *b1, *a2, *b2;
+    CHECK_OK(ferry_model_create(&a1));
+    CHECK_OK(ferry_model_create(&b1));
+    CHECK_OK(ferry_model_create(&a2));
+    CHECK_OK(ferry_model_create(&b2));
+    add_pair(a1, b1, "big", FERRY_BF16, (1u << 22) + 99, 0.2);  /* a 3.4 MB log */
+    add_pair(a1, b1, "small", FERRY_BF16, 5000, 0.05);
+    add_pair(a2, b2, "other", FERRY_BF16, (1u << 23) + 5, 0.12); /* a larger log: replaces the kept one */
+    add_pair(a2, b2, "tail", FERRY_F32, 4000, 0.3);
+    void *p1, *p2;
+    size_t n1, n2;
+    CHECK_OK(ferry_diff(a1, b1, NULL, &p1, &n1));
+    CHECK_OK(ferry_diff(a2, b2, NULL, &p2, &n2));
+    uint8_t *q2 = malloc(n2);
+    memcpy(q2, p2, n2);
+    q2[n2 - 16 - 20] ^= 0x10; /* the last tensor's payload: the big tensor is written first */
+    reseal(q2, n2);
+    for (int round = 0; round < 3; round++) {
+        for (int th = 1; th <= 2; th++) {
+            ferry_apply_options o = {.threads = th};
+            ferry_model *c1 = clone(a1), *c2 = clone(a2);
+            CHECK_OK(ferry_apply_inplace_ex(c1, p1, n1, &o));
+            CHECK(same_model(c1, b1));
+            CHECK(ferry_apply_inplace_ex(c2, q2, n2, &o) != FERRY_OK);
+            CHECK(same_model(c2, a2));
+            CHECK_OK(ferry_apply_inplace_ex(c2, p2, n2, &o));
+            CHECK(same_model(c2, b2));
+            ferry_model_free(c1);
+            c1 = clone(a1);
+            CHECK(ferry_apply_inplace_ex(c1, p2, n2, &o) == FERRY_ERR_BASE_MISMATCH);
+            CHECK(same_model(c1, a1));
+            ferry_model_free(c1);
+            ferry_model_free(c2);
+        }
+        /* records: a1 -> b1 kept, then other applies, then revert */
+        ferry_model *c = clone(a1);
+        ferry__codec_undo *r = NULL;
+        CHECK_OK(ferry__codec_apply_inplace_undo(c, p1, n1, NULL, &r));
+        CHECK(r != NULL && same_model(c, b1));
+        ferry_model *c2 = clone(a2);
+        CHECK_OK(ferry_apply_inplace_ex(c2, p2, n2, NULL));
+        CHECK(same_model(c2, b2));
+        ferry__codec_undo_revert(r);
+        CHECK(same_model(c, a1));
+        ferry__codec_undo_free(r);
+        ferry_model_free(c);
+        ferry_model_free(c2);
+    }
+    free(q2);
+    ferry_free(p1);
+    ferry_free(p2);
+    ferry_model_free(a1);
+    ferry_model_free(b1);
+    ferry_model_free(a2);
+    ferry_model_free(b2);
+}
 static void test_rans32_every_width(void) { rans_every_width(400000, 2); }
 
 /* Threads change nothing in the bytes; a vouched base hash skips hashing
@@ -781,6 +888,7 @@ int main(void)
     RUN(test_multi_chunk);
     RUN(test_rans_every_width);
     RUN(test_rans32_every_width);
+    RUN(test_rans2_forced);
     RUN(test_chunk_codec_choice);
     RUN(test_counted_codec);
     RUN(test_threads_and_known_hash);
@@ -791,6 +899,7 @@ int main(void)
     RUN(test_inplace_dense_tensor);
     RUN(test_inplace_refuses_structure);
     RUN(test_inplace_undo);
+    RUN(test_inplace_reuse);
     RUN(test_stats);
     RUN(test_clean_vector_state);
     return CHECK_SUMMARY();
