@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Optional, Union
 
 from . import _lib
 from . import _alias
-from .errors import ERR_NOT_FOUND, ERR_SYNC_FOREIGN, FerryError, check, cpath, cstr
+from .errors import ERR_ARG, ERR_NOT_FOUND, ERR_SYNC_FOREIGN, FerryError, check, cpath, cstr
 from .fp8 import scheme_code
 from .model import Model, Raw, _Using, _torch
 from .patch import diff as ferry_diff, inspect as ferry_inspect
@@ -284,7 +284,15 @@ class Publisher(_lib.Handle):
     more than max_resume_change of its norm: a fresh init under an old run
     name) raises SyncError ERR_SYNC_FOREIGN, HEAD unchanged, unless
     new_lineage=True (then it is published as the next version all the
-    same).  Not checked for quantized runs."""
+    same).  Not checked for quantized runs.
+
+    tied: {alias: name} (e.g. {"lm_head.weight":
+    "model.embed_tokens.weight"}): each alias must hold the same values as
+    its name (one storage, or equal copies; else FerryError ERR_ARG) and
+    is published once, under the name; the version's metadata
+    "ferry.tied" records the map.  Subscribers give the same map to
+    Subscriber(tied=...); a file pulled from such a run lacks the alias
+    names (as Hugging Face checkpoints of tied models do)."""
 
     _FREE = "ferry_publisher_free"
 
@@ -293,8 +301,10 @@ class Publisher(_lib.Handle):
                  publisher_id: Optional[str] = None, cache_path: Optional[PathArg] = None,
                  tmp_dir: Optional[PathArg] = None, keys: Optional[Keys] = None,
                  quantize: Optional[str] = None, new_lineage: bool = False,
-                 max_resume_change: float = 0.5) -> None:
+                 max_resume_change: float = 0.5,
+                 tied: Optional[Dict[str, str]] = None) -> None:
         q = scheme_code(quantize)
+        self._tied_map = _tied_map(tied)
         self._store = _store(store, create=True, user=self)
         self._keys = keys  # the library borrows it: kept alive with the handle
         self._strs = [_enc(publisher_id, "publisher_id"), _enc(cache_path), _enc(tmp_dir)]
@@ -363,8 +373,11 @@ class Publisher(_lib.Handle):
         if not isinstance(named_tensors, (collections.abc.Mapping, Model, str, bytes,
                                           os.PathLike)):
             named_tensors = dict(named_tensors)  # named_parameters() and the like
+        metadata = None
+        if self._tied_map:
+            named_tensors, metadata = _drop_tied(named_tensors, self._tied_map)
         info = _PublishInfo()
-        with _Using(named_tensors) as m:
+        with _Using(named_tensors, metadata=metadata) as m:
             if self._lineage is not None and self._lineage[0] == self.version > 0:
                 self._check_lineage(m)
             check(L.ferry_publish_ex(self.handle, m.handle, 1 if anchor else 0,
@@ -405,6 +418,12 @@ class Subscriber(_lib.Handle):
     Private mode (neither): sync() keeps the model inside the library;
     tensors() copies it out.
 
+    tied: the {alias: name} map of a run published with
+    Publisher(tied=...): sync_into patches the name (the alias may share
+    its storage or not) and then gives each alias its values; the alias
+    is not in what the library patches, so a tied pair in one storage
+    needs no host mirrors.  Memory mode only.
+
     keys: a ferry.Keys of trusted public keys: every version must then be
     signed by one of them (else SignatureError) and every object match
     its signed SHA-256 (docs/SECURITY.md).
@@ -419,7 +438,10 @@ class Subscriber(_lib.Handle):
                  poll_interval_s: Optional[float] = None, max_attempts: int = 0,
                  no_compactions: bool = False, tmp_dir: Optional[PathArg] = None,
                  keys: Optional[Keys] = None, stores: Iterable[StoreArg] = (),
-                 create: bool = False, deadline_s: Optional[float] = None) -> None:
+                 create: bool = False, deadline_s: Optional[float] = None,
+                 tied: Optional[Dict[str, str]] = None) -> None:
+        self._tied_map = _tied_map(tied)
+
         def opened(x):
             if isinstance(x, Store):
                 return x._lend(self)
@@ -550,6 +572,15 @@ class Subscriber(_lib.Handle):
             raise ValueError("this Subscriber keeps a file (path=...): use sync()")
         if not isinstance(named_tensors, collections.abc.Mapping):
             named_tensors = dict(named_tensors)
+        aliases = {}
+        if self._tied_map:
+            aliases = {a: c for a, c in self._tied_map.items() if a in named_tensors}
+            self._caller_aliases = {a: named_tensors[a] for a in aliases}
+            missing = [c for c in aliases.values() if c not in named_tensors]
+            if missing:
+                raise FerryError(ERR_ARG, "Subscriber(tied=...): the tensors lack %s" % missing)
+            named_tensors = {n: t for n, t in named_tensors.items() if n not in aliases}
+            all_tensors = dict(named_tensors)
         self._bind(named_tensors, version)
         before = self._version or self._claimed
         got = self._sync(min_version, exact_version)
@@ -563,6 +594,8 @@ class Subscriber(_lib.Handle):
             _alias.write_back({n: d for n, (d, _) in self._mirror.items()}, host, self._tied)
             if self._all_mirrored:
                 self._sig = None   # verified once: from now on borrow what can be
+        if aliases and self._version != before:
+            _copy_aliases(aliases, all_tensors, self._caller_aliases)
         return got
 
     def _bind(self, tensors, version):
@@ -801,6 +834,62 @@ def wait_head(fn: Callable[..., int], handle: ctypes.c_void_p, after: int,
         return None
     check(rc)
     return head.value
+
+
+def _tied_map(tied):
+    """{alias: name}, checked: no alias is also a name, none twice."""
+    if not tied:
+        return {}
+    m = {str(a): str(c) for a, c in dict(tied).items()}
+    bad = [a for a, c in m.items() if a == c or c in m]
+    if bad:
+        raise FerryError(ERR_ARG, "tied: %s map to themselves or to another alias" % bad)
+    return m
+
+
+def _same_values(a, b):
+    """Whether two tensors/arrays hold the same bits (one storage: at once)."""
+    if hasattr(a, "data_ptr") and hasattr(b, "data_ptr") and a.data_ptr() == b.data_ptr() \
+            and a.shape == b.shape and a.dtype == b.dtype and a.stride() == b.stride():
+        return True
+    torch = _torch()
+    if torch is not None and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
+    import numpy as np
+    a = a.data if isinstance(a, Raw) else a
+    b = b.data if isinstance(b, Raw) else b
+    return np.shape(a) == np.shape(b) and np.array_equal(np.asarray(a), np.asarray(b))
+
+
+def _drop_tied(tensors, tied):
+    """The mapping without its aliases, and the "ferry.tied" metadata."""
+    import json
+    if not isinstance(tensors, collections.abc.Mapping):
+        raise TypeError("Publisher(tied=...): publish a mapping name -> tensor")
+    out = dict(tensors)
+    for alias, name in tied.items():
+        if alias not in out or name not in out:
+            raise FerryError(ERR_ARG, "Publisher(tied=...): %r is tied to %r, but the model "
+                             "lacks %r" % (alias, name, alias if alias not in out else name))
+        if not _same_values(out[alias], out[name]):
+            raise FerryError(ERR_ARG, "Publisher(tied=...): %r and %r differ: not tied"
+                             % (alias, name))
+        del out[alias]
+    return out, {"ferry.tied": json.dumps(tied, sort_keys=True)}
+
+
+def _copy_aliases(aliases, tensors, caller):
+    """After a sync: each alias that does not share its name's storage gets
+    its values."""
+    for alias, name in aliases.items():
+        dst, src = caller[alias], tensors[name]
+        if not _same_values(dst, src):
+            if hasattr(dst, "copy_"):
+                dst.copy_(src)
+            else:
+                import numpy as np
+                d = dst.data if isinstance(dst, Raw) else dst
+                np.copyto(d, src.data if isinstance(src, Raw) else np.asarray(src))
 
 
 def _as_f32(x):
