@@ -87,7 +87,7 @@ int demo_config_parse(const char *text, demo_config *c);
 
 /* The probe set of quantized legs (demo_step.fp8_*): prompts of a stream of
  * their own (seed ^ DEMO_PROBE_SEED). */
-#define DEMO_PROBE_PROMPTS 64
+#define DEMO_PROBE_PROMPTS 8
 #define DEMO_PROBE_SEED 0x70726f6265ull
 
 /* Status line of an island. */
