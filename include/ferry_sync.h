@@ -592,8 +592,10 @@ FERRY_API int ferry_mirror_once(ferry_store *src, ferry_store *dst, const char *
  * when one is down (store errors), behind (FERRY_ERR_SYNC_NOT_YET for a
  * version asked for, or a HEAD below one already seen elsewhere:
  * _BACKWARDS), or serves something that does not verify (_CORRUPT,
- * _MANIFEST, _NO_PATH, _GONE); objects rejected in one store are tried
- * again in the next.  ferry_subscriber_wait reads the first store that
+ * _MANIFEST, _NO_PATH, _GONE).  Within a sync, an object (manifest,
+ * delta, anchor) whose copy is refused is fetched from the other stores in
+ * turn and the route goes on where it was: one bad object on a mirror costs
+ * that object again, not the route.  ferry_subscriber_wait reads the first store that
  * answers.  The stores must hold the same run (mirrors of one another)
  * and outlive the handle.  At most FERRY_SYNC_STORES_MAX stores in all.
  * Returns FERRY_ERR_ARG (NULL, or the list is full). */
@@ -602,6 +604,9 @@ FERRY_API int ferry_subscriber_add_store(ferry_subscriber *s, ferry_store *store
 /* Which store served the last successful sync: 0 = the one the handle was
  * opened with, 1.. = the stores added, in order. */
 FERRY_API unsigned ferry_subscriber_store_used(const ferry_subscriber *s);
+/* How many objects the last sync took from another store than the one it
+ * ran on, because that store's copy was refused or missing. */
+FERRY_API unsigned ferry_subscriber_objects_refetched(const ferry_subscriber *s);
 
 #ifdef __cplusplus
 }

@@ -23,6 +23,50 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+/* Objects of a route from a list of stores (docs/MIRROR.md): each is
+ * fetched from the store the sync runs on and, when that copy is refused
+ * (does not verify, is missing, or the store fails), from the others in
+ * turn.  They hold byte-identical copies of one run, so one bad object on
+ * a mirror costs that object again, not the whole route from the origin
+ * (issue 26).  A failure of this process (memory, the local output) is
+ * not retried: another store would fail the same way. */
+typedef int (*from_fn)(ferry_subscriber *s, ferry_store *st, void *arg);
+
+static int on_stores(ferry_subscriber *s, from_fn fn, void *arg)
+{
+    int rc = fn(s, s->st, arg);
+    if (!rc || !s->nalt || !ferry__sync_store_worth_next(rc)) return rc;
+    int rc0 = rc;
+    char first[512];
+    snprintf(first, sizeof first, "%s", ferry_last_error());
+    ferry_store *last = NULL;
+    for (size_t i = 0; i <= s->nalt; i++) {
+        ferry_store *o = i ? s->alt[i - 1] : s->home;
+        if (o == s->st) continue;
+        ferry__clear_error();
+        if (!(rc = fn(s, o, arg))) {
+            s->refetched++;
+            return FERRY_OK;
+        }
+        if (!ferry__sync_store_worth_next(rc)) return rc;
+        last = o;
+    }
+    return ferry__fail(rc0, "%s (refused on every store of the list; the last, %s: %.300s)", first, ferry_store_url(last),
+                       ferry_last_error());
+}
+
+struct manifest_arg {
+    uint64_t version;
+    const char *id;
+    fs_manifest *out;
+};
+
+static int manifest_from(ferry_subscriber *s, ferry_store *st, void *arg)
+{
+    struct manifest_arg *a = arg;
+    return ferry__sync_manifest_read(st, s->run, s->keys, a->version, a->id, &s->cnt, a->out);
+}
+
 int ferry__sync_sub_manifest(ferry_subscriber *s, uint64_t version, const char *id, fs_manifest *out)
 {
     for (size_t i = 0; i < s->ncache; i++)
@@ -30,7 +74,8 @@ int ferry__sync_sub_manifest(ferry_subscriber *s, uint64_t version, const char *
             *out = s->cache[i];
             return FERRY_OK;
         }
-    int rc = ferry__sync_manifest_read(s->st, s->run, s->keys, version, id, &s->cnt, out);
+    struct manifest_arg a = {version, id, out};
+    int rc = on_stores(s, manifest_from, &a);
     if (rc) return rc;
     s->cache[s->cache_next] = *out;
     s->cache_next = (s->cache_next + 1) % SUB_CACHE;
@@ -93,16 +138,28 @@ static void advance(ferry_subscriber *s, sub_work *w, const fs_state *to)
     s->stats.steps++;
 }
 
-/* One delta (of a version, or compacted): fetch, check, apply; the result
- * is bounded by max_out bytes (its manifest's model size). */
-static int step_delta(ferry_subscriber *s, sub_work *w, const char *key, uint64_t size, bool has_sha, const uint8_t sha[32],
-                      uint64_t max_out, const uint8_t target[16], const fs_state *to)
+/* One delta from one store. */
+struct delta_arg {
+    sub_work *w;
+    const char *key;
+    uint64_t size;
+    const uint8_t *want;
+    uint64_t max_out;
+    const uint8_t *target;
+    const fs_state *to;
+};
+
+static int delta_from(ferry_subscriber *s, ferry_store *from, void *arg)
 {
+    const struct delta_arg *da = arg;
+    sub_work *w = da->w;
+    const char *key = da->key;
+    const uint8_t *target = da->target;
+    const fs_state *to = da->to;
+    uint64_t max_out = da->max_out;
     void *patch = NULL;
     size_t n = 0;
-    const uint8_t *want;
-    int rc = ferry__sync_want_sha(s->keys, key, has_sha, sha, &want);
-    if (!rc) rc = ferry__sync_object_get(s->st, key, size, want, &s->cnt, &patch, &n);
+    int rc = ferry__sync_object_get(from, key, da->size, da->want, &s->cnt, &patch, &n);
     if (rc) return rc;
     ferry_patch_info *pi = NULL;
     if ((rc = ferry_patch_inspect(patch, n, &pi))) {
@@ -153,6 +210,17 @@ static int step_delta(ferry_subscriber *s, sub_work *w, const char *key, uint64_
     return FERRY_OK;
 }
 
+/* One delta (of a version, or compacted): fetch, check, apply; the result
+ * is bounded by max_out bytes (its manifest's model size).  A step that
+ * fails leaves w as it was, so the copy of another store can follow. */
+static int step_delta(ferry_subscriber *s, sub_work *w, const char *key, uint64_t size, bool has_sha, const uint8_t sha[32],
+                      uint64_t max_out, const uint8_t target[16], const fs_state *to)
+{
+    struct delta_arg a = {w, key, size, NULL, max_out, target, to};
+    int rc = ferry__sync_want_sha(s->keys, key, has_sha, sha, &a.want);
+    return rc ? rc : on_stores(s, delta_from, &a);
+}
+
 /* Where an anchor is downloaded.  File mode without tmp_dir: beside PATH
  * under a name without the pid (*resumable), so that the next process
  * continues a download this one did not finish. */
@@ -169,9 +237,17 @@ static int stage_path(ferry_subscriber *s, char *out, size_t cap, const fs_manif
     return FERRY_OK;
 }
 
-/* The full object of an anchor: downloaded aside, parsed, hashed. */
-static int step_full(ferry_subscriber *s, sub_work *w, const fs_manifest *m)
+/* The full object of an anchor from one store: downloaded aside, parsed,
+ * hashed. */
+struct full_arg {
+    sub_work *w;
+    const fs_manifest *m;
+};
+
+static int full_from(ferry_subscriber *s, ferry_store *from, void *arg)
 {
+    sub_work *w = ((struct full_arg *)arg)->w;
+    const fs_manifest *m = ((struct full_arg *)arg)->m;
     char key[FS_KEY_CAP], tmp[4200];
     ferry__sync_key_version(key, s->run, m->version, m->id, FS_OBJ_FULL);
     const uint8_t *want;
@@ -188,8 +264,8 @@ static int step_full(ferry_subscriber *s, sub_work *w, const fs_manifest *m)
     uint64_t max = m->full_bytes ? m->full_bytes : 1;
     ferry_store_transfer_options xo = {.concurrency = s->concurrency, .chunk_size = s->chunk_size, .resume = resumable,
                                        .max_size = max};
-    if ((rc = ferry_store_kind(s->st) == FERRY_STORE_FILE ? ferry_store_get_file_max(s->st, key, tmp, max, &ss)
-                                                          : ferry_store_get_file_parallel(s->st, key, tmp, &xo, &ss)))
+    if ((rc = ferry_store_kind(from) == FERRY_STORE_FILE ? ferry_store_get_file_max(from, key, tmp, max, &ss)
+                                                         : ferry_store_get_file_parallel(from, key, tmp, &xo, &ss)))
         return rc != FERRY_ERR_LIMIT ? rc
                : ferry__fail(want ? FERRY_ERR_SIG_DIGEST : FERRY_ERR_LIMIT, "%s: larger than the %llu bytes its %smanifest declares",
                              key, (unsigned long long)m->full_bytes, want ? "signed " : "");
@@ -238,6 +314,12 @@ static int step_full(ferry_subscriber *s, sub_work *w, const fs_manifest *m)
     memcpy(to.hash, m->model_hash, 16);
     advance(s, w, &to);
     return FERRY_OK;
+}
+
+static int step_full(ferry_subscriber *s, sub_work *w, const fs_manifest *m)
+{
+    struct full_arg a = {w, m};
+    return on_stores(s, full_from, &a);
 }
 
 /* Deltas from+1 .. to: the manifests are read from `to` back (each names

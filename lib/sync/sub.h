@@ -52,10 +52,13 @@ struct ferry_subscriber {
        only), reused by the next sync if read less than poll_ms ago */
     fs_head polled;
     uint64_t polled_ms;         /* when (ferry__mono_ms); 0 = none to reuse */
-    /* store list (sub_stores.c): further stores in order of preference */
+    /* store list (sub_stores.c): further stores in order of preference;
+       home is the first (st is the one a sync runs on, any of them) */
+    ferry_store *home;
     ferry_store *alt[FERRY_SYNC_STORES_MAX - 1];
     size_t nalt;
     unsigned used;              /* which one served the last sync */
+    unsigned refetched;         /* objects of the last sync taken from another store */
 };
 
 /* The model a sync is building: it starts as what the subscriber holds

@@ -81,3 +81,4 @@ int ferry_subscriber_add_store(ferry_subscriber *s, ferry_store *store)
 }
 
 unsigned ferry_subscriber_store_used(const ferry_subscriber *s) { return s ? s->used : 0; }
+unsigned ferry_subscriber_objects_refetched(const ferry_subscriber *s) { return s ? s->refetched : 0; }

@@ -29,7 +29,7 @@ int ferry_subscriber_open(ferry_store *store, const char *run, const ferry_subsc
                                    ferry_model_tensor(o.model, i)->name);
     ferry_subscriber *s = ferry__calloc(1, sizeof *s);
     if (!s) return FERRY_ERR_NOMEM;
-    s->st = store;
+    s->st = s->home = store;
     snprintf(s->run, sizeof s->run, "%s", run);
     s->mode = o.path ? SUB_FILE : o.model ? SUB_MEMORY : SUB_PRIVATE;
     s->threads = o.threads;
@@ -448,6 +448,7 @@ int ferry_subscriber_sync(ferry_subscriber *s, int mode, uint64_t version, ferry
     snprintf(info->path, sizeof info->path, "none");
     uint64_t b0 = s->cnt.bytes;
     s->stats.syncs++;
+    s->refetched = 0;
     int rc = ferry__sync_sub_sync_stores(s, mode, version, info, sync_run);
     info->to_version = ferry_subscriber_version(s);
     info->bytes_fetched = s->cnt.bytes - b0;
