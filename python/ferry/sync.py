@@ -127,6 +127,7 @@ _lib._proto("ferry_subscriber_wake", None, _P)
 _lib._proto("ferry_subscriber_get_stats", None, _P, ctypes.POINTER(_SubscriberStats))
 _lib._proto("ferry_subscriber_add_store", _I, _P, _P)
 _lib._proto("ferry_subscriber_store_used", ctypes.c_uint, _P)
+_lib._proto("ferry_subscriber_objects_refetched", ctypes.c_uint, _P)
 _lib._proto("ferry_mirror_once", _I, _P, _P, _S, ctypes.POINTER(_MirrorOptions),
             ctypes.POINTER(_MirrorInfo))
 
@@ -546,6 +547,7 @@ class Subscriber(_lib.Handle):
         check(rc)
         self.last_info = _info_dict(info)
         self.last_info["store_used"] = L.ferry_subscriber_store_used(self._h)
+        self.last_info["objects_refetched"] = L.ferry_subscriber_objects_refetched(self._h)
         return self._version
 
     def sync(self, min_version: Optional[int] = None, exact_version: Optional[int] = None) -> int:
@@ -741,6 +743,13 @@ class Subscriber(_lib.Handle):
         """Which store served the last successful sync: 0 = `store`, 1.. =
         the entries of `stores`, in order."""
         return L.ferry_subscriber_store_used(self._h) if self._h else 0
+
+    @property
+    def objects_refetched(self) -> int:
+        """How many objects the last sync took from another store than the
+        one it ran on, because that store's copy was refused (the route
+        itself went on: one bad object on a mirror costs only itself)."""
+        return L.ferry_subscriber_objects_refetched(self._h) if self._h else 0
 
     @property
     def hash(self) -> Optional[bytes]:
