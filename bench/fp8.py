@@ -36,7 +36,7 @@ FP8) per position, share of positions with the same argmax.
 With --demo, build/ferry-demo --rollout-dtype fp8 --json (default settings
 plus --demo-args): per leg (BF16, FP8) reward and bytes per version, the FP8
 patch against the BF16 patch of the same step, and the demo's own logits
-probe of the FP8 island (its policy, 64 prompts x every answer context).
+probe of the FP8 island (its policy, 8 prompts x every answer context).
 
 Writes bench/results/fp8.json, fp8.txt and (--demo) fp8_demo_steps.json.
 
