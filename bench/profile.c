@@ -3,7 +3,7 @@
  * bench/throughput measures every operation in one run; this one isolates
  * one, with nothing else in the process between repetitions.
  *
- *   profile MODE OLD NEW [--masters M] [--threads N] [--reps N] [--out F]
+ *   profile MODE OLD NEW [--masters M] [--threads N] [--reps N] [--out F] [--scatter] [--warmup]
  *
  * MODE: diff (NEW as BF16), diff-fp32 (--masters M, cast on the fly),
  * apply (into new memory), apply-file (to --out, fsync'd), in-place (into
@@ -22,7 +22,7 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: profile MODE OLD NEW [--masters M] [--threads N] [--reps N] [--out F]\n"
+    fprintf(f, "usage: profile MODE OLD NEW [--masters M] [--threads N] [--reps N] [--out F] [--scatter] [--warmup]\n"
                "  MODE        diff | diff-fp32 | apply | apply-file | in-place\n"
                "  OLD NEW     BF16 checkpoints (.safetensors); NEW is the target\n"
                "  --masters M FP32 masters whose BF16 cast is NEW (diff-fp32)\n"
@@ -31,7 +31,9 @@ static void usage(FILE *f)
                "  --out F     apply-file's output (default /tmp/ferry-profile.safetensors)\n"
                "  --scatter   in-place: after each run, time the raw scatter of the same changes\n"
                "              (int32 indices + words, bench/scatter.h) with as many threads, into\n"
-               "              the same copy put back to OLD; prints both and their ratio\n");
+               "              the same copy put back to OLD; prints both and their ratio\n"
+               "  --warmup    one run first that is neither timed nor profiled (memory the\n"
+               "              library keeps between calls is then in place, as on an island)\n");
 }
 
 /* With PERF_CTL_FIFO set (perf record -D -1 --control fifo:PATH), the
@@ -46,6 +48,15 @@ static void perf_ctl(int on)
     fclose(f);
 }
 
+/* CPU seconds of the whole process: on a machine shared with other work,
+ * less disturbed than the wall clock by the time slices others take. */
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static void die(const char *what, int rc)
 {
     fprintf(stderr, "profile: %s: %s (%s)\n", what, ferry_last_error(), ferry_strerror(rc));
@@ -55,7 +66,7 @@ static void die(const char *what, int rc)
 int main(int argc, char **argv)
 {
     const char *mode = NULL, *oldp = NULL, *newp = NULL, *masters = NULL, *out = "/tmp/ferry-profile.safetensors";
-    int threads = 1, reps = 5, scatter = 0;
+    int threads = 1, reps = 5, scatter = 0, warmup = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { usage(stdout); return 0; }
         if (!strcmp(argv[i], "--masters") && i + 1 < argc) masters = argv[++i];
@@ -63,6 +74,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--scatter")) scatter = 1;
+        else if (!strcmp(argv[i], "--warmup")) warmup = 1;
         else if (!mode) mode = argv[i];
         else if (!oldp) oldp = argv[i];
         else if (!newp) newp = argv[i];
@@ -93,42 +105,46 @@ int main(int argc, char **argv)
         fprintf(stderr, "profile: --scatter needs in-place and two models of the same tensors\n");
         return 2;
     }
-    double gb = (double)ferry_model_nbytes(b) / 1e9, best = 1e30, best_sc = 1e30;
-    for (int r = 0; r < reps; r++) {
-        if (m_inplace && r) bench_model_reset(c, a); /* back to OLD */
+    double gb = (double)ferry_model_nbytes(b) / 1e9, best = 1e30, best_sc = 1e30, best_cpu = 1e30, best_sc_cpu = 1e30;
+    for (int r = -warmup; r < reps; r++) { /* runs below 0: warm-up, neither timed nor profiled */
+        if (m_inplace && r > -warmup) bench_model_reset(c, a); /* back to OLD */
         ferry_diff_options d = {.threads = threads, .base_hash = ha, .cast_bf16 = m_fp32};
         ferry_apply_options o = {.threads = threads, .base_hash = ha};
         void *p = NULL;
         size_t n = 0;
         ferry_model *res = NULL;
-        perf_ctl(1);
-        double t0 = bench_now();
+        if (r >= 0) perf_ctl(1);
+        double c0 = cpu_now(), t0 = bench_now();
         if (m_diff || m_fp32) rc = ferry_diff(a, m_fp32 ? m : b, &d, &p, &n);
         else if (m_apply) rc = ferry_apply_ex(a, patch, psize, &o, &res);
         else if (m_file) rc = ferry_apply_file(a, patch, psize, &o, out);
         else rc = ferry_apply_inplace_ex(c, patch, psize, &o);
-        double dt = bench_now() - t0;
-        perf_ctl(0);
+        double dt = bench_now() - t0, dc = cpu_now() - c0;
+        if (r >= 0) perf_ctl(0);
         if (rc) die(mode, rc);
         ferry_free(p);
         ferry_model_free(res);
+        if (r < 0) continue;
         if (dt < best) best = dt;
-        printf("%s run %d: %.3f s, %.2f GB/s\n", mode, r + 1, dt, gb / dt);
+        if (dc < best_cpu) best_cpu = dc;
+        printf("%s run %d: %.3f s, %.2f GB/s, cpu %.3f s\n", mode, r + 1, dt, gb / dt, dc);
         if (scatter) {
             bench_model_reset(c, a);
-            double s0 = bench_now();
+            double sc0 = cpu_now(), s0 = bench_now();
             if (bench_scatter_run(&sc, c, threads)) die("scatter", FERRY_ERR_ARG);
-            double ds = bench_now() - s0;
+            double ds = bench_now() - s0, dsc = cpu_now() - sc0;
             if (ds < best_sc) best_sc = ds;
-            printf("raw scatter run %d: %.4f s (%llu changes); in-place / scatter %.2f\n", r + 1, ds,
-                   (unsigned long long)sc.changes, dt / ds);
+            if (dsc < best_sc_cpu) best_sc_cpu = dsc;
+            printf("raw scatter run %d: %.4f s, cpu %.4f s (%llu changes); in-place / scatter %.2f, cpu %.2f\n", r + 1, ds, dsc,
+                   (unsigned long long)sc.changes, dt / ds, dc / dsc);
         }
     }
     if (scatter)
-        printf("raw scatter best of %d, %d thread(s): %.4f s; best in-place / best scatter %.2f\n", reps, threads, best_sc,
-               best / best_sc);
+        printf("raw scatter best of %d, %d thread(s): %.4f s, cpu %.4f s; best in-place / best scatter %.2f, cpu %.2f\n", reps,
+               threads, best_sc, best_sc_cpu, best / best_sc, best_cpu / best_sc_cpu);
     bench_scatter_free(&sc);
-    printf("%s best of %d, %d thread(s): %.3f s, %.2f GB/s of BF16 model (%.3f GB)\n", mode, reps, threads, best, gb / best, gb);
+    printf("%s best of %d, %d thread(s): %.3f s, %.2f GB/s of BF16 model (%.3f GB), cpu %.3f s\n", mode, reps, threads, best,
+           gb / best, gb, best_cpu);
     if (m_file) unlink(out);
     ferry_free(patch);
     ferry_model_free(a);
