@@ -155,13 +155,47 @@ static int fail_saved(int rc, const char *what, const char *saved)
 /* ferry pull of a sharded run into one file: an island of one rank whose
  * regions are every tensor whole (M = 1), its state beside PATH as
  * ferry shard-pull --out keeps it (cmd_shard_local.c). */
+/* The tensors of a whole-model PATH that a sharded pull wrote (its state
+ * says so): the next call takes them from PATH instead of reading HEAD's
+ * manifest once more (the run's tensors are fixed; a PATH that is not what
+ * its state recorded is refused by shard_out_run). */
+static ferry_shard_tensor_list *tensors_of_path(const char *path)
+{
+    ferry_model *m = NULL;
+    if (!shard_state_is_ours(path) || ferry_model_open(path, &m)) return NULL;
+    ferry_shard_tensor_list *l = calloc(1, sizeof *l);
+    size_t n = ferry_model_count(m);
+    if (l && !(l->tensors = calloc(n + 1, sizeof *l->tensors))) {
+        free(l);
+        l = NULL;
+    }
+    for (size_t i = 0; l && i < n; i++) {
+        const ferry_tensor *t = ferry_model_tensor(m, i);
+        ferry_shard_tensor *x = &l->tensors[l->count];
+        if (t->ndim > FERRY_MAX_DIMS || !(x->name = strdup(t->name))) break;
+        x->dtype = t->dtype;
+        x->ndim = t->ndim;
+        memcpy(x->shape, t->shape, t->ndim * sizeof *t->shape);
+        l->count++;
+    }
+    if (l && l->count != n) { /* short of memory: the manifest's list instead */
+        for (size_t i = 0; i < l->count; i++) free(l->tensors[i].name);
+        free(l->tensors);
+        free(l);
+        l = NULL;
+    }
+    ferry_model_free(m);
+    return l;
+}
+
 static int pull_sharded(sync_common *c, ferry_store *store, ferry_store *const *fbs, int nfb, const char *const *fallback,
                         shard_out *o, int threads)
 {
-    ferry_shard_tensor_list *l = NULL;
+    ferry_shard_tensor_list *l = tensors_of_path(o->path);
     ferry_shard_subscriber *s = NULL;
     ferry_shard_region *rg = NULL;
-    int rc = ferry_shard_tensors(store, c->run, c->keys, &l), ret = 0;
+    bool mine = l != NULL;
+    int rc = mine ? 0 : ferry_shard_tensors(store, c->run, c->keys, &l), ret = 0;
     if (!rc && !(rg = calloc(l->count + 1, sizeof *rg))) rc = FERRY_ERR_NOMEM;
     for (size_t i = 0; !rc && i < l->count; i++) rg[i].name = l->tensors[i].name;
     ferry_shard_sub_options so = {.threads = threads, .keys = c->keys};
@@ -180,7 +214,13 @@ static int pull_sharded(sync_common *c, ferry_store *store, ferry_store *const *
     }
     ferry_shard_subscriber_free(s);
     free(rg);
-    ferry_shard_tensor_list_free(l);
+    if (mine) {
+        for (size_t i = 0; i < l->count; i++) free(l->tensors[i].name);
+        free(l->tensors);
+        free(l);
+    } else {
+        ferry_shard_tensor_list_free(l);
+    }
     return ret;
 }
 
