@@ -225,8 +225,8 @@ static void reseal(uint8_t *p, size_t n)
     memcpy(p + n - 16, &sum, 16);
 }
 
-/* Chunks with many changes take the rANS coders (codec 2 from 32768
- * changes, codec 3 and format version 2 from 131072): every word width,
+/* Chunks with many changes take the rANS coder (codec 3 and format
+ * version 2 from 32768 changes; codec 2 only read): every word width,
  * with deltas of every size, and the portable and vectorised kernels must
  * write identical bytes. */
 static void rans_every_width(size_t n, unsigned want_version)
@@ -316,7 +316,7 @@ static void rans_every_width(size_t n, unsigned want_version)
 
 /* The codec a chunk gets: by its number of changes, with codec 3 from
  * 8192 changes in a tensor of several chunks (its small last chunk) and
- * from 131072 otherwise; every choice decodes to the target. */
+ * from 32768 otherwise; every choice decodes to the target. */
 static void test_chunk_codec_choice(void)
 {
     enum { N = 40000 };
