@@ -209,11 +209,12 @@ static int check_head(ferry_publisher *p)
 /* Moves HEAD from this publisher's last version to m (head.c: retries,
  * our own landed write, BACKWARDS vs CONFLICT); a HEAD found elsewhere
  * fences the handle. */
-static int move_head(ferry_publisher *p, const fs_manifest *m, char new_etag[FERRY_STORE_ETAG_MAX])
+static int move_head(ferry_publisher *p, const fs_manifest *m, const char *manifest_record, char new_etag[FERRY_STORE_ETAG_MAX])
 {
     fs_head nh;
     ferry__sync_head_init(&nh, m->version, m->id, m->kind, m->model_hash, p->pubid);
     memcpy(nh.run_id, m->run_id, FS_ID_CAP);
+    nh.manifest_record = manifest_record; /* a reader's one round trip */
     fs_ref from = {p->last.version, ""};
     memcpy(from.id, p->last.id, FS_ID_CAP);
     memcpy(new_etag, p->head_etag, FERRY_STORE_ETAG_MAX);
@@ -345,6 +346,7 @@ int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flag
     m.created = ferry__sync_now();
     snprintf(m.publisher, sizeof m.publisher, "%s", p->pubid);
     m.anchor_every = p->anchor_every;
+    char etag[FERRY_STORE_ETAG_MAX];
     {
         char key[FS_KEY_CAP];
         ferry__sync_key_version(key, p->run, m.version, m.id, FS_OBJ_MANIFEST);
@@ -355,11 +357,10 @@ int ferry_publish_ex(ferry_publisher *p, const ferry_model *model, unsigned flag
         }
         if ((rc = ferry__sync_record_seal(p->keys, &text))) goto out;
         rc = ferry_store_put(p->st, key, text, strlen(text), NULL);
+        if (!rc) rc = move_head(p, &m, text, etag);
         free(text);
         if (rc) goto out;
     }
-    char etag[FERRY_STORE_ETAG_MAX];
-    if ((rc = move_head(p, &m, etag))) goto out;
 
     /* published: this is now the base of the next delta */
     if (reuse) {

@@ -93,6 +93,10 @@ char *ferry__sync_head_json(const char *run, const fs_head *h, const char *manif
                              jint(h->version), "id", h->id, "kind", k_kind[h->kind], "manifest", manifest_key,
                              "model_hash", jhash(h->model_hash), "publisher", h->publisher, "time_unix", jint((uint64_t)h->time),
                              "time", t);
+    if (root && h->manifest_record && json_object_set_new(root, "manifest_record", json_string(h->manifest_record))) {
+        json_decref(root);
+        return NULL;
+    }
     return with_run_id(root, h->run_id);
 }
 
@@ -599,6 +603,48 @@ static int get_small(ferry_store *st, const char *key, const ferry_keys *keys, f
     return FERRY_OK;
 }
 
+/* A manifest record's body (its seal opened) parsed and checked as the
+ * manifest of version/id under key. */
+static int manifest_checked(const char *run, const char *key, const ferry_keys *keys, const void *d, size_t body,
+                            uint64_t version, const char *id, fs_manifest *out)
+{
+    int rc = ferry__sync_manifest_parse(run, key, d, body, out);
+    if (!rc && (out->version != version || strcmp(out->id, id)))
+        rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: holds the manifest of version %llu id %s", key,
+                         (unsigned long long)out->version, out->id);
+    if (!rc && ferry__sign_keys_enforce(keys) &&
+        ((out->kind == FERRY_SYNC_ANCHOR && !out->has_full_sha) || (out->version > 1 && !out->has_delta_sha)))
+        rc = ferry__fail(FERRY_ERR_SIG_DIGEST, "%s: a signed manifest without the SHA-256 of each object it lists", key);
+    return rc;
+}
+
+/* HEAD's copy of the manifest it names ("manifest_record": the stored
+ * record, seal included), checked exactly as that manifest fetched from the
+ * store would be, and agreeing with HEAD on the model hash.  One that is
+ * absent or does not verify is ignored: the reader fetches the manifest,
+ * which must then verify on its own, so a HEAD can make a reader trust
+ * nothing it would not have trusted before. */
+static void head_inline(const char *run, const ferry_keys *keys, const void *text, size_t n, fs_head *h)
+{
+    h->has_manifest = false;
+    json_t *root = json_loadb(text, n, JSON_REJECT_DUPLICATES, NULL);
+    json_t *rec = json_object_get(root, "manifest_record");
+    if (json_is_string(rec)) {
+        char key[FS_KEY_CAP];
+        ferry__sync_key_version(key, run, h->version, h->id, FS_OBJ_MANIFEST);
+        size_t body;
+        bool is_signed;
+        const char *r = json_string_value(rec);
+        size_t len = json_string_length(rec);
+        if (!ferry__sign_open(keys, FS_DOM_RECORD, key, r, len, &body, &is_signed) &&
+            !manifest_checked(run, key, keys, r, body, h->version, h->id, &h->manifest) &&
+            !memcmp(h->manifest.model_hash, h->model_hash, 16) && !strcmp(h->manifest.run_id, h->run_id))
+            h->has_manifest = true;
+        ferry__clear_error();
+    }
+    json_decref(root);
+}
+
 int ferry__sync_head_read_raw(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_head *h,
                               char etag[FERRY_STORE_ETAG_MAX], void **text, size_t *n)
 {
@@ -612,6 +658,7 @@ int ferry__sync_head_read_raw(ferry_store *st, const char *run, const ferry_keys
         rc = get_small(st, key, keys, cnt, &d, &nd, &body, etag);
         if (!rc) {
             rc = ferry__sync_head_parse(run, key, d, body, h);
+            if (!rc) head_inline(run, keys, d, body, h);
             if (!rc && text) {
                 *text = d;
                 *n = nd;
@@ -672,14 +719,8 @@ int ferry__sync_manifest_read(ferry_store *st, const char *run, const ferry_keys
     size_t n, body;
     int rc = get_small(st, key, keys, cnt, &d, &n, &body, NULL);
     if (rc) return rc;
-    rc = ferry__sync_manifest_parse(run, key, d, body, out);
+    rc = manifest_checked(run, key, keys, d, body, version, id, out);
     ferry_free(d);
-    if (!rc && (out->version != version || strcmp(out->id, id)))
-        rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: holds the manifest of version %llu id %s", key,
-                         (unsigned long long)out->version, out->id);
-    if (!rc && ferry__sign_keys_enforce(keys) &&
-        ((out->kind == FERRY_SYNC_ANCHOR && !out->has_full_sha) || (out->version > 1 && !out->has_delta_sha)))
-        rc = ferry__fail(FERRY_ERR_SIG_DIGEST, "%s: a signed manifest without the SHA-256 of each object it lists", key);
     return rc;
 }
 

@@ -76,11 +76,17 @@ int ferry__sync_sub_manifest(ferry_subscriber *s, uint64_t version, const char *
         }
     struct manifest_arg a = {version, id, out};
     int rc = on_stores(s, manifest_from, &a);
-    if (rc) return rc;
-    s->cache[s->cache_next] = *out;
+    if (!rc) ferry__sync_sub_cache_put(s, out);
+    return rc;
+}
+
+void ferry__sync_sub_cache_put(ferry_subscriber *s, const fs_manifest *m)
+{
+    for (size_t i = 0; i < s->ncache; i++)
+        if (s->cache[i].version == m->version && !strcmp(s->cache[i].id, m->id)) return;
+    s->cache[s->cache_next] = *m;
     s->cache_next = (s->cache_next + 1) % SUB_CACHE;
     if (s->ncache < SUB_CACHE) s->ncache++;
-    return FERRY_OK;
 }
 
 /* Replaces the work model by m (owned by the sync from now on). */

@@ -87,8 +87,9 @@ int ferry__sync_sub_sync_stores(ferry_subscriber *s, int mode, uint64_t version,
  * answers (NOT_FOUND counts as an answer). */
 int ferry__sync_sub_head_poll(ferry_subscriber *s, fs_head *h);
 
-/* Manifest through the cache. */
+/* Manifest through the cache; cache_put adds a verified one (HEAD's copy). */
 int ferry__sync_sub_manifest(ferry_subscriber *s, uint64_t version, const char *id, fs_manifest *out);
+void ferry__sync_sub_cache_put(ferry_subscriber *s, const fs_manifest *m);
 /* Executes one plan; on an object-level failure *badkey names the object
  * (empty if the failure was that the start is not on the lineage, which
  * sets *off_lineage). */

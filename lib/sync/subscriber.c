@@ -220,7 +220,9 @@ static int target_manifest(ferry_subscriber *s, const fs_head *h, uint64_t T, fs
         int rc = find_in(s, s->st, s->run, s->keys, h, T, &s->cnt, out);
         return rc ? rc : ferry__sync_run_id_agree(s->run, "the target's manifest", h->run_id, out->run_id);
     }
-    int rc = ferry__sync_sub_manifest(s, h->version, h->id, out);
+    /* HEAD's own copy of its manifest (verified as one fetched): no round trip */
+    int rc = h->has_manifest ? (*out = h->manifest, FERRY_OK) : ferry__sync_sub_manifest(s, h->version, h->id, out);
+    if (!rc && h->has_manifest) ferry__sync_sub_cache_put(s, out);
     if (!rc && (rc = ferry__sync_run_id_agree(s->run, "the manifest HEAD names", h->run_id, out->run_id))) return rc;
     if (rc == FERRY_ERR_STORE_NOT_FOUND)
         return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "run %s: HEAD names version %llu, whose manifest is missing", s->run,

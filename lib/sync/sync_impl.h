@@ -58,20 +58,6 @@ const char *ferry__sync_tmp_dir(const char *opt);
 
 /* ---- records: HEAD, manifests, the compaction index (records.c) ---- */
 
-/* The run id (run_id, docs/PROTOCOL.md "Run identity"): FERRY_SYNC_ID_LEN
- * random hex digits drawn at version 1 and carried, signed, by every
- * record of the run; "" in records written before run ids (read only by
- * a reader that has none pinned). */
-typedef struct fs_head {
-    uint64_t version;
-    char id[FS_ID_CAP];
-    char run_id[FS_ID_CAP];
-    int kind;
-    uint8_t model_hash[16];
-    char publisher[FERRY_SYNC_PUBLISHER_MAX];
-    int64_t time;
-} fs_head;
-
 /* The link of a manifest to an anchor: its version, id, full-object bytes
  * and cumulative delta bytes (for pricing paths without reading it). */
 typedef struct fs_anchor_ref {
@@ -99,6 +85,28 @@ typedef struct fs_manifest {
     char publisher[FERRY_SYNC_PUBLISHER_MAX];
     uint32_t anchor_every;
 } fs_manifest;
+
+/* The run id (run_id, docs/PROTOCOL.md "Run identity"): FERRY_SYNC_ID_LEN
+ * random hex digits drawn at version 1 and carried, signed, by every
+ * record of the run; "" in records written before run ids (read only by
+ * a reader that has none pinned). */
+typedef struct fs_head {
+    uint64_t version;
+    char id[FS_ID_CAP];
+    char run_id[FS_ID_CAP];
+    int kind;
+    uint8_t model_hash[16];
+    char publisher[FERRY_SYNC_PUBLISHER_MAX];
+    int64_t time;
+    /* Writing: the sealed record of the manifest HEAD names, carried inside
+     * HEAD as "manifest_record" (NULL: none; not owned).  Reading: that
+     * record, checked as a manifest fetched from the store is (has_manifest
+     * false when absent or when it does not verify: the reader then fetches
+     * the manifest).  One round trip a version instead of two (issue 26). */
+    const char *manifest_record;
+    bool has_manifest;
+    fs_manifest manifest;
+} fs_head;
 
 typedef struct fs_compaction {
     uint64_t from, to;
