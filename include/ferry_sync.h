@@ -248,6 +248,13 @@ typedef struct ferry_subscriber_options {
 FERRY_API int ferry_subscriber_open(ferry_store *store, const char *run, const ferry_subscriber_options *opts,
                                     ferry_subscriber **out);
 FERRY_API void ferry_subscriber_free(ferry_subscriber *s);
+
+/* Removes what killed processes left beside a local checkpoint PATH while
+ * they wrote it (PATH.tmp.PID.*, PATH.ferry.json.tmp.PID.*,
+ * PATH.ferry-anchor.PID.*) — only files of processes that no longer exist.
+ * A file-mode subscriber does it when it opens; a program that keeps its
+ * own files under these names (ferry shard-pull --out) calls it. */
+FERRY_API void ferry_sync_local_clean(const char *path);
 /* The run id this subscriber is pinned to ("" if none yet). */
 FERRY_API const char *ferry_subscriber_run_id(const ferry_subscriber *s);
 

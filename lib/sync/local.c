@@ -120,6 +120,11 @@ static void remove_stale(const char *path, bool downloads, const char *keep_id)
 
 void ferry__sync_local_drop_downloads(const char *path, const char *keep_id) { remove_stale(path, true, keep_id); }
 
+void ferry_sync_local_clean(const char *path)
+{
+    if (path) remove_stale(path, false, NULL);
+}
+
 int ferry__sync_local_open(const char *path, const char *run, ferry_model **model, fs_state *st)
 {
     memset(st, 0, sizeof *st);

@@ -18,12 +18,10 @@
 #include "cmd_shard.h"
 
 #ifndef FERRY_NO_NET
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <libgen.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,39 +215,6 @@ static int check_regular(const shard_out *o, const char *p, bool *exists)
     return 0;
 }
 
-/* A process killed while it wrote leaves PATH.tmp.PID.RANDOM
- * (ferry_model_save) or PATH.ferry.json.tmp.PID (the state) beside PATH:
- * never read; those of processes that no longer exist are removed (the
- * names and the rule of lib/sync/local.c). */
-static void remove_stale(const char *path)
-{
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    const char *base = slash ? path + (slash - dir) + 1 : path;
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = 0;
-    else *slash = 0;
-    size_t bn = strlen(base);
-    DIR *d = opendir(dir);
-    if (!d) return;
-    for (struct dirent *e; (e = readdir(d));) {
-        const char *n = e->d_name, *rest;
-        if (strncmp(n, base, bn)) continue;
-        if (!strncmp(n + bn, ".tmp.", 5)) rest = n + bn + 5;
-        else if (!strncmp(n + bn, ".ferry.json.tmp.", 16)) rest = n + bn + 16;
-        else continue;
-        char *end;
-        long pid = strtol(rest, &end, 10);
-        if (end == rest || pid <= 0 || (*end && *end != '.')) continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours to judge) */
-        char full[8300];
-        snprintf(full, sizeof full, "%s/%s", dir, n);
-        unlink(full);
-    }
-    closedir(d);
-}
-
 /* Reads PATH and its state: *m (PATH opened) and *h (the version it holds)
  * when both are there and agree; neither when PATH or the state is absent. */
 static int state_load(const shard_out *o, const sync_common *c, ferry_model **m, held *h)
@@ -262,7 +227,7 @@ static int state_load(const shard_out *o, const sync_common *c, ferry_model **m,
     int st = check_regular(o, o->path, &have_path);
     if (!st) st = check_regular(o, sp, &have_state);
     if (st) return st;
-    remove_stale(o->path);
+    ferry_sync_local_clean(o->path); /* what killed writers left beside PATH */
     /* a PATH without state is replaced by a complete version; a state
        without PATH describes nothing (PATH removed): written anew */
     if (!have_state || !have_path) return 0;
