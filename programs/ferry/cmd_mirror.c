@@ -72,11 +72,6 @@ static bool transient(int rc)
 static volatile sig_atomic_t g_stop;
 static void on_signal(int sig) { (void)sig, g_stop = 1; }
 
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 int cmd_mirror(int argc, char **argv)
 {
@@ -154,7 +149,7 @@ int cmd_mirror(int argc, char **argv)
         /* wait for SRC's HEAD to change (a HEAD request: no body) */
         for (;;) {
             if (g_stop || cli_now() >= t_end) break;
-            sleep_ms((long)poll_ms);
+            cli_sleep_s((double)poll_ms / 1e3);
             ferry_store_stat ss;
             if (ferry_store_head(src, head_key, &ss)) continue;
             if (rc || !ss.etag[0] || strcmp(ss.etag, seen)) {

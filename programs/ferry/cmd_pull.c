@@ -34,7 +34,8 @@ static void pull_help(void)
            "  --min-version N     nothing to do if PATH holds N or later, else the latest\n"
            "                      (exit 4 if HEAD is below N)\n"
            "  --exact-version N   exactly N (older than PATH's version is allowed)\n"
-           "  --follow            keep PATH at the latest version as versions appear\n"
+           "  --follow            keep PATH at the latest version as versions appear (a store\n"
+           "                      or run that does not exist yet is waited for)\n"
            "  --interval S        how often --follow polls HEAD (default 1)\n"
            "  --until-version N   --follow: stop once PATH holds N or later\n"
            "  --idle-timeout S    --follow: stop (exit 4) when no new version came for S seconds\n"
@@ -224,11 +225,6 @@ static int pull_sharded(sync_common *c, ferry_store *store, ferry_store *const *
     return ret;
 }
 
-static void pause_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
 
 /* Syncs, then waits for HEAD to move (the library polls it at the
  * subscriber's interval and returns as soon as a newer version shows).
@@ -274,7 +270,7 @@ static int follow(const sync_common *c, ferry_store *store, ferry_subscriber *su
         if (rc && rc != FERRY_ERR_SYNC_TIMEOUT) {
             fprintf(stderr, "ferry pull: %s (retrying)\n", ferry_last_error());
             if (++errors > 1000) return sync_fail("pull", rc, path);
-            pause_s(interval_s); /* the store failed at once: do not spin */
+            cli_sleep_s(interval_s); /* the store failed at once: do not spin */
         }
     }
 }
@@ -348,7 +344,8 @@ int cmd_pull(int argc, char **argv)
     ferry_store *store = NULL;
     ferry_subscriber *sub = NULL;
     int rc, ret;
-    if ((ret = sync_open_store("pull", &c, 0, &store))) return ret;
+    /* following: the store may not exist yet (an island started before its trainer) */
+    if ((ret = fol ? sync_open_store_wait("pull", &c, interval, idle, &store) : sync_open_store("pull", &c, 0, &store))) return ret;
     so.keys = c.keys;
     so.run_id = c.run_id;
     if ((rc = ferry_subscriber_open(store, c.run, &so, &sub))) {

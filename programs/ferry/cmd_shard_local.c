@@ -411,11 +411,6 @@ static void print_pull(const shard_out *o, const sync_common *c, const ferry_sha
     fflush(stdout);
 }
 
-static void pause_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
 
 /* ---- the pull ---- */
 
@@ -475,7 +470,7 @@ int shard_out_run(const sync_common *c, ferry_shard_subscriber *s, const shard_o
         if (rc && rc != FERRY_ERR_SYNC_TIMEOUT) {
             fprintf(stderr, "ferry %s: %s (retrying)\n", o->cmd, ferry_last_error());
             if (++errors > 1000) return sync_fail(o->cmd, rc, o->path ? o->path : c->run);
-            pause_s(o->interval_s); /* the store failed at once: do not spin */
+            cli_sleep_s(o->interval_s); /* the store failed at once: do not spin */
         }
     }
 }

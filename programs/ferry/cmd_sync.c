@@ -205,15 +205,40 @@ static int load_keys(const char *cmd, sync_common *c)
     return 0;
 }
 
-int sync_open_store(const char *cmd, sync_common *c, int create, ferry_store **out)
+/* Opens the store: 0, a key ring's exit code (reported), or minus the
+ * library's status (not reported yet). */
+static int open_store(const char *cmd, sync_common *c, int create, ferry_store **out)
 {
     int ks = load_keys(cmd, c);
     if (ks) return ks;
     g_progress_mode = c->progress < 0 ? (isatty(2) ? 2 : 0) : c->progress;
     if (g_progress_mode) c->so.progress = on_progress;
     c->so.create = create;
-    int rc = ferry_store_open(c->store_url, &c->so, out);
-    return rc ? sync_fail(cmd, rc, c->store_url) : 0;
+    return -ferry_store_open(c->store_url, &c->so, out);
+}
+
+int sync_open_store(const char *cmd, sync_common *c, int create, ferry_store **out)
+{
+    int r = open_store(cmd, c, create, out);
+    return r < 0 ? sync_fail(cmd, -r, c->store_url) : r;
+}
+
+int sync_open_store_wait(const char *cmd, sync_common *c, double interval_s, double idle_s, ferry_store **out)
+{
+    double t0 = cli_now();
+    for (bool said = false;; said = true) {
+        int r = open_store(cmd, c, 0, out);
+        if (r != -FERRY_ERR_STORE_NOT_FOUND) return r < 0 ? sync_fail(cmd, -r, c->store_url) : r;
+        double waited = cli_now() - t0;
+        if (idle_s > 0 && waited >= idle_s) {
+            fprintf(stderr, "%s %s: %s: no such store after %.1f s of waiting\n", cli_program, cmd, c->store_url, waited);
+            return SYNC_EXIT_NOT_YET;
+        }
+        if (!said && !c->quiet)
+            fprintf(stderr, "%s %s: %s does not exist yet: waiting for it (--idle-timeout bounds the wait)\n", cli_program, cmd,
+                    c->store_url);
+        cli_sleep_s(interval_s);
+    }
 }
 
 int sync_fail(const char *cmd, int rc, const char *what)

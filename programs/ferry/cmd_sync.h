@@ -55,6 +55,11 @@ int sync_common_check(const char *cmd, const sync_common *c);
 /* Loads the keys given (c->keys, freed at exit), then opens the store
  * with the options and the progress display; exit status (0 = ok). */
 int sync_open_store(const char *cmd, sync_common *c, int create, ferry_store **out);
+/* As sync_open_store (never creating), waiting while the store does not
+ * exist yet (an island started before its trainer: --follow), polling
+ * every interval_s, for at most idle_s seconds when idle_s > 0 (then
+ * SYNC_EXIT_NOT_YET). */
+int sync_open_store_wait(const char *cmd, sync_common *c, double interval_s, double idle_s, ferry_store **out);
 /* Prints "ferry CMD: what: message" on one line and returns the exit status. */
 int sync_fail(const char *cmd, int rc, const char *what);
 /* Parses a version or count (decimal, 0..2^63-1). */

@@ -75,6 +75,13 @@ double cli_now(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+void cli_sleep_s(double s)
+{
+    if (s <= 0) return;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
 long cli_peak_rss_kib(void)
 {
     FILE *f = fopen("/proc/self/status", "r");

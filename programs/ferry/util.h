@@ -22,6 +22,8 @@ bool cli_parse_u64(const char *s, uint64_t hi, uint64_t *out);
 void json_str(FILE *f, const char *s);
 void hex16(char out[33], const uint8_t h[16]);
 double cli_now(void);
+/* Sleeps s seconds (a signal may cut it short). */
+void cli_sleep_s(double s);
 /* Peak resident memory of this process image in KiB (VmHWM), or -1. */
 long cli_peak_rss_kib(void);
 #endif

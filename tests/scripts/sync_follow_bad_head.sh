@@ -47,4 +47,23 @@ rc=$?
 check "the follower reaches version 3 once HEAD is restored (exit $rc)" [ $rc -eq 0 ]
 check "... and holds it" same_model "$WORK/island.safetensors" "$(m 2)"
 sed 's/^/    | /' "$WORK/follow.err" | sort -u | head -n 8
+
+# an island started before its trainer (issue 27): --follow waits for a
+# store that does not exist yet, and --idle-timeout bounds the wait
+S2=$WORK/later
+fy pull "file://$S2" --run rl --to "$WORK/early.safetensors" --follow --interval 0.1 --until-version 1 --idle-timeout 60 \
+    >"$WORK/early.out" 2>"$WORK/early.err" &
+EPID=$!
+sleep 0.5
+check "--follow before the store exists: waiting, not failed" kill -0 $EPID
+fy publish "file://$S2" --run rl "$(m 0)" -q
+wait_pid_rc $EPID
+rc=$?
+check "... the store appears: version 1 pulled (exit $rc)" [ $rc -eq 0 ]
+check "... said that it waited" grep -q "does not exist yet: waiting" "$WORK/early.err"
+check "... and holds version 1" same_model "$WORK/early.safetensors" "$(m 0)"
+check_rc "a store that never appears: exit 4 after --idle-timeout" 4 \
+    fy pull "file://$WORK/never" --run rl --to "$WORK/never.safetensors" --follow --interval 0.1 --idle-timeout 1 -q
+check_rc "without --follow a missing store is an error at once (exit 1)" 1 \
+    fy pull "file://$WORK/never" --run rl --to "$WORK/never.safetensors" -q
 finish
