@@ -6,7 +6,8 @@
 #   1. bytes fetched per island rank, rl-a (../shared/data), 8 versions
 #      published by 4 ranks (tile grid min 256 words), layouts rows, cols and
 #      fused at M = 2, 4, 8: the largest share of a version's objects any
-#      rank fetched, over its delta versions and its cold start (anchor);
+#      rank fetched, over its delta versions and its cold start (anchor),
+#      and the most ranged GETs a rank made for one delta version (<= R);
 #   2. on the 1 GiB synthetic pair (examples/adamw_sim --params 512M, BF16,
 #      generated into bench/data/, ignored by git): publish wall time of the
 #      delta version and peak RSS per trainer rank at R = 1, 2, 4
@@ -78,8 +79,8 @@ pub = [json.loads(l) for l in open(d + "/rla_publish.jsonl") if l.startswith("{"
 print("rl-a, 8 versions from 4 ranks: delta objects %d-%d B per version, manifest %d-%d B\n" % (
     min(p["delta_bytes"] for p in pub[1:]), max(p["delta_bytes"] for p in pub[1:]),
     min(p["manifest_bytes"] for p in pub), max(p["manifest_bytes"] for p in pub)))
-print("| layout | M | 1/M | largest share, deltas | largest share, cold start | within 1/M + 5% | identical |")
-print("|---|---|---|---|---|---|---|")
+print("| layout | M | 1/M | largest share, deltas | largest share, cold start | within 1/M + 5% | ranged GETs per delta version (max) | identical |")
+print("|---|---|---|---|---|---|---|---|")
 for L in ("rows", "cols", "fused"):
     for M in (2, 4, 8):
         r = [x for x in rows if x["layout"] == L and x["M"] == M]
@@ -87,8 +88,9 @@ for L in ("rows", "cols", "fused"):
             continue
         dl = max([x["share"] for x in r if x["version"] > 1] or [float("nan")])
         an = max([x["share"] for x in r if x["version"] == 1] or [float("nan")])
-        print("| %s | %d | %.4f | %.4f | %.4f | %s | %s |" % (L, M, 1 / M, dl, an,
-              "yes" if all(x["within"] for x in r) else "no", "yes" if all(x["identical"] for x in r) else "no"))
+        gets = max([x["requests"] for x in r if x["version"] > 1] or [0])
+        print("| %s | %d | %.4f | %.4f | %.4f | %s | %d | %s |" % (L, M, 1 / M, dl, an,
+              "yes" if all(x["within"] for x in r) else "no", gets, "yes" if all(x["identical"] for x in r) else "no"))
 sp = [json.loads(l) for l in open(d + "/syn_publish.jsonl") if l.startswith("{")]
 print("\n| trainer ranks R | version | kind | publish wall s | delta B | anchor B | peak RSS per rank (MiB) |")
 print("|---|---|---|---|---|---|---|")

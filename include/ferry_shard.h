@@ -32,9 +32,10 @@
  *    visible only when every part is durable; a rank that dies mid-publish
  *    leaves HEAD where it was, and ferry_gc removes its orphaned objects.
  *  - An island rank declares REGIONS (a tensor, a row range, a column
- *    range), fetches with ranged GETs only the tile patches that cover
- *    them, verifies each tile, and exposes each region as a contiguous
- *    row-major buffer plus the list of elements the last pull changed.
+ *    range), fetches with ranged GETs (in parallel) only the tile
+ *    patches that cover them, verifies each tile, and exposes each
+ *    region as a contiguous row-major buffer plus the list of elements
+ *    the last pull changed.
  *
  * The library runs no collective of its own: a publish is three calls
  * (begin on rank 0, put on every rank, commit on rank 0) whose small
@@ -217,8 +218,12 @@ typedef struct ferry_shard_sub_options {
     int threads;              /* codec threads, 0 = 1 */
     uint32_t poll_interval_ms;/* ferry_shard_wait's HEAD polling, 0 = 1000 */
     uint64_t coalesce_gap;    /* tiles of one object at most this many bytes
-                                 apart are fetched in one ranged GET (the gap
-                                 is read and dropped); 0 = 0 (adjacent only) */
+                                 apart are always fetched in one ranged GET
+                                 (the gap is read and dropped); 0 = 0
+                                 (adjacent only).  Larger gaps are fetched
+                                 through too, smallest first, while a version
+                                 takes more than R (world) ranged GETs and
+                                 they stay within 1/50 of the wanted bytes */
     const ferry_keys *keys;   /* optional (borrowed): with trusted keys, HEAD
                                  and every manifest must carry a valid
                                  signature before anything in them is used
@@ -242,7 +247,9 @@ typedef struct ferry_shard_pull_info {
     uint64_t manifest_bytes;      /* HEAD and manifests */
     uint64_t version_bytes;       /* all ranks' object bytes of the versions
                                      crossed (what a whole-model pull reads) */
-    uint64_t requests;            /* ranged GETs */
+    uint64_t requests;            /* ranged GETs (one per run of wanted
+                                     tiles of an object, coalesced as
+                                     coalesce_gap says) */
     uint64_t tiles;               /* tile patches applied */
     char path[128];               /* "anchor 1 + chain 1..8", "chain 5..8", "none" */
 } ferry_shard_pull_info;

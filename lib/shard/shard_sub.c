@@ -3,14 +3,17 @@
  *
  * The rank holds the COVER of its regions: every tile that intersects one,
  * as a one-tensor model.  A pull reads HEAD and the manifests of the
- * versions it crosses, fetches only the cover's tile patches (ranged GETs,
- * adjacent tiles of one object in one request), and applies one version at
+ * versions it crosses, fetches only the cover's tile patches (ranged GETs
+ * in parallel: runs of one object's tiles, the smallest gaps fetched
+ * through while more than R GETs are left), and applies one version at
  * a time as a transaction: each tile's SHA-256 against the manifest, its
  * patch decoded into a scratch tile (the codec checks the base and target
  * hashes), the changed elements recorded; only when every tile of the
  * version verified are the held tiles written.  Memory: the cover, one
- * scratch tile, one fetched range, the change lists. */
+ * scratch tile, the fetched ranges of one version (at most SH_BATCH_BYTES
+ * at a time), the change lists. */
 #include "shard_impl.h"
+#include "common/parallel.h"
 
 #include <stdlib.h>
 
@@ -406,6 +409,128 @@ static int step_commit(ferry_shard_subscriber *s, const sh_doc *m, const covset 
     return FERRY_OK;
 }
 
+/* ---- the ranged GETs of one version ---- */
+
+#define SH_RANGE_MAX ((uint64_t)64 << 20)   /* bytes of one ranged GET */
+#define SH_FETCH_THREADS 8                  /* GETs of one version in flight */
+#define SH_BATCH_BYTES ((uint64_t)256 << 20) /* bytes of one version held fetched at once */
+#define SH_GAP_SHARE 50                     /* gaps fetched through: at most 1/50 of the wanted bytes */
+
+/* One ranged GET: the wanted tiles w[i0, i1) of one object, the bytes
+ * [off, off + len) including the gaps between them. */
+typedef struct range {
+    size_t i0, i1;
+    uint64_t off, len;
+    uint8_t *buf;
+    size_t got;
+} range;
+
+typedef struct fetch {
+    ferry_shard_subscriber *s;
+    const sh_doc *m;
+    int kind;
+    const want *w;
+    range *rg;
+} fetch;
+
+static int fetch_one(void *ctx, size_t j, int worker)
+{
+    (void)worker;
+    fetch *f = ctx;
+    range *r = &f->rg[j];
+    char key[FS_KEY_CAP];
+    ferry__shard_key_object(key, f->s->run, f->m->version, f->m->id, f->w[r->i0].part->rank, f->kind);
+    if (!(r->buf = ferry__malloc((size_t)r->len + 1))) return FERRY_ERR_NOMEM;
+    int rc = ferry_store_get_range(f->s->st, key, r->off, (size_t)r->len, r->buf, &r->got);
+    if (!rc && r->got != r->len)
+        rc = ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: %zu bytes at offset %llu, its manifest says %llu (truncated)", key, r->got,
+                         (unsigned long long)r->off, (unsigned long long)r->len);
+    return rc;
+}
+
+static int cmp_gap(const void *a, const void *b)
+{
+    const uint64_t *x = a, *y = b; /* {gap bytes, index} */
+    if (x[0] != y[0]) return x[0] < y[0] ? -1 : 1;
+    return x[1] < y[1] ? -1 : x[1] > y[1];
+}
+
+/* The ranged GETs of the wanted tiles w[0, n) (sorted by object and
+ * offset): runs of one object coalesced where the gap is at most
+ * coalesce_gap, then the smallest gaps between runs of one object fetched
+ * through until at most `budget` GETs are left, as long as the gaps
+ * fetched through stay within 1/SH_GAP_SHARE of the wanted bytes (no GET
+ * above SH_RANGE_MAX).  A row split of whole rank parts takes at most R
+ * GETs; other layouts may take more rather than fetch large gaps. */
+static int plan_ranges(const want *w, size_t n, uint64_t coalesce_gap, size_t budget, range **out, size_t *nout)
+{
+    *out = NULL;
+    *nout = 0;
+    range *rg = ferry__calloc(n + 1, sizeof *rg);
+    if (!rg) return FERRY_ERR_NOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        uint64_t end = w[i].off + w[i].size;
+        while (j < n && w[j].part->rank == w[i].part->rank && w[j].off >= end && w[j].off - end <= coalesce_gap &&
+               w[j].off + w[j].size - w[i].off <= SH_RANGE_MAX) {
+            end = w[j].off + w[j].size;
+            j++;
+        }
+        rg[k++] = (range){i, j, w[i].off, end - w[i].off, NULL, 0};
+        i = j;
+    }
+    if (k > budget && k > 1) {
+        /* gaps between neighbouring runs of one object, smallest first;
+         * lo[] / hi[] hold the first and last run of each merged group at
+         * its two ends (groups are intervals of runs) */
+        uint64_t (*gap)[2] = ferry__calloc(k, sizeof *gap);
+        size_t *lo = ferry__calloc(k, sizeof *lo), *hi = ferry__calloc(k, sizeof *hi);
+        if (!gap || !lo || !hi) {
+            free(gap);
+            free(lo);
+            free(hi);
+            free(rg);
+            return FERRY_ERR_NOMEM;
+        }
+        size_t ng = 0;
+        for (size_t i = 0; i < k; i++) lo[i] = hi[i] = i;
+        for (size_t i = 0; i + 1 < k; i++)
+            if (w[rg[i].i0].part->rank == w[rg[i + 1].i0].part->rank && rg[i + 1].off >= rg[i].off + rg[i].len) {
+                /* (tiles a hostile manifest makes overlap are never merged) */
+                gap[ng][0] = rg[i + 1].off - (rg[i].off + rg[i].len);
+                gap[ng][1] = i;
+                ng++;
+            }
+        qsort(gap, ng, sizeof *gap, cmp_gap);
+        size_t left = k;
+        uint64_t wanted = 0, spent = 0;
+        for (size_t i = 0; i < n; i++) wanted += w[i].size;
+        for (size_t g = 0; g < ng && left > budget; g++) {
+            size_t i = (size_t)gap[g][1], a = lo[i], b = hi[i + 1];
+            if (spent + gap[g][0] > wanted / SH_GAP_SHARE) break; /* the smallest gap left is too large */
+            if (rg[b].off + rg[b].len - rg[a].off > SH_RANGE_MAX) continue;
+            spent += gap[g][0];
+            hi[a] = b;
+            lo[b] = a;
+            left--;
+        }
+        size_t m = 0;
+        for (size_t i = 0; i < k; m++) {
+            size_t b = hi[i];
+            rg[m] = (range){rg[i].i0, rg[b].i1, rg[i].off, rg[b].off + rg[b].len - rg[i].off, NULL, 0};
+            i = b + 1;
+        }
+        k = m;
+        free(gap);
+        free(lo);
+        free(hi);
+    }
+    *out = rg;
+    *nout = k;
+    return FERRY_OK;
+}
+
 /* Applies version m (kind: SH_ANCHOR from nothing, SH_DELTA from m-1). */
 static int apply_version(ferry_shard_subscriber *s, const sh_doc *m, int kind, const covset *cs, ferry_shard_pull_info *info)
 {
@@ -426,40 +551,40 @@ static int apply_version(ferry_shard_subscriber *s, const sh_doc *m, int kind, c
         else w[i] = (want){i, p, t, t->loc[kind].off, t->loc[kind].size};
     }
     if (!rc) qsort(w, cs->n, sizeof *w, cmp_want);
+    /* aiming at `world` ranged GETs a version (with HEAD and the manifest,
+     * world + 2 GETs), issued in parallel */
+    range *rg = NULL;
+    size_t nrg = 0;
+    if (!rc) rc = plan_ranges(w, cs->n, s->o.coalesce_gap, (size_t)m->world, &rg, &nrg);
     step x;
     memset(&x, 0, sizeof x);
-    for (size_t i = 0; i < cs->n && !rc;) {
-        /* one ranged GET for a run of tiles of one object */
+    for (size_t i = 0; i < nrg && !rc;) {
+        /* a batch: up to SH_BATCH_BYTES (at least one GET) fetched at once */
         size_t j = i + 1;
-        uint64_t end = w[i].off + w[i].size;
-        while (j < cs->n && w[j].part->rank == w[i].part->rank && w[j].off >= end && w[j].off - end <= s->o.coalesce_gap &&
-               w[j].off + w[j].size - w[i].off <= ((uint64_t)64 << 20)) {
-            end = w[j].off + w[j].size;
-            j++;
+        uint64_t bytes = rg[i].len;
+        while (j < nrg && bytes + rg[j].len <= SH_BATCH_BYTES) bytes += rg[j++].len;
+        fetch f = {s, m, kind, w, rg + i};
+        rc = ferry__parallel(j - i < SH_FETCH_THREADS ? (int)(j - i) : SH_FETCH_THREADS, j - i, fetch_one, &f);
+        for (size_t k = i; k < j; k++)
+            if (rg[k].got) {
+                info->requests++;
+                info->object_bytes += rg[k].got;
+                info->bytes_fetched += rg[k].got;
+            }
+        for (size_t k = i; k < j && !rc; k++) {
+            for (size_t t = rg[k].i0; t < rg[k].i1 && !rc; t++)
+                rc = take_tile(s, m, kind, &cs->c[w[t].ci], &w[t], rg[k].buf + (w[t].off - rg[k].off), &x);
+            if (!rc) info->tiles += rg[k].i1 - rg[k].i0;
         }
-        char key[FS_KEY_CAP];
-        ferry__shard_key_object(key, s->run, m->version, m->id, w[i].part->rank, kind);
-        size_t len = (size_t)(end - w[i].off), got = 0;
-        uint8_t *buf = ferry__malloc(len + 1);
-        if (!buf) {
-            rc = FERRY_ERR_NOMEM;
-            break;
+        for (size_t k = i; k < j; k++) {
+            free(rg[k].buf);
+            rg[k].buf = NULL;
         }
-        rc = ferry_store_get_range(s->st, key, w[i].off, len, buf, &got);
-        if (!rc) {
-            info->requests++;
-            info->object_bytes += got;
-            info->bytes_fetched += got;
-            if (got != len) rc = ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: %zu bytes at offset %llu, its manifest says %zu (truncated)",
-                                             key, got, (unsigned long long)w[i].off, len);
-        }
-        for (size_t k = i; k < j && !rc; k++) rc = take_tile(s, m, kind, &cs->c[w[k].ci], &w[k], buf + (w[k].off - w[i].off), &x);
-        if (!rc) info->tiles += j - i;
-        free(buf);
         i = j;
     }
     if (!rc) rc = step_commit(s, m, cs, &x);
     step_release(&x);
+    free(rg);
     free(w);
     return rc;
 }

@@ -7,7 +7,8 @@
 #     `ferry publish` (one rank); for every delta version the 4 rank
 #     objects together are at most 1.05 x the single-rank delta + 4 KiB per
 #     rank;
-#   - island groups of M = 2, 3, 4 ranks by rows and by columns
+#   - island groups of M = 2, 3, 4 ranks by rows and by columns (and the
+#     fused layout, o_proj / down_proj by columns, at M = 2, 4)
 #     (build/tools/shard_island, the layouts of tests/tools/shard_layout.h)
 #     follow the sharded rl-a run; every rank of every group holds its
 #     slices bit-identical after each version; where M divides R (rows,
@@ -16,7 +17,12 @@
 #     splits are measured and printed ("note"), not judged: at the default
 #     grid rl-a's 192-column tensors are single column blocks, so a column
 #     or 3-way row split fetches the covering tiles (docs/SHARDING.md,
-#     "Limits").  The manifest bytes each rank read are printed beside.
+#     "Limits").  The manifest bytes each rank read are printed beside;
+#   - issue 24 item 4: the ranged GETs per version of every island rank
+#     are counted and printed (GETS: the most for one version); row splits
+#     whose M divides R make at most R (with HEAD and the manifest, R + 2
+#     GETs per version when following); the other splits make one GET per
+#     run of wanted tiles of an object (docs/SHARDING.md "Limits").
 # Prints "N passed, N failed" last; skips without mpirun or the data.
 set -u
 TEST_NAME=shard_cost
@@ -67,21 +73,24 @@ EOF
 done
 
 # --- islands: rows and columns at M = 2, 3, 4 ---------------------------------
-for L in rows cols; do
+for L in rows cols fused; do
     for M in 2 3 4; do
+        [ $L = fused ] && [ $M = 3 ] && continue
         : >"$WORK/isl-$L-$M.jsonl"
         for ((m = 0; m < M; m++)); do
             # its exit status also judges 1/M of the sharded objects; judged below against the single-rank delta
             timeout 300 "$ISL" "$S" sh/rl-a "$L" "$M" "$m" 9 "$DATA/rl-a" 60 >>"$WORK/isl-$L-$M.jsonl" 2>"$WORK/isl-$L-$M-$m.err"
         done
-        out=$($PY - "$WORK/isl-$L-$M.jsonl" "$WORK/one-rl-a.jsonl" "$M" <<'EOF'
+        out=$($PY - "$WORK/isl-$L-$M.jsonl" "$WORK/one-rl-a.jsonl" "$M" $R <<'EOF'
 import json, sys
 isl = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 one = {d["version"]: d for d in (json.loads(l) for l in open(sys.argv[2]) if l.startswith("{"))}
-M = int(sys.argv[3])
-fails, worst, man, n = 0, 0.0, 0, 0
+M, R = int(sys.argv[3]), int(sys.argv[4])
+fails, worst, man, n, req, reqfails = 0, 0.0, 0, 0, 0, 0
 for x in isl:
     fails += x["identical"] is not True
+    req = max(req, x["requests"])
+    reqfails += x["requests"] > R
     d = one[x["version"]]
     if d["kind"] != "delta":
         continue
@@ -90,12 +99,16 @@ for x in isl:
     worst = max(worst, s)
     man = max(man, x["manifest_bytes"])
     fails += not (x["object_bytes"] <= (1 / M + 0.05) * d["delta_bytes"])
-print("WORST %.4f LIMIT %.4f FAILS %d ROWS %d MANIFEST %d" % (worst, 1 / M + 0.05, fails, n, man))
+print("WORST %.4f LIMIT %.4f FAILS %d ROWS %d MANIFEST %d GETS %d GETFAILS %d" % (worst, 1 / M + 0.05, fails, n, man, req, reqfails))
 EOF
 )
         nrows=$(awk '{print $8}' <<<"$out")
         check "rl-a $L M=$M: every rank of $M holds its slices bit-identical after each of 9 versions" \
             test "$(grep -c '"identical": true' "$WORK/isl-$L-$M.jsonl")" = $((9 * M))
+        if [ "$L" = rows ] && [ $((R % M)) = 0 ]; then
+            check "rl-a $L M=$M: every rank makes at most R = $R ranged GETs per version ($(awk '{print $11, $12, $13, $14}' <<<"$out"))" \
+                test "$(awk '{print $14}' <<<"$out")" = 0 -a "$(grep -c '"requests"' "$WORK/isl-$L-$M.jsonl")" = $((9 * M))
+        fi
         if [ "$L" = rows ] && [ $((R % M)) = 0 ]; then
             # M divides R: an island rank's rows are whole rank objects
             check "rl-a rows M=$M: tile bytes per rank <= (1/M + 0.05) x single-rank delta ($out)" \
