@@ -32,9 +32,7 @@ ISL=${FERRY_BUILD:-$PWD/build}/tools/shard_island
 command -v mpirun >/dev/null 2>&1 || skip_all "no mpirun"
 [ -x "$PUB" ] && [ -x "$ISL" ] && [ -x "$FERRY" ] || skip_all "no $PUB, $ISL or $FERRY (NO_MPI=1?)"
 [ -f "$DATA/rl-a/step-008.safetensors" ] && [ -f "$DATA/rl-b/step-004.safetensors" ] || skip_all "no rl-a/rl-b data in $DATA"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl=self,vader OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
-export OMPI_MCA_rmaps_base_oversubscribe=1
+source tests/tools/mpi_env.sh
 S=file://$WORK/store
 R=4
 
@@ -43,7 +41,7 @@ for set in rl-a:8 rl-b:4; do
     name=${set%%:*} last=${set##*:}
     files=()
     for ((i = 0; i <= last; i++)); do files+=("$(printf '%s/%s/step-%03d.safetensors' "$DATA" "$name" "$i")"); done
-    timeout 300 mpirun -np $R --oversubscribe "$PUB" "$S" --run "sh/$name" --json "${files[@]}" >"$WORK/sh-$name.jsonl" 2>"$WORK/sh-$name.err"
+    timeout 300 mpirun -np $R --oversubscribe "${MPIENV[@]}" "$PUB" "$S" --run "sh/$name" --json "${files[@]}" >"$WORK/sh-$name.jsonl" 2>"$WORK/sh-$name.err"
     check "$name: $R ranks publish $((last + 1)) versions at default settings" test $? = 0
     : >"$WORK/one-$name.jsonl"
     for f in "${files[@]}"; do fy publish "$S" --run "one/$name" --json "$f" >>"$WORK/one-$name.jsonl" || bad "$name: ferry publish $f"; done
