@@ -16,15 +16,7 @@ command -v mpirun >/dev/null 2>&1 || skip_all "no mpirun"
 [ -x "$PUB" ] || skip_all "no $PUB (NO_MPI=1?)"
 sync_built || skip_all "sync layer or tools not built (NO_NET=1?)"
 [ -f "$DATA/rl-a/step-004.safetensors" ] || skip_all "no rl-a data in $DATA"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl=self,vader OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
-export OMPI_MCA_rmaps_base_oversubscribe=1
-MPIENV=()
-if [ "${SAN:-}" = 1 ]; then # as shard_mpi.sh: Open MPI's own allocations are not ours
-    printf 'leak:%s\n' libmpi.so libopen-pal.so libopen-rte.so libpmix.so libhwloc.so libevent \
-        '<unknown module>' >"$WORK/lsan.supp"
-    MPIENV=(env ASAN_OPTIONS=fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=$WORK/lsan.supp)
-fi
+source tests/tools/mpi_env.sh
 O=$WORK/origin M=$WORK/mirror
 step() { printf '%s/rl-a/step-%03d.safetensors' "$DATA" "$1"; }
 pub() { # RUN STEP [options]: one version from 2 trainer ranks

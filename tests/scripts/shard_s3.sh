@@ -13,15 +13,7 @@ ISL=${FERRY_BUILD:-$PWD/build}/tools/shard_island
 command -v mpirun >/dev/null 2>&1 || skip_all "no mpirun"
 [ -x "$PUB" ] && [ -x "$ISL" ] || skip_all "no $PUB or $ISL (NO_MPI=1?)"
 s3_rla_start
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl=self,vader OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
-export OMPI_MCA_rmaps_base_oversubscribe=1
-MPIENV=()
-if [ "${SAN:-}" = 1 ]; then
-    printf 'leak:%s\n' libmpi.so libopen-pal.so libopen-rte.so libpmix.so libhwloc.so libevent \
-        '<unknown module>' >"$WORK/lsan.supp"
-    MPIENV=(env ASAN_OPTIONS=fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=$WORK/lsan.supp)
-fi
+source tests/tools/mpi_env.sh
 U=s3://bkt/ferry
 step() { printf '%s/rl-a/step-%03d.safetensors' "$DATA" "$1"; }
 for k in 0 1; do
