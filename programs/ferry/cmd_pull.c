@@ -153,13 +153,20 @@ static int fail_saved(int rc, const char *what, const char *saved)
     return rc == FERRY_ERR_SYNC_MANIFEST ? SYNC_EXIT_CORRUPT : SYNC_EXIT_FAIL;
 }
 
-/* ferry pull of a sharded run into one file: an island of one rank whose
- * regions are every tensor whole (M = 1), its state beside PATH as
- * ferry shard-pull --out keeps it (cmd_shard_local.c). */
 /* The tensors of a whole-model PATH that a sharded pull wrote (its state
  * says so): the next call takes them from PATH instead of reading HEAD's
  * manifest once more (the run's tensors are fixed; a PATH that is not what
  * its state recorded is refused by shard_out_run). */
+/* Frees a list tensors_of_path made (this program's allocations, not the
+ * library's: ferry_shard_tensor_list_free is for the lists it returns). */
+static void path_list_free(ferry_shard_tensor_list *l)
+{
+    if (!l) return;
+    for (size_t i = 0; i < l->count; i++) free(l->tensors[i].name);
+    free(l->tensors);
+    free(l);
+}
+
 static ferry_shard_tensor_list *tensors_of_path(const char *path)
 {
     ferry_model *m = NULL;
@@ -180,15 +187,16 @@ static ferry_shard_tensor_list *tensors_of_path(const char *path)
         l->count++;
     }
     if (l && l->count != n) { /* short of memory: the manifest's list instead */
-        for (size_t i = 0; i < l->count; i++) free(l->tensors[i].name);
-        free(l->tensors);
-        free(l);
+        path_list_free(l);
         l = NULL;
     }
     ferry_model_free(m);
     return l;
 }
 
+/* ferry pull of a sharded run into one file: an island of one rank whose
+ * regions are every tensor whole (M = 1), its state beside PATH as
+ * ferry shard-pull --out keeps it (cmd_shard_local.c). */
 static int pull_sharded(sync_common *c, ferry_store *store, ferry_store *const *fbs, int nfb, const char *const *fallback,
                         shard_out *o, int threads)
 {
@@ -215,13 +223,8 @@ static int pull_sharded(sync_common *c, ferry_store *store, ferry_store *const *
     }
     ferry_shard_subscriber_free(s);
     free(rg);
-    if (mine) {
-        for (size_t i = 0; i < l->count; i++) free(l->tensors[i].name);
-        free(l->tensors);
-        free(l);
-    } else {
-        ferry_shard_tensor_list_free(l);
-    }
+    if (mine) path_list_free(l);
+    else ferry_shard_tensor_list_free(l);
     return ret;
 }
 
