@@ -318,6 +318,9 @@ static int choose(ferry_subscriber *s, int mode, uint64_t version, target *t, bo
     if ((rc = target_manifest(s, &t->h, T, &t->m))) return rc;
     if (s->cur_unchecked) check_claim(s, &t->h);
     *done = s->cur.version == T && !strcmp(s->cur.id, t->m.id) && !memcmp(s->cur.hash, t->m.model_hash, 16);
+    /* holding HEAD, no anchor download a killed pull left beside PATH can
+       serve (the commit that drops them is not coming) */
+    if (*done && T == t->h.version && s->mode == SUB_FILE) ferry__sync_local_drop_downloads(s->path, NULL);
     return FERRY_OK;
 }
 

@@ -87,6 +87,11 @@ check "it fetched exactly the missing chunks ($missing bytes), not the whole obj
 check "and the result is the published model, bit for bit" same_model "$P" "$M"
 check "ferry pull --check confirms version 1" fy pull $U --run r --to "$P" --check -q
 check "nothing is left beside PATH" bash -c "! ls '$WORK'/island.safetensors.ferry-download.* 2>/dev/null"
+# a download a killed pull left while PATH already holds HEAD: no commit
+# comes to drop it, so the pull with nothing to do removes it
+cp "$WORK/saved.part" "$WORK/island.safetensors.ferry-download.$(printf '%016x' 1).part"
+check "a pull at HEAD succeeds" fy pull $U --run r --to "$P" -q
+check "and removes the stale download beside PATH" bash -c "! ls '$WORK'/island.safetensors.ferry-download.* 2>/dev/null"
 
 # --- a .part altered on disk: caught, never used ----------------------------------
 Q=$WORK/other.safetensors
