@@ -324,7 +324,9 @@ static json_t *load_version(pctx *c, const void *text, size_t n, const char *for
     return root;
 }
 
-int ferry__sync_head_parse(const char *run, const char *key, const void *text, size_t n, fs_head *h)
+/* The HEAD parsed into *h; *keep (when given) gets the parsed document
+ * on success, for head_inline. */
+static int head_parse(const char *run, const char *key, const void *text, size_t n, fs_head *h, json_t **keep)
 {
     pctx c = {key, 0};
     memset(h, 0, sizeof *h);
@@ -339,8 +341,14 @@ int ferry__sync_head_parse(const char *run, const char *key, const void *text, s
         if (strcmp(g_str(&c, root, "manifest"), want) && !c.rc) bad(&c, "field 'manifest' is not the manifest key of its version");
     }
     if (!c.rc && (!h->version || h->version > FS_VERSION_MAX)) bad(&c, "version out of range (1 .. 2^63 - 2)");
-    json_decref(root);
+    if (!c.rc && keep) *keep = root;
+    else json_decref(root);
     return c.rc;
+}
+
+int ferry__sync_head_parse(const char *run, const char *key, const void *text, size_t n, fs_head *h)
+{
+    return head_parse(run, key, text, n, h, NULL);
 }
 
 static void check_key(pctx *c, json_t *obj, const char *want)
@@ -624,10 +632,9 @@ static int manifest_checked(const char *run, const char *key, const ferry_keys *
  * absent or does not verify is ignored: the reader fetches the manifest,
  * which must then verify on its own, so a HEAD can make a reader trust
  * nothing it would not have trusted before. */
-static void head_inline(const char *run, const ferry_keys *keys, const void *text, size_t n, fs_head *h)
+static void head_inline(const char *run, const ferry_keys *keys, json_t *root, fs_head *h)
 {
     h->has_manifest = false;
-    json_t *root = json_loadb(text, n, JSON_REJECT_DUPLICATES, NULL);
     json_t *rec = json_object_get(root, "manifest_record");
     if (json_is_string(rec)) {
         char key[FS_KEY_CAP];
@@ -642,7 +649,6 @@ static void head_inline(const char *run, const ferry_keys *keys, const void *tex
             h->has_manifest = true;
         ferry__clear_error();
     }
-    json_decref(root);
 }
 
 int ferry__sync_head_read_raw(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_head *h,
@@ -657,8 +663,10 @@ int ferry__sync_head_read_raw(ferry_store *st, const char *run, const ferry_keys
         if (attempt) ferry__sleep_ms(50);
         rc = get_small(st, key, keys, cnt, &d, &nd, &body, etag);
         if (!rc) {
-            rc = ferry__sync_head_parse(run, key, d, body, h);
-            if (!rc) head_inline(run, keys, d, body, h);
+            json_t *root = NULL;
+            rc = head_parse(run, key, d, body, h, &root);
+            if (!rc) head_inline(run, keys, root, h);
+            json_decref(root);
             if (!rc && text) {
                 *text = d;
                 *n = nd;
