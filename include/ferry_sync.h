@@ -319,6 +319,31 @@ FERRY_API uint64_t ferry_subscriber_min_head(ferry_subscriber *s, uint64_t versi
  * NULL if none. */
 FERRY_API const ferry_model *ferry_subscriber_model(const ferry_subscriber *s);
 
+/* The elements of tensor i (of ferry_subscriber_model, in its order) that
+ * the last ferry_subscriber_sync changed, for a caller that keeps a copy
+ * of the weights elsewhere (an inference engine's device memory) and
+ * updates only those: *count flat element positions within the tensor
+ * (ascending, int64 so that they index a tensor directly) and their new
+ * values (count elements of the tensor's dtype, as the model now holds
+ * them).  The same contract as ferry_shard_region_changes.
+ *  - A route of several versions lists the union of the positions every
+ *    step wrote (a word changed and changed back may be listed, with its
+ *    value now; every word that differs from the version held before the
+ *    sync is listed).
+ *  - *all = 1, with empty lists, when the tensor is to be copied whole:
+ *    the sync went through an anchor (a first sync among them), built the
+ *    model aside (file mode; a version that changes the structure), the
+ *    delta carried the tensor whole, or its list would hold more than a
+ *    fifth of its elements (positions and values outweighing the tensor).
+ *    Lists are read from what the in-place apply overwrote, so only a sync
+ *    applied in place (memory mode, or private mode) gives them.
+ *  - A sync that changed nothing (already at the target, or one that
+ *    failed and left the model as it was): all = 0 and count = 0.
+ * Pointers valid until the next sync or free.  FERRY_ERR_NOT_FOUND while
+ * no version is held, FERRY_ERR_ARG for i out of range. */
+FERRY_API int ferry_subscriber_changes(const ferry_subscriber *s, size_t i, int *all, const int64_t **positions,
+                                       const void **values, size_t *count);
+
 /* Waits until HEAD names a version above after_version, polling HEAD every
  * poll_interval_ms; *head (may be NULL) receives the version HEAD names (0
  * while the run has none: a run without HEAD yet is waited for, not an

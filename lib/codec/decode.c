@@ -904,6 +904,16 @@ void ferry__codec_undo_free(ferry__codec_undo *r)
     free(r);
 }
 
+void ferry__codec_undo_visit(const ferry__codec_undo *r, ferry__codec_undo_fn fn, void *ctx)
+{
+    for (size_t j = 0; r && j < r->n; j++)
+        for (size_t h = 0; r->u[j].first && h < r->u[j].nwin; h++)
+            if (r->u[j].first[h + 1] > r->u[j].first[h])
+                fn(ctx, r->at[j], r->W[j], (uint64_t)h << UNDO_WIN_LOG2, r->u[j].lo + r->u[j].first[h],
+                   r->u[j].first[h + 1] - r->u[j].first[h]);
+    for (size_t k = 0; r && k < r->nwhole; k++) fn(ctx, r->whole_at[k], 0, r->whole_n[k], NULL, 0);
+}
+
 static int apply_inplace(ferry_model *base, const void *patch, size_t size, const ferry_apply_options *opts, ferry__codec_undo **keep)
 {
     if (keep) *keep = NULL;

@@ -23,4 +23,11 @@ int ferry__codec_apply_inplace_undo(ferry_model *base, const void *patch, size_t
  * first, into the same buffers (the model must not have been reallocated). */
 void ferry__codec_undo_revert(const ferry__codec_undo *u);
 void ferry__codec_undo_free(ferry__codec_undo *u);
+/* Visits the words a record overwrote (the sync layer's change lists):
+ * fn(ctx, at, W, hi, lo, k) for each run of changed words of one chunk
+ * sharing a window: the W-bit words at + (hi + lo[i]) * W / 8, i < k,
+ * ascending; fn(ctx, at, 0, nbytes, NULL, 0) for each tensor carried
+ * whole (nbytes bytes at `at`). */
+typedef void (*ferry__codec_undo_fn)(void *ctx, const uint8_t *at, unsigned W, uint64_t hi, const uint16_t *lo, size_t k);
+void ferry__codec_undo_visit(const ferry__codec_undo *u, ferry__codec_undo_fn fn, void *ctx);
 #endif

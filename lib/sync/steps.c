@@ -474,7 +474,10 @@ static int commit_memory(ferry_subscriber *s, sub_work *w)
 
 int ferry__sync_sub_commit(ferry_subscriber *s, sub_work *w)
 {
-    if (w->held) return FERRY_OK; /* every step was applied in place: already exposed */
+    if (w->held) { /* every step was applied in place: already exposed */
+        ferry__sync_sub_changes_set(s, w);
+        return FERRY_OK;
+    }
     fs_state to = w->st;
     int rc;
     switch (s->mode) {
@@ -519,5 +522,6 @@ int ferry__sync_sub_commit(ferry_subscriber *s, sub_work *w)
     }
     s->cur = to;
     s->cur_off_lineage = false;
+    ferry__sync_sub_changes_set(s, NULL); /* a model built aside: every tensor whole */
     return FERRY_OK;
 }

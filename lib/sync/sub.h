@@ -59,7 +59,21 @@ struct ferry_subscriber {
     size_t nalt;
     unsigned used;              /* which one served the last sync */
     unsigned refetched;         /* objects of the last sync taken from another store */
+    /* change lists of the last sync (changes.c): per tensor of the model
+       held, or chg_all (every tensor whole); none listed = nothing changed */
+    struct sub_chg *chg;
+    size_t nchg;
+    bool chg_all;
 };
+
+/* The words one tensor changed in the last sync (ferry_subscriber_changes). */
+typedef struct sub_chg {
+    bool all;        /* replaced whole, or more changes than the list budget */
+    bool unsorted;   /* while built */
+    int64_t *pos;    /* n element positions, ascending */
+    uint8_t *vals;   /* their n new values */
+    size_t n;
+} sub_chg;
 
 /* The model a sync is building: it starts as what the subscriber holds
  * and moves one verified version per step. */
@@ -98,6 +112,10 @@ int ferry__sync_sub_exec(ferry_subscriber *s, sub_work *w, const fs_plan *p, con
 /* Makes w the subscriber's version (file: written and renamed; memory:
  * copied into the caller's buffers if the structure matches). */
 int ferry__sync_sub_commit(ferry_subscriber *s, sub_work *w);
+/* The change lists: dropped (before a sync: nothing changed yet), and set
+ * from a committed sync (w NULL, or not applied in place: all whole). */
+void ferry__sync_sub_changes_clear(ferry_subscriber *s);
+void ferry__sync_sub_changes_set(ferry_subscriber *s, const sub_work *w);
 /* Frees what the sync created and did not commit. */
 void ferry__sync_sub_work_release(ferry_subscriber *s, sub_work *w);
 /* After a failed sync: reverts the steps applied in place to the exposed

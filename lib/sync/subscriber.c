@@ -85,6 +85,7 @@ void ferry_subscriber_free(ferry_subscriber *s)
 {
     if (!s) return;
     if (s->own_owned) ferry_model_free(s->own);
+    ferry__sync_sub_changes_clear(s);
     free(s->path);
     free(s->tmp_dir);
     pthread_mutex_destroy(&s->mu);
@@ -135,6 +136,7 @@ void ferry__sync_sub_adopt(ferry_subscriber *s, ferry_model *model, bool owned, 
     s->cur = *st;
     s->cur_off_lineage = false;
     s->cur_unchecked = false;
+    ferry__sync_sub_changes_clear(s);
 }
 
 ferry_model *ferry__sync_sub_take(ferry_subscriber *s, fs_state *st)
@@ -144,6 +146,7 @@ ferry_model *ferry__sync_sub_take(ferry_subscriber *s, fs_state *st)
     s->own = NULL;
     s->own_owned = false;
     memset(&s->cur, 0, sizeof s->cur);
+    ferry__sync_sub_changes_clear(s);
     return m;
 }
 
@@ -454,6 +457,7 @@ int ferry_subscriber_sync(ferry_subscriber *s, int mode, uint64_t version, ferry
     uint64_t b0 = s->cnt.bytes;
     s->stats.syncs++;
     s->refetched = 0;
+    ferry__sync_sub_changes_clear(s);
     int rc = ferry__sync_sub_sync_stores(s, mode, version, info, sync_run);
     info->to_version = ferry_subscriber_version(s);
     info->bytes_fetched = s->cnt.bytes - b0;
