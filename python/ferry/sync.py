@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Optional, Union
 
 from . import _lib
 from . import _alias
-from .errors import ERR_ARG, ERR_NOT_FOUND, ERR_SYNC_FOREIGN, FerryError, check, cpath, cstr
+from .errors import (ERR_ARG, ERR_NOT_FOUND, ERR_SHAPE_MISMATCH, ERR_SYNC_FOREIGN, FerryError, check,
+                     cpath, cstr)
 from .fp8 import scheme_code
 from .model import Model, Raw, _Using, _torch
 from .patch import diff as ferry_diff, inspect as ferry_inspect
@@ -128,6 +129,9 @@ _lib._proto("ferry_subscriber_get_stats", None, _P, ctypes.POINTER(_SubscriberSt
 _lib._proto("ferry_subscriber_add_store", _I, _P, _P)
 _lib._proto("ferry_subscriber_store_used", ctypes.c_uint, _P)
 _lib._proto("ferry_subscriber_objects_refetched", ctypes.c_uint, _P)
+_lib._proto("ferry_subscriber_changes", _I, _P, ctypes.c_size_t, ctypes.POINTER(_I),
+            ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(ctypes.c_void_p),
+            ctypes.POINTER(ctypes.c_size_t))
 _lib._proto("ferry_mirror_once", _I, _P, _P, _S, ctypes.POINTER(_MirrorOptions),
             ctypes.POINTER(_MirrorInfo))
 
@@ -293,7 +297,14 @@ class Publisher(_lib.Handle):
     is published once, under the name; the version's metadata
     "ferry.tied" records the map.  Subscribers give the same map to
     Subscriber(tied=...); a file pulled from such a run lacks the alias
-    names (as Hugging Face checkpoints of tied models do)."""
+    names (as Hugging Face checkpoints of tied models do).
+    tied="auto": the map is found at every publish: tensors that are one
+    view of one memory (same data_ptr, shape, dtype, strides and device:
+    model.lm_head.weight = model.embed_tokens.weight) are published once,
+    under the first of them in the mapping's order (a state_dict lists
+    embed_tokens first), the others as its aliases; last_info["tied"]
+    gives the map found.  Subscribers pass the map (or tied="auto" on
+    tensors tied the same way)."""
 
     _FREE = "ferry_publisher_free"
 
@@ -303,9 +314,10 @@ class Publisher(_lib.Handle):
                  tmp_dir: Optional[PathArg] = None, keys: Optional[Keys] = None,
                  quantize: Optional[str] = None, new_lineage: bool = False,
                  max_resume_change: float = 0.5,
-                 tied: Optional[Dict[str, str]] = None) -> None:
+                 tied: Union[None, str, Dict[str, str]] = None) -> None:
         q = scheme_code(quantize)
-        self._tied_map = _tied_map(tied)
+        self._tied_auto = _is_auto(tied, "Publisher")
+        self._tied_map = {} if self._tied_auto else _tied_map(tied)
         self._store = _store(store, create=True, user=self)
         self._keys = keys  # the library borrows it: kept alive with the handle
         self._strs = [_enc(publisher_id, "publisher_id"), _enc(cache_path), _enc(tmp_dir)]
@@ -375,8 +387,11 @@ class Publisher(_lib.Handle):
                                           os.PathLike)):
             named_tensors = dict(named_tensors)  # named_parameters() and the like
         metadata = None
-        if self._tied_map:
-            named_tensors, metadata = _drop_tied(named_tensors, self._tied_map)
+        tied = self._tied_map
+        if self._tied_auto:
+            tied = _find_tied(named_tensors)
+        if tied:
+            named_tensors, metadata = _drop_tied(named_tensors, tied)
         info = _PublishInfo()
         with _Using(named_tensors, metadata=metadata) as m:
             if self._lineage is not None and self._lineage[0] == self.version > 0:
@@ -386,6 +401,8 @@ class Publisher(_lib.Handle):
         d = _info_dict(info)
         d["kind"] = "anchor" if info.kind == 1 else "delta"
         self.last_info = publish_info(world=1, **d)
+        if self._tied_auto:
+            self.last_info["tied"] = dict(tied)
         return info.version
 
     @property
@@ -440,8 +457,9 @@ class Subscriber(_lib.Handle):
                  no_compactions: bool = False, tmp_dir: Optional[PathArg] = None,
                  keys: Optional[Keys] = None, stores: Iterable[StoreArg] = (),
                  create: bool = False, deadline_s: Optional[float] = None,
-                 tied: Optional[Dict[str, str]] = None) -> None:
-        self._tied_map = _tied_map(tied)
+                 tied: Union[None, str, Dict[str, str]] = None) -> None:
+        self._tied_auto = _is_auto(tied, "Subscriber")
+        self._tied_map = {} if self._tied_auto else _tied_map(tied)
 
         def opened(x):
             if isinstance(x, Store):
@@ -470,6 +488,9 @@ class Subscriber(_lib.Handle):
         self._floor = 0          # the highest version any handle of this island held
         self._refused = 0        # the highest HEAD version a sync failed to reach
         self._stats_before: Dict[str, Any] = {}  # counters of handles closed since
+        self._applied = 0        # sync_apply: the version its tensors hold
+        self._apply_sig = None   # sync_apply: (name, address) of those tensors
+        self.last_apply: Optional[Dict[str, Any]] = None   # what sync_apply wrote
         self._waiter = None      # wait(timeout_s): (deadline_ms, handle, stores)
         self._wait_lock = threading.Lock()
         self._wake_pending = False
@@ -574,6 +595,8 @@ class Subscriber(_lib.Handle):
             raise ValueError("this Subscriber keeps a file (path=...): use sync()")
         if not isinstance(named_tensors, collections.abc.Mapping):
             named_tensors = dict(named_tensors)
+        if self._tied_auto:
+            self._tied_map = _find_tied(named_tensors)
         aliases = {}
         if self._tied_map:
             aliases = {a: c for a, c in self._tied_map.items() if a in named_tensors}
@@ -788,6 +811,173 @@ class Subscriber(_lib.Handle):
         finally:
             m._h = ctypes.c_void_p()   # borrowed: the subscriber owns it
 
+    def describe(self) -> list:
+        """[(name, safetensors dtype, shape, nbytes)] of the version held
+        (Model.describe), without copying it; [] while none is held."""
+        if self._model is not None:
+            return self._model.describe()
+        if self.path is not None:
+            from .model import Model as _M
+            with _M.open(self.path) as m:
+                return m.describe()
+        m = self._held()
+        if m is None:
+            return []
+        try:
+            return m.describe()
+        finally:
+            m._h = ctypes.c_void_p()
+
+    def _held(self):
+        """The model the library holds (borrowed), or None."""
+        p = L.ferry_subscriber_model(self._h) if self._h else None
+        return Model(p) if p else None
+
+    def _changes_of(self, m, i, framework):
+        """(all, positions, values) of tensor i of the held model m: views
+        of the library's lists (valid until the next sync)."""
+        import numpy as np
+        from .model import _view_bytes, _wrap
+        allflag, pos, vals, n = ctypes.c_int(), ctypes.POINTER(ctypes.c_int64)(), \
+            ctypes.c_void_p(), ctypes.c_size_t()
+        check(L.ferry_subscriber_changes(self._h, i, ctypes.byref(allflag), ctypes.byref(pos),
+                                         ctypes.byref(vals), ctypes.byref(n)))
+        if allflag.value:
+            return True, None, None
+        if not n.value:
+            return False, np.empty(0, np.int64), None
+        t = m._tensor(i)
+        es = t.nbytes // max(1, t.nelem)
+        p = np.ctypeslib.as_array(pos, (n.value,))
+        v = _wrap(_view_bytes(vals.value, n.value * es, self), t.dtype, (n.value,), framework)
+        return False, p, v
+
+    def changes(self, values: bool = False, framework: str = "auto") -> Dict[str, Any]:
+        """What the last sync changed, per tensor (ferry_subscriber_changes):
+        {name: positions}, the flat element positions (numpy int64,
+        ascending) whose words the sync wrote, or None where the tensor is
+        to be copied whole (a first sync or an anchor, file mode, a delta
+        that carries it whole, more changes than a fifth of it); tensors
+        the sync did not touch are absent ({} after a sync that changed
+        nothing).  values=True: {name: (positions, new values)} (values
+        as ferry.load gives arrays: torch for BF16, see framework), None
+        for whole.  Aliases of Subscriber(tied=...) are listed with their
+        name's changes.  Copies, valid after the next sync."""
+        m = self._model if self._model is not None else self._held()
+        if m is None or self.path is not None:
+            return {} if m is None else {n: None for n in m.names()}
+        out = {}
+        try:
+            for i in range(len(m)):
+                whole, p, v = self._changes_of(m, i, framework)
+                if not whole and not len(p):
+                    continue
+                name = m._tensor(i).name.decode("utf-8")
+                if whole:
+                    out[name] = None
+                else:
+                    p = p.copy()
+                    out[name] = (p, _copy(v)) if values else p
+        finally:
+            if m is not self._model:
+                m._h = ctypes.c_void_p()   # borrowed: the subscriber owns it
+        for alias, name in self._tied_map.items():
+            if name in out:
+                out[alias] = out[name]
+        return out
+
+    def sync_apply(self, params: Union[Tensors, Iterable[Any]], min_version: Optional[int] = None,
+                   exact_version: Optional[int] = None) -> int:
+        """Private mode, for weights the library cannot patch itself (an
+        engine's tensors on a GPU): syncs the library's own host copy of
+        the model (verified as by sync()), then writes into params (name ->
+        torch tensor, on any device) only what changed: each changed
+        tensor's listed elements by index_copy_ on a flat view, or the
+        tensor whole (changes() says which).  No host mirror of params is
+        kept: the library's copy is the only one on the host.  params are
+        the same tensors every call; they get every tensor whole on the
+        first call, after a sync that failed between the two steps, or
+        when they are other tensors (names or addresses) than the last
+        call's.  They must name exactly the model's tensors (aliases of
+        Subscriber(tied=...) included: an alias sharing its name's memory
+        is written once), each of its dtype and shape; else FerryError
+        (ERR_ARG / ERR_SHAPE_MISMATCH) naming what differs, and nothing
+        is written.  Returns the version params hold."""
+        if self.path is not None or self._model is not None:
+            raise ValueError("sync_apply follows the library's own copy: a Subscriber "
+                             "without path= that sync_into() did not bind")
+        torch = _torch(required=True)
+        if not isinstance(params, collections.abc.Mapping):
+            params = dict(params)
+        sig = tuple((n, _address(t)) for n, t in params.items())
+        whole = sig != self._apply_sig or self._applied != self._version or not self._applied
+        self._apply_sig = sig
+        got = self.sync(min_version, exact_version)   # raises: params untouched
+        self._applied = 0           # until written below
+        m = self._held()
+        try:
+            plan = self._apply_plan(m, params, whole, torch)
+            for name, dst, kind, a, b in plan:
+                if kind == "copy":
+                    dst.copy_(a)
+                else:
+                    dst.view(-1).index_copy_(0, a.to(dst.device), b.to(dst.device))
+        finally:
+            m._h = ctypes.c_void_p()
+        self._applied = got
+        self.last_apply = {"names": [n for n, _, _, _, _ in plan],
+                           "whole": sum(k == "copy" for _, _, k, _, _ in plan),
+                           "indexed": sum(k == "index" for _, _, k, _, _ in plan),
+                           "elements": sum(int(a.numel()) for _, _, k, a, _ in plan)}
+        return got
+
+    def _apply_plan(self, m, params, whole, torch):
+        """[(name, param, "copy", source, None) | (name, param, "index",
+        positions, values)], every check made before anything is written."""
+        import warnings
+        from .model import _torch_tables, _view_bytes, _wrap
+        _, from_code = _torch_tables(torch)
+        names = m.names()
+        index = {n: i for i, n in enumerate(names)}
+        src = {a: n for a, n in self._tied_map.items() if n in index}
+        src.update({n: n for n in names})
+        missing = sorted(set(src) - set(params))
+        extra = sorted(set(params) - set(src))
+        if missing or extra:
+            raise FerryError(ERR_ARG, "run %s: sync_apply: the tensors given lack %s and have %s "
+                             "the model does not%s" % (self.run, missing or "none", extra or "none",
+                                                       " (a tied alias? Subscriber(tied=...))"
+                                                       if extra else ""))
+        seen, plan, cache = set(), [], {}
+        for name, dst in params.items():
+            i = index[src[name]]
+            t = m._tensor(i)
+            shape = tuple(t.shape[k] for k in range(t.ndim))
+            want = from_code.get(t.dtype)
+            if tuple(dst.shape) != shape or dst.dtype != want:
+                raise FerryError(ERR_SHAPE_MISMATCH, "run %s: %r is %s %s in the model, the tensor "
+                                 "given is %s %s" % (self.run, name, want, list(shape), dst.dtype,
+                                                     list(dst.shape)))
+            key = (dst.data_ptr(), tuple(dst.shape), tuple(dst.stride()), str(dst.device))
+            if key in seen and dst.numel():
+                continue            # one memory under two names: written once
+            seen.add(key)
+            if i not in cache:
+                cache[i] = (True, None, None) if whole else self._changes_of(m, i, "pt")
+            all_, pos, vals = cache[i]
+            if all_ or not dst.is_contiguous():
+                if not all_ and not len(pos):
+                    continue
+                with warnings.catch_warnings():   # a read-only mapping, read only
+                    warnings.simplefilter("ignore")
+                    plan.append((name, dst, "copy",
+                                 _wrap(_view_bytes(t.data, t.nbytes, m), t.dtype, shape, "pt"), None))
+            elif len(pos):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    plan.append((name, dst, "index", torch.from_numpy(pos), vals))
+        return plan
+
     def close(self) -> None:
         if not hasattr(self, "_wait_lock"):
             return   # __init__ failed before the handles
@@ -854,6 +1044,32 @@ def _tied_map(tied):
     if bad:
         raise FerryError(ERR_ARG, "tied: %s map to themselves or to another alias" % bad)
     return m
+
+
+def _is_auto(tied, who):
+    if isinstance(tied, str):
+        if tied != "auto":
+            raise FerryError(ERR_ARG, "%s(tied=%r): a map {alias: name} or \"auto\"" % (who, tied))
+        return True
+    return False
+
+
+def _find_tied(tensors):
+    """{alias: name} of the tensors that are one view of one memory (same
+    data_ptr, shape, dtype, strides, device), each group published under
+    its first name in the mapping's order."""
+    if not isinstance(tensors, collections.abc.Mapping):
+        return {}
+    first, out = {}, {}
+    for name, t in tensors.items():
+        if not (hasattr(t, "data_ptr") and hasattr(t, "stride")) or not t.numel():
+            continue
+        key = (t.data_ptr(), tuple(t.shape), str(t.dtype), tuple(t.stride()), str(t.device))
+        if key in first:
+            out[name] = first[key]
+        else:
+            first[key] = name
+    return out
 
 
 def _same_values(a, b):
