@@ -212,6 +212,17 @@ FERRY_API int ferry_store_get(ferry_store *s, const char *key, void **data, size
 FERRY_API int ferry_store_get_max(ferry_store *s, const char *key, uint64_t max, void **data,
                                   size_t *size, ferry_store_stat *st);
 
+/* As ferry_store_get_max for a poller that holds the object as it was
+ * under etag if_none_match (NULL or "": an unconditional GET): when the
+ * object still has that etag, FERRY_OK with *data NULL, *size 0,
+ * *unchanged 1 and st->etag that etag (st's size and mtime 0).  HTTP(S) and
+ * S3 send If-None-Match and take the server's 304 Not Modified (a HEAD
+ * poll then costs no body on the link); file:// reads the object and
+ * compares its etag.  A server that ignores the condition answers with the
+ * object, compared the same way. */
+FERRY_API int ferry_store_get_if_changed(ferry_store *s, const char *key, const char *if_none_match, uint64_t max,
+                                         void **data, size_t *size, int *unchanged, ferry_store_stat *st);
+
 /* Streams an object into a local file, atomically (a new temporary file
  * beside path, opened with O_EXCL | O_NOFOLLOW, fsync, rename, fsync of the
  * directory): on failure nothing is left at path.  No size bound; a retry

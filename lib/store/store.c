@@ -319,15 +319,31 @@ int ferry_store_get(ferry_store *s, const char *key, void **data, size_t *size, 
 int ferry_store_get_max(ferry_store *s, const char *key, uint64_t max, void **data, size_t *size,
                         ferry_store_stat *st)
 {
-    NEED(s && data && size);
+    return ferry_store_get_if_changed(s, key, NULL, max, data, size, NULL, st);
+}
+
+int ferry_store_get_if_changed(ferry_store *s, const char *key, const char *if_none_match, uint64_t max, void **data,
+                               size_t *size, int *unchanged, ferry_store_stat *st)
+{
+    NEED(s && data && size && (!if_none_match || !if_none_match[0] || unchanged));
     *data = NULL;
     *size = 0;
+    if (unchanged) *unchanged = 0;
     int rc = ferry_store_key_check(key);
     if (rc) return rc;
     ferry_buf buf = {0};
-    ferry__sink sink = {.buf = &buf, .fd = -1, .max = max && max < s->max_object ? max : s->max_object};
+    ferry__sink sink = {.buf = &buf, .fd = -1, .max = max && max < s->max_object ? max : s->max_object,
+                        .if_none_match = if_none_match};
     ferry_store_stat tmp = {0};
     rc = s->be->get(s, key, &sink, &tmp);
+    /* a backend that read the object anyway (file://): the same test */
+    if (!rc && !sink.unchanged && if_none_match && if_none_match[0] && !strcmp(tmp.etag, if_none_match)) sink.unchanged = 1;
+    if (!rc && sink.unchanged) {
+        ferry__buf_release(&buf);
+        *unchanged = 1;
+        if (st) *st = tmp;
+        return FERRY_OK;
+    }
     if (!rc) rc = ferry__buf_append(&buf, "", 1); /* the NUL after the data */
     if (rc) {
         ferry__buf_release(&buf);

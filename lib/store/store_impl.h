@@ -52,6 +52,8 @@ typedef struct ferry__sink {
     int fd;               /* file target, or -1 */
     uint64_t max;         /* bound on written (LIMIT beyond) */
     uint64_t written;
+    const char *if_none_match; /* a conditional GET's etag (NULL or "": none) */
+    int unchanged;        /* set: the object still had that etag, nothing was read */
 } ferry__sink;
 
 /* Stores n more bytes: FERRY_ERR_LIMIT past max (or a fixed buffer's end),

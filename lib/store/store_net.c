@@ -417,6 +417,8 @@ static int attempt_headers(xfer *x, const char *resume_etag, struct curl_slist *
         x->asked_range = 1;
     }
     if (!rc && x->asked_range && written && resume_etag[0]) rc = ferry__hdr_add(&h, "If-Match: \"%s\"", resume_etag);
+    else if (!rc && !written && q->sink && q->sink->if_none_match && q->sink->if_none_match[0])
+        rc = ferry__hdr_add(&h, "If-None-Match: \"%s\"", q->sink->if_none_match);
     /* No "Expect: 100-continue": it costs a round trip per upload (and a
      * 1 s stall with servers that never answer 100); signed requests stay
      * valid without it (checked by tests/scripts/store_sigv4.sh). */
@@ -731,6 +733,14 @@ int ferry__net_get(ferry_store *s, const ferry__target *t, ferry__sink *sink, fe
                     .sign = t->s3, .follow = !t->s3, .sink = sink, .resume = 1, .deadline = t->deadline};
     ferry__resp r;
     int rc = ferry__net_call(s, &q, &r);
+    if (!rc && r.status == 304 && sink->if_none_match && sink->if_none_match[0] && !sink->written) {
+        /* not modified: the object is the one the caller holds */
+        sink->unchanged = 1;
+        memset(st, 0, sizeof *st);
+        snprintf(st->etag, sizeof st->etag, "%s", sink->if_none_match);
+        ferry__resp_release(&r);
+        return FERRY_OK;
+    }
     if (!rc && r.status != 200 && r.status != 206) rc = ferry__net_status_error(&q, &r);
     if (!rc && r.has_length && r.status == 200 && sink->written != r.length)
         rc = ferry__fail(FERRY_ERR_STORE_CORRUPT, "%s: GET: short read: %llu of %llu bytes", t->what,

@@ -589,17 +589,20 @@ int ferry__sync_record_seal(const ferry_keys *keys, char **text)
 /* Small records are bounded by FS_JSON_MAX whatever the store's own limit;
  * the signature is checked (or only cut off) before anything is parsed:
  * *body_len is the body's length. */
-static int get_small(ferry_store *st, const char *key, const ferry_keys *keys, fs_count *cnt, void **data, size_t *size,
-                     size_t *body_len, char etag[FERRY_STORE_ETAG_MAX])
+static int get_small_if(ferry_store *st, const char *key, const ferry_keys *keys, fs_count *cnt, void **data, size_t *size,
+                        size_t *body_len, char etag[FERRY_STORE_ETAG_MAX], const char *if_none_match, bool *unchanged)
 {
     ferry_store_stat ss;
+    int same = 0;
     /* bounded in the GET itself: a larger object is refused before it is
      * downloaded, and not read again */
-    int rc = ferry_store_get_max(st, key, FS_JSON_MAX, data, size, &ss);
+    int rc = ferry_store_get_if_changed(st, key, if_none_match, FS_JSON_MAX, data, size, &same, &ss);
     if (rc == FERRY_ERR_LIMIT)
         return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: larger than %zu bytes, too large for a protocol record", key, FS_JSON_MAX);
     if (rc) return rc;
     count(cnt, *size, true);
+    if (unchanged) *unchanged = same;
+    if (same) return FERRY_OK; /* what the caller holds, verified when it was read */
     bool is_signed;
     rc = ferry__sign_open(keys, FS_DOM_RECORD, key, *data, *size, body_len, &is_signed);
     if (rc) {
@@ -609,6 +612,12 @@ static int get_small(ferry_store *st, const char *key, const ferry_keys *keys, f
     }
     if (etag) memcpy(etag, ss.etag, FERRY_STORE_ETAG_MAX);
     return FERRY_OK;
+}
+
+static int get_small(ferry_store *st, const char *key, const ferry_keys *keys, fs_count *cnt, void **data, size_t *size,
+                     size_t *body_len, char etag[FERRY_STORE_ETAG_MAX])
+{
+    return get_small_if(st, key, keys, cnt, data, size, body_len, etag, NULL, NULL);
 }
 
 /* A manifest record's body (its seal opened) parsed and checked as the
@@ -651,8 +660,10 @@ static void head_inline(const char *run, const ferry_keys *keys, json_t *root, f
     }
 }
 
-int ferry__sync_head_read_raw(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_head *h,
-                              char etag[FERRY_STORE_ETAG_MAX], void **text, size_t *n)
+/* if_none_match: the etag of the HEAD *h holds (a poller's); when HEAD still
+ * has it, *h is left as it is and *unchanged set. */
+static int head_read(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_head *h,
+                     char etag[FERRY_STORE_ETAG_MAX], void **text, size_t *n, const char *if_none_match, bool *unchanged)
 {
     char key[FS_KEY_CAP];
     ferry__sync_key_head(key, run);
@@ -660,8 +671,13 @@ int ferry__sync_head_read_raw(ferry_store *st, const char *run, const ferry_keys
     for (int attempt = 0; attempt < 3; attempt++) {
         void *d;
         size_t nd, body;
+        bool same = false;
         if (attempt) ferry__sleep_ms(50);
-        rc = get_small(st, key, keys, cnt, &d, &nd, &body, etag);
+        rc = get_small_if(st, key, keys, cnt, &d, &nd, &body, etag, if_none_match, &same);
+        if (!rc && same) {
+            *unchanged = true;
+            return FERRY_OK;
+        }
         if (!rc) {
             json_t *root = NULL;
             rc = head_parse(run, key, d, body, h, &root);
@@ -681,10 +697,27 @@ int ferry__sync_head_read_raw(ferry_store *st, const char *run, const ferry_keys
     return rc;
 }
 
+int ferry__sync_head_read_raw(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_head *h,
+                              char etag[FERRY_STORE_ETAG_MAX], void **text, size_t *n)
+{
+    return head_read(st, run, keys, cnt, h, etag, text, n, NULL, NULL);
+}
+
 int ferry__sync_head_read(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_head *h,
                  char etag[FERRY_STORE_ETAG_MAX])
 {
     return ferry__sync_head_read_raw(st, run, keys, cnt, h, etag, NULL, NULL);
+}
+
+int ferry__sync_head_poll(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_head *h,
+                          char etag[FERRY_STORE_ETAG_MAX])
+{
+    char held[FERRY_STORE_ETAG_MAX];
+    memcpy(held, etag, FERRY_STORE_ETAG_MAX);
+    bool same = false;
+    int rc = head_read(st, run, keys, cnt, h, etag, NULL, NULL, held, &same);
+    if (rc) etag[0] = 0; /* *h is no longer what HEAD holds */
+    return rc;
 }
 
 int ferry__sync_want_sha(const ferry_keys *keys, const char *key, bool has, const uint8_t sha[32], const uint8_t **out)

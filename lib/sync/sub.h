@@ -52,6 +52,10 @@ struct ferry_subscriber {
        only), reused by the next sync if read less than poll_ms ago */
     fs_head polled;
     uint64_t polled_ms;         /* when (ferry__mono_ms); 0 = none to reuse */
+    /* per store of the list (home first): the HEAD the last wait poll read
+       and its etag ("" : none), for the next poll's conditional GET */
+    fs_head poll_head[FERRY_SYNC_STORES_MAX];
+    char poll_etag[FERRY_SYNC_STORES_MAX][FERRY_STORE_ETAG_MAX];
     /* store list (sub_stores.c): further stores in order of preference;
        home is the first (st is the one a sync runs on, any of them) */
     ferry_store *home;

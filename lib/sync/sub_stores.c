@@ -65,7 +65,8 @@ int ferry__sync_sub_head_poll(ferry_subscriber *s, fs_head *h)
 {
     int rc = FERRY_OK;
     for (size_t i = 0; i <= s->nalt; i++) {
-        rc = ferry__sync_head_read(i ? s->alt[i - 1] : s->st, s->run, s->keys, &s->cnt, h, NULL);
+        rc = ferry__sync_head_poll(i ? s->alt[i - 1] : s->st, s->run, s->keys, &s->cnt, &s->poll_head[i], s->poll_etag[i]);
+        if (!rc) *h = s->poll_head[i];
         if (!rc || rc == FERRY_ERR_STORE_NOT_FOUND || !ferry__sync_store_worth_next(rc)) return rc;
     }
     return rc;

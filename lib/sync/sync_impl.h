@@ -176,6 +176,12 @@ int ferry__sync_head_read(ferry_store *st, const char *run, const ferry_keys *ke
  * ferry_free), under the same retries. */
 int ferry__sync_head_read_raw(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_head *h,
                               char etag[FERRY_STORE_ETAG_MAX], void **text, size_t *n);
+/* ferry__sync_head_read for a poller: *h is the HEAD it read before under
+ * etag ("" : none yet), and is read again only if HEAD changed (a
+ * conditional GET: an unchanged HEAD costs no body on the link).  On
+ * success *h and etag are HEAD's; on failure etag is cleared. */
+int ferry__sync_head_poll(ferry_store *st, const char *run, const ferry_keys *keys, fs_count *cnt, fs_head *h,
+                          char etag[FERRY_STORE_ETAG_MAX]);
 
 /* ---- compare-and-swap with retries (cas.c) ---- */
 

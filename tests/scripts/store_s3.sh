@@ -35,6 +35,14 @@ check "put under s3://bkt/team/run7" bash -c "$S s3://bkt/team/run7 put v/1 '$WO
 check "the prefix is part of the object name" bash -c "$S s3://bkt get team/run7/v/1 - | grep -q 'in the prefix'"
 check "list is relative to the prefix" bash -c "[ \"\$($S s3://bkt/team/run7 ls | cut -d' ' -f1)\" = v/1 ]"
 
+# --- conditional GET (a HEAD poll): 304 while the etag holds ----------------
+echo "head 1" >"$WORK/h1"; echo "head 2" >"$WORK/h2"
+e1=$($S s3://bkt put poll/HEAD "$WORK/h1")
+check "getif with the etag held: unchanged, no body" bash -c "[ \"\$($S s3://bkt getif poll/HEAD '$e1' '$WORK/g1')\" = unchanged ] && [ ! -e '$WORK/g1' ]"
+e2=$($S s3://bkt put poll/HEAD "$WORK/h2")
+check "getif after a put: changed, the new etag and body" bash -c "[ \"\$($S s3://bkt getif poll/HEAD '$e1' '$WORK/g2')\" = 'changed $e2' ] && cmp -s '$WORK/h2' '$WORK/g2'"
+check "getif with no etag is a plain get" bash -c "$S s3://bkt getif poll/HEAD '' - | grep -qx 'head 2'"
+
 # --- interoperation with the AWS CLI ----------------------------------------
 AWS=/usr/bin/aws
 [ -x "$AWS" ] || AWS=$(command -v aws)

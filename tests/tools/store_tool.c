@@ -7,6 +7,8 @@
  *   put KEY FILE|-          write FILE (or stdin); prints the etag
  *   putfile KEY FILE        the same through ferry_store_put_file
  *   get KEY FILE|-          read into FILE (or stdout)
+ *   getif KEY ETAG FILE|-   ferry_store_get_if_changed: prints "unchanged",
+ *                           or "changed NEWETAG" and writes FILE
  *   getfile KEY FILE        the same through ferry_store_get_file
  *   pgetfile KEY FILE       the same through ferry_store_get_file_parallel
  *                           (--conc, --chunk, --resume)
@@ -185,6 +187,20 @@ int main(int argc, char **argv)
         rc = ferry_store_get(s, args[0], &d, &n, NULL);
         if (!rc) {
             ret = write_output(args[1], d, n);
+            ferry_free(d);
+        }
+    } else if (!strcmp(cmd, "getif") && nargs == 3) {
+        void *d;
+        size_t n;
+        int same;
+        ferry_store_stat st;
+        rc = ferry_store_get_if_changed(s, args[0], args[1], 0, &d, &n, &same, &st);
+        if (!rc && same) {
+            printf("unchanged\n");
+        } else if (!rc) {
+            printf("changed %s\n", st.etag[0] ? st.etag : "-");
+            fflush(stdout);
+            ret = write_output(args[2], d, n);
             ferry_free(d);
         }
     } else if (!strcmp(cmd, "getfile") && nargs == 2) {

@@ -182,6 +182,20 @@ static void test_etags(void)
     CHECK(l && !strcmp(l->entries[2].key, "et/big") && !strcmp(l->entries[2].stat.etag, a));
     ferry_store_listing_free(l);
     free(big);
+    /* a poller's conditional read: nothing handed over while the etag holds */
+    void *d = (void *)1;
+    size_t dn = 7;
+    int same = 0;
+    CHECK_OK(ferry_store_get_if_changed(s, "et/c", c, 0, &d, &dn, &same, &st));
+    CHECK(same == 1 && d == NULL && dn == 0 && !strcmp(st.etag, c));
+    CHECK_OK(ferry_store_put(s, "et/c", "next", 4, b));
+    CHECK_OK(ferry_store_get_if_changed(s, "et/c", c, 0, &d, &dn, &same, &st));
+    CHECK(same == 0 && dn == 4 && d && !memcmp(d, "next", 4) && !strcmp(st.etag, b));
+    ferry_free(d);
+    CHECK_OK(ferry_store_get_if_changed(s, "et/c", "", 0, &d, &dn, &same, NULL));
+    CHECK(same == 0 && dn == 4);
+    ferry_free(d);
+    CHECK_RC(ferry_store_get_if_changed(s, "et/c", c, 0, &d, &dn, NULL, NULL), FERRY_ERR_ARG);
     ferry_store_free(s);
 }
 
