@@ -14,6 +14,13 @@ checkpoint's:
   vocab      vocabulary-parallel embedding or head: rows split, as column
   replicated the whole tensor on every rank (norms, biases of row-parallel
              layers)
+  megatron_qkv
+             Megatron-LM's linear_qkv of a GQA model: per query group, that
+             group's q rows (heads_per_group * head_dim), then its k rows,
+             then its v rows (head_dim each); TP rank r holds groups
+             [r*G/tp, (r+1)*G/tp), i.e. rows [r*n/tp, (r+1)*n/tp) of the
+             interleaved tensor.  Made of separate q/k/v checkpoint tensors
+             or of one fused [q; k; v] tensor (add_megatron_qkv)
   experts_w13, experts_w2
              the fused experts of one MoE layer as vLLM's FusedMoE holds
              them: w13 [E_local, 2*I/mtp, H] (each expert's gate rows, then
@@ -59,7 +66,8 @@ from ._typing import Tensors
 
 COLUMN, ROW, FUSED, VOCAB, REPLICATED = "column", "row", "fused", "vocab", "replicated"
 EXPERTS_W13, EXPERTS_W2 = "experts_w13", "experts_w2"
-KINDS = (COLUMN, ROW, FUSED, VOCAB, REPLICATED, EXPERTS_W13, EXPERTS_W2)
+MEGATRON_QKV = "megatron_qkv"
+KINDS = (COLUMN, ROW, FUSED, VOCAB, REPLICATED, EXPERTS_W13, EXPERTS_W2, MEGATRON_QKV)
 # Per-expert checkpoint tensors and fused ones (vLLM's FusedMoE names).
 _PER_EXPERT = re.compile(r"^(.*\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
 _FUSED_EXPERTS = re.compile(r"^(.*\.experts)\.(w13_weight|w2_weight)$")
@@ -197,6 +205,9 @@ class Layout:
         if name in self.params:
             raise FerryError(ERR_ARG, "layout: parameter %r described twice" % name)
         sources = [sources] if isinstance(sources, str) else list(sources)
+        if kind == MEGATRON_QKV:
+            raise FerryError(ERR_ARG, "layout: parameter %r: %s needs the query group count: "
+                             "use add_megatron_qkv(name, sources, num_query_groups)" % (name, kind))
         if kind in (EXPERTS_W13, EXPERTS_W2):
             return self._experts(name, kind, sources)
         if not sources or (kind != FUSED and len(sources) != 1):
@@ -238,6 +249,91 @@ class Layout:
             p.scale = scales.name
             self.params[scales.name] = scales
             self.regions += scales.regions
+        return p
+
+    def add_megatron_qkv(self, name: str, sources: Union[str, Iterable[str]], num_query_groups: int,
+                         head_dim: Optional[int] = None) -> Param:
+        """Describes engine parameter `name` as Megatron-LM holds linear_qkv
+        (weight or bias) of a GQA model: for each of its num_query_groups
+        groups G, the group's q rows (heads_per_group * head_dim), its k
+        rows (head_dim), its v rows (head_dim); this rank holds groups
+        [rank*G/tp_size, (rank+1)*G/tp_size) in that order (Megatron's
+        rows [rank*n/tp_size, (rank+1)*n/tp_size) of the interleaved
+        tensor).  sources: [q, k, v] checkpoint tensors (HF names), or one
+        fused tensor whose rows are all q, then all k, then all v (vLLM's
+        qkv_proj); head_dim is read from k's rows for separate tensors and
+        is required for a fused one.  One region per group and part, each
+        whole rows: bit-identical slices of the published q/k/v."""
+        sources = [sources] if isinstance(sources, str) else list(sources)
+        if name in self.params:
+            raise FerryError(ERR_ARG, "layout: parameter %r described twice" % name)
+        try:
+            G = int(num_query_groups)
+            hd = None if head_dim is None else int(head_dim)
+        except (TypeError, ValueError):
+            raise FerryError(ERR_ARG, "layout: parameter %r: num_query_groups %r / head_dim %r are "
+                             "not integers" % (name, num_query_groups, head_dim)) from None
+        if G < 1 or (hd is not None and hd < 1):
+            raise FerryError(ERR_ARG, "layout: parameter %r: num_query_groups %d and head_dim %s must "
+                             "be positive" % (name, G, hd))
+        if len(sources) not in (1, 3):
+            raise FerryError(ERR_ARG, "layout: parameter %r: %s takes [q, k, v] or one fused qkv "
+                             "checkpoint tensor, not %d" % (name, MEGATRON_QKV, len(sources)))
+        shapes = [self._shape(name, src) for src in sources]
+        if any(src + SCALE_SUFFIX in self.shapes for src in sources):
+            raise FerryError(ERR_ARG, "layout: parameter %r: FP8 megatron_qkv (%s) is not supported yet"
+                             % (name, SCALE_SUFFIX))
+        if any(not sh for sh in shapes):
+            raise FerryError(ERR_ARG, "layout: parameter %r: %r is a scalar and cannot be split"
+                             % (name, sources[[not sh for sh in shapes].index(True)]))
+        tail = shapes[0][1:]
+        for src, sh in zip(sources, shapes):
+            if sh[1:] != tail:
+                raise FerryError(ERR_SHAPE_MISMATCH, "layout: parameter %r: q/k/v differ past dim 0 "
+                                 "(%r is %s, %r %s)" % (name, src, list(sh), sources[0], list(shapes[0])))
+        cols = _2d(shapes[0])[1]
+        if len(sources) == 3:
+            nq, nk, nv = (sh[0] for sh in shapes)
+            if nk != nv or nk % G:
+                raise FerryError(ERR_SHAPE_MISMATCH, "layout: parameter %r: k %r has %d rows and v %r %d: "
+                                 "both must be num_query_groups %d x head_dim"
+                                 % (name, sources[1], nk, sources[2], nv, G))
+            if hd is None:
+                hd = nk // G
+            elif nk != G * hd:
+                raise FerryError(ERR_SHAPE_MISMATCH, "layout: parameter %r: k %r has %d rows, not "
+                                 "num_query_groups %d x head_dim %d" % (name, sources[1], nk, G, hd))
+            base = [(sources[0], 0), (sources[1], 0), (sources[2], 0)]
+        else:
+            if hd is None:
+                raise FerryError(ERR_ARG, "layout: parameter %r: a fused qkv tensor %r needs head_dim"
+                                 % (name, sources[0]))
+            n = shapes[0][0]
+            nk = nv = G * hd
+            nq = n - 2 * nk
+            if nq <= 0:
+                raise FerryError(ERR_SHAPE_MISMATCH, "layout: parameter %r: fused %r has %d rows, not more "
+                                 "than k + v = 2 x %d groups x head_dim %d" % (name, sources[0], n, G, hd))
+            base = [(sources[0], 0), (sources[0], nq), (sources[0], nq + nk)]
+        if nq % (G * hd):
+            raise FerryError(ERR_SHAPE_MISMATCH, "layout: parameter %r: q %r has %d rows, not a multiple of "
+                             "num_query_groups %d x head_dim %d" % (name, sources[0], nq, G, hd))
+        if G % self.tp_size:
+            raise FerryError(ERR_ARG, "layout: parameter %r: num_query_groups %d is not divisible by "
+                             "tp_size %d (Megatron needs whole query groups on each rank)"
+                             % (name, G, self.tp_size))
+        qg = nq // G                      # q rows of one group: heads_per_group * head_dim
+        g0, g1 = self.rank * G // self.tp_size, (self.rank + 1) * G // self.tp_size
+        regions, offset = [], 0
+        for g in range(g0, g1):
+            for (src, at), k in zip(base, (qg, hd, hd)):
+                reg = Region(src, (at + g * k, at + (g + 1) * k), (0, cols), name, offset)
+                regions.append(reg)
+                offset += reg.nelem
+        eshape = ((g1 - g0) * (qg + 2 * hd),) + tuple(tail)
+        p = Param(name, MEGATRON_QKV, sources, eshape, regions)
+        self.params[name] = p
+        self.regions += regions
         return p
 
     def _experts(self, name, kind, sources):
@@ -340,23 +436,27 @@ class Layout:
 
     # ------------------------------------------------------------------
     @classmethod
-    def llama(cls, shapes: Mapping[str, Sequence[int]], tp_size: int, rank: int, fuse_qkv: bool = True,
-              fuse_gate_up: bool = True, prefix: str = "model.") -> Layout:
+    def llama(cls, shapes: Mapping[str, Sequence[int]], tp_size: int, rank: int,
+              fuse_qkv: Union[bool, str] = True, fuse_gate_up: bool = True, prefix: str = "model.",
+              num_query_groups: Optional[int] = None) -> Layout:
         """The vLLM-style layout of a Llama-family checkpoint (names like
         model.layers.N.self_attn.q_proj.weight): q/k/v fused into
         self_attn.qkv_proj.weight and gate/up into mlp.gate_up_proj.weight
         (column-parallel; or kept apart with fuse_*=False), o_proj and
         down_proj row-parallel, embed_tokens and lm_head vocabulary-
         parallel, every other tensor (norms) replicated.  Engine names are
-        the checkpoint's, the fused ones as above."""
+        the checkpoint's, the fused ones as above.  fuse_qkv="megatron"
+        (with num_query_groups, the KV head count) makes qkv_proj
+        Megatron-LM's interleaved linear_qkv instead (MEGATRON_QKV: per
+        query group q, k, v; see add_megatron_qkv), weight and bias."""
         lay = cls(shapes, tp_size, rank)
-        lay._llama_rules(shapes, fuse_qkv, fuse_gate_up, prefix)
+        lay._llama_rules(shapes, fuse_qkv, fuse_gate_up, prefix, num_query_groups)
         return lay
 
     @classmethod
     def moe(cls, shapes: Mapping[str, Sequence[int]], tp_size: int, rank: int, ep_size: Optional[int] = None,
-            fuse_experts: bool = True, fuse_qkv: bool = True, fuse_gate_up: bool = True,
-            prefix: str = "model.") -> Layout:
+            fuse_experts: bool = True, fuse_qkv: Union[bool, str] = True, fuse_gate_up: bool = True,
+            prefix: str = "model.", num_query_groups: Optional[int] = None) -> Layout:
         """The layout of a MoE checkpoint (Qwen-MoE, DeepSeek, Mixtral
         names) on an engine of tp_size ranks whose experts are split over
         ep_size EP groups (default tp_size: vLLM's expert parallelism,
@@ -386,7 +486,7 @@ class Layout:
                 groups.setdefault(m.group(1), {})[m.group(2)] = name
             else:
                 dense[name] = shp
-        lay._llama_rules(dense, fuse_qkv, fuse_gate_up, prefix)
+        lay._llama_rules(dense, fuse_qkv, fuse_gate_up, prefix, num_query_groups)
         for base, g in groups.items():
             w13, w2 = base + ".w13_weight", base + ".w2_weight"
             if "w13_weight" in g or "w2_weight" in g:
@@ -418,10 +518,15 @@ class Layout:
                 lay.add(down, ROW, down, moe=True)
         return lay
 
-    def _llama_rules(self, shapes, fuse_qkv, fuse_gate_up, prefix):
+    def _llama_rules(self, shapes, fuse_qkv, fuse_gate_up, prefix, num_query_groups=None):
         """llama()'s parameters of the tensors `shapes` names."""
         lay = self
         done = set()
+        if fuse_qkv not in (True, False, "megatron"):
+            raise FerryError(ERR_ARG, "layout: fuse_qkv %r: True, False or \"megatron\"" % (fuse_qkv,))
+        if (fuse_qkv == "megatron") != (num_query_groups is not None):
+            raise FerryError(ERR_ARG, "layout: num_query_groups goes with fuse_qkv=\"megatron\" "
+                             "(and it needs it): fuse_qkv %r, num_query_groups %r" % (fuse_qkv, num_query_groups))
         for name in shapes:
             if name in done or (name.endswith(SCALE_SUFFIX) and name[:-len(SCALE_SUFFIX)] in shapes):
                 continue                  # FP8 scales: with their tensor's parameter
@@ -430,7 +535,10 @@ class Layout:
             parent = base[:-len(mod)]
             if mod in ("q_proj", "k_proj", "v_proj") and fuse_qkv:
                 parts = [parent + m + "." + leaf for m in ("q_proj", "k_proj", "v_proj")]
-                lay.add(parent + "qkv_proj." + leaf, FUSED, parts)
+                if fuse_qkv == "megatron":
+                    lay.add_megatron_qkv(parent + "qkv_proj." + leaf, parts, num_query_groups)
+                else:
+                    lay.add(parent + "qkv_proj." + leaf, FUSED, parts)
                 done.update(parts)
             elif mod in ("gate_proj", "up_proj") and fuse_gate_up:
                 parts = [parent + m + "." + leaf for m in ("gate_proj", "up_proj")]
