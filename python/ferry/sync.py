@@ -491,6 +491,8 @@ class Subscriber(_lib.Handle):
         self._applied = 0        # sync_apply: the version its tensors hold
         self._apply_sig = None   # sync_apply: (name, address) of those tensors
         self.last_apply: Optional[Dict[str, Any]] = None   # what sync_apply wrote
+        # (names; whole: tensors copied; indexed: tensors index_copy_'d;
+        # elements written; bytes sent: whole tensors, positions + values)
         self._waiter = None      # wait(timeout_s): (deadline_ms, handle, stores)
         self._wait_lock = threading.Lock()
         self._wake_pending = False
@@ -928,7 +930,10 @@ class Subscriber(_lib.Handle):
         self.last_apply = {"names": [n for n, _, _, _, _ in plan],
                            "whole": sum(k == "copy" for _, _, k, _, _ in plan),
                            "indexed": sum(k == "index" for _, _, k, _, _ in plan),
-                           "elements": sum(int(a.numel()) for _, _, k, a, _ in plan)}
+                           "elements": sum(int(a.numel()) for _, _, k, a, _ in plan),
+                           "bytes": sum(int(a.numel()) * a.element_size() if k == "copy" else
+                                        int(a.numel()) * (8 + b.element_size())
+                                        for _, _, k, a, b in plan)}
         return got
 
     def _apply_plan(self, m, params, whole, torch):
