@@ -12,7 +12,12 @@
 #      generated into bench/data/, ignored by git): publish wall time of the
 #      delta version and peak RSS per trainer rank at R = 1, 2, 4
 #      (mpirun, build/ferry-shard-mpi), then pull time and peak RSS per
-#      island rank at M = 1, 2, 4 (rows), cold (anchor) and delta.
+#      island rank at M = 1, 2, 4 (rows), cold (anchor) and delta;
+#   3. issue 24 item 2 sizing: rl-a (steps 0..8) and rl-b (0..4) published
+#      by 4 ranks at default settings, then bench/shard_index.py: the
+#      manifest-2 bytes an island rank reads per delta version today
+#      against the manifest + index bytes of three index layouts
+#      (bench/results/shard/index-*.txt).
 # Writes bench/results/shard/*.jsonl and prints the markdown tables.
 # Needs mpirun and build/ferry-shard-mpi, build/tools/shard_island,
 # build/examples/adamw_sim (make -j2).  Times are wall clock on whatever
@@ -69,6 +74,17 @@ for M in 1 2 4; do
     done
     for p in "${pids[@]}"; do wait "$p" || true; done
     cat "$tmp"/isl-$M-*.jsonl >>"$out/syn_islands.jsonl"
+done
+
+# --- 3. index bytes per island rank (issue 24 item 2, sizing) -----------------
+for set in rl-a:8 rl-b:4; do
+    name=${set%%:*} last=${set##*:}
+    files=()
+    for ((i = 0; i <= last; i++)); do files+=("$(printf '%s/%s/step-%03d.safetensors' "$FERRY_DATA" "$name" "$i")"); done
+    mpirun -np 4 "$PUB" "$tmp/idx" --run "sh/$name" --json "${files[@]}" >/dev/null
+    /usr/bin/python3 bench/shard_index.py "$tmp/idx" "sh/$name" >"$out/index-$name.txt"
+    echo "$name:"
+    sed -n '/^| layout/,$p' "$out/index-$name.txt"
 done
 
 /usr/bin/python3 - "$out" <<'EOF'
