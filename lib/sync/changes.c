@@ -5,7 +5,9 @@
  * record of every word it overwrote (steps.c's undo records, made to undo
  * a failed route).  After the commit those records say exactly which
  * words the route wrote: their positions, per tensor, are the union over
- * the route, sorted, and the new values are read from the model.  Any
+ * the route, sorted, and the new values are read from the model.  They are
+ * built when first asked for (until the next sync the records are kept):
+ * a caller that never asks pays nothing.  Any
  * other sync (an anchor, a model built aside, file mode) reports every
  * tensor whole. */
 #include "sub.h"
@@ -17,8 +19,17 @@
  * would outweigh the tensor (2 bytes per element). */
 #define CHG_BUDGET 5
 
+static void drop_records(ferry_subscriber *s)
+{
+    for (size_t i = 0; i < s->chg_nrec; i++) ferry__codec_undo_free(s->chg_rec[i]);
+    free(s->chg_rec);
+    s->chg_rec = NULL;
+    s->chg_nrec = 0;
+}
+
 void ferry__sync_sub_changes_clear(ferry_subscriber *s)
 {
+    drop_records(s);
     for (size_t i = 0; i < s->nchg; i++) {
         free(s->chg[i].pos);
         free(s->chg[i].vals);
@@ -95,10 +106,10 @@ static void visit(void *ctx, const uint8_t *at, unsigned W, uint64_t hi, const u
     }
 }
 
-/* Lists from the route's records; FERRY_OK or FERRY_ERR_NOMEM. */
-static int from_records(ferry_subscriber *s, const sub_work *w)
+/* Lists from the route's records (kept in s since the commit) of the
+ * model m; FERRY_OK or FERRY_ERR_NOMEM. */
+static int from_records(ferry_subscriber *s, const ferry_model *m)
 {
-    const ferry_model *m = w->m;
     size_t n = ferry_model_count(m);
     chg_ctx c = {s, m, NULL, 0, NULL, false, false};
     s->chg = ferry__calloc(n + 1, sizeof *s->chg);
@@ -117,7 +128,7 @@ static int from_records(ferry_subscriber *s, const sub_work *w)
             s->chg_all = true;
             goto out;
         }
-    for (size_t r = 0; r < w->nundo; r++) ferry__codec_undo_visit(w->undo[r], visit, &c);
+    for (size_t r = 0; r < s->chg_nrec; r++) ferry__codec_undo_visit(s->chg_rec[r], visit, &c);
     if (c.lost) {
         s->chg_all = true;
         goto out;
@@ -133,7 +144,7 @@ static int from_records(ferry_subscriber *s, const sub_work *w)
         }
     }
     c.fill = true;
-    for (size_t r = 0; r < w->nundo; r++) ferry__codec_undo_visit(w->undo[r], visit, &c);
+    for (size_t r = 0; r < s->chg_nrec; r++) ferry__codec_undo_visit(s->chg_rec[r], visit, &c);
     for (size_t i = 0; i < n; i++) {
         sub_chg *g = &s->chg[i];
         if (g->all || !g->n) continue;
@@ -159,19 +170,35 @@ out:
     return rc;
 }
 
-void ferry__sync_sub_changes_set(ferry_subscriber *s, const sub_work *w)
+void ferry__sync_sub_changes_set(ferry_subscriber *s, sub_work *w)
 {
     ferry__sync_sub_changes_clear(s);
-    if (!w || !w->held || !w->nundo || from_records(s, w)) {
-        /* nothing to read positions from, or no memory for the lists:
-           every tensor whole (always a correct answer) */
+    if (w && w->held && w->nundo) {
+        /* the lists are built from the records when first asked for (most
+           callers never ask): until then the records are kept, not freed */
+        s->chg_rec = w->undo;
+        s->chg_nrec = w->nundo;
+        w->undo = NULL;
+        w->nundo = 0;
+        return;
+    }
+    s->chg_all = true; /* nothing to read positions from: every tensor whole */
+}
+
+/* The lists of the records kept, built once. */
+static void build(ferry_subscriber *s, const ferry_model *m)
+{
+    if (!s->chg_nrec) return;
+    if (from_records(s, m)) {
+        /* no memory for the lists: every tensor whole (always a correct answer) */
         ferry__clear_error();
         ferry__sync_sub_changes_clear(s);
         s->chg_all = true;
     }
+    drop_records(s);
 }
 
-int ferry_subscriber_changes(const ferry_subscriber *s, size_t i, int *all, const int64_t **positions, const void **values,
+int ferry_subscriber_changes(ferry_subscriber *s, size_t i, int *all, const int64_t **positions, const void **values,
                              size_t *count)
 {
     if (!s) return ferry__fail(FERRY_ERR_ARG, "ferry_subscriber_changes: NULL subscriber");
@@ -179,6 +206,7 @@ int ferry_subscriber_changes(const ferry_subscriber *s, size_t i, int *all, cons
     if (!m) return ferry__fail(FERRY_ERR_NOT_FOUND, "run %s: the subscriber holds no version", s->run);
     if (i >= ferry_model_count(m))
         return ferry__fail(FERRY_ERR_ARG, "run %s: tensor %zu of a model of %zu", s->run, i, ferry_model_count(m));
+    build(s, m);
     const sub_chg *g = s->chg_all || i >= s->nchg ? NULL : &s->chg[i];
     if (all) *all = s->chg_all || (g && g->all);
     if (positions) *positions = g && !g->all ? g->pos : NULL;

@@ -68,6 +68,9 @@ struct ferry_subscriber {
     struct sub_chg *chg;
     size_t nchg;
     bool chg_all;
+    ferry__codec_undo **chg_rec; /* the committed route's records, until the
+                                    lists are built from them */
+    size_t chg_nrec;
 };
 
 /* The words one tensor changed in the last sync (ferry_subscriber_changes). */
@@ -117,9 +120,10 @@ int ferry__sync_sub_exec(ferry_subscriber *s, sub_work *w, const fs_plan *p, con
  * copied into the caller's buffers if the structure matches). */
 int ferry__sync_sub_commit(ferry_subscriber *s, sub_work *w);
 /* The change lists: dropped (before a sync: nothing changed yet), and set
- * from a committed sync (w NULL, or not applied in place: all whole). */
+ * from a committed sync (w NULL, or not applied in place: all whole; else
+ * w's undo records are taken, for lists built when first asked for). */
 void ferry__sync_sub_changes_clear(ferry_subscriber *s);
-void ferry__sync_sub_changes_set(ferry_subscriber *s, const sub_work *w);
+void ferry__sync_sub_changes_set(ferry_subscriber *s, sub_work *w);
 /* Frees what the sync created and did not commit. */
 void ferry__sync_sub_work_release(ferry_subscriber *s, sub_work *w);
 /* After a failed sync: reverts the steps applied in place to the exposed
