@@ -29,6 +29,7 @@ typedef struct dec {
     uint8_t (*th)[16];       /* result tensor hashes, per entry */
     uint8_t (**blocks)[16];  /* result block digests, per SPARSE entry */
     bool vouched;            /* base hash given by the caller: bh unknown */
+    uint8_t (**leaf)[16];    /* in place: the base's cached leaf digests, per SPARSE entry, or NULL */
     size_t *li;              /* entry -> index among the result's tensors */
     uint8_t **whole;         /* in place: verified WHOLE tensors, per entry */
     uint64_t *got;           /* changes decoded per entry (atomic adds) */
@@ -347,6 +348,7 @@ static void end(dec *d)
     free(d->bh);
     free(d->bi);
     free(d->th);
+    free(d->leaf);
     free(d->li);
     free(d->got);
     for (size_t j = 0; d->whole && j < d->t.n; j++) free(d->whole[j]);
@@ -392,12 +394,18 @@ static inline __attribute__((always_inline)) size_t put_changes(uint8_t *p, size
  * each piece while it is in cache.  A sink whose pieces are the base's own
  * words patches it in place; old (if not NULL) then receives the words
  * overwritten, one per change. */
+static int sparse_out_leaves(dec *d, const chunk_ref *c, int w, size_t k, const ferry__sink *sk, uint8_t *old);
+
 static int sparse_out(dec *d, const chunk_ref *c, int w, size_t k, const ferry__sink *sk, uint8_t *old)
 {
     const patch_entry *e = &d->t.e[c->entry];
     unsigned W = sp_dtype_of(e->dtype).W;
     const sp_scratch *s = &d->coder[w].s;
     const uint8_t *base = (const uint8_t *)base_of(d, c->entry)->data + c->lo * W / 8;
+    /* with the base's leaf digests: a chunk of whole leaves takes the leaf path */
+    if (d->leaf && d->leaf[c->entry] && c->lo * W / 8 % FERRY_HASH_BLOCK == 0 &&
+        ((c->lo + c->n) * W / 8 % FERRY_HASH_BLOCK == 0 || (c->lo + c->n) * W / 8 == e->nbytes))
+        return sparse_out_leaves(d, c, w, k, sk, old);
     ferry__blockhash h;
     ferry__bh_begin(&h, d->blocks[c->entry] + c->lo * W / 8 / FERRY_HASH_BLOCK);
     size_t j = 0;
@@ -418,6 +426,59 @@ static int sparse_out(dec *d, const chunk_ref *c, int w, size_t k, const ferry__
     }
     ferry__bh_end(&h);
     FERRY_ASSERT(j == k); /* the positions are sorted and inside the chunk: every change was written */
+    return FERRY_OK;
+}
+
+/* sparse_out with the base's leaf digests (in place, a base vouched for
+ * whose digests the model keeps; docs/FORMAT.md "Verification on apply"):
+ * a leaf no change touches is neither read nor written, and its digest is
+ * the cached one; a touched leaf is hashed as it was (the base) and as it
+ * becomes (the result) piece by piece in cache, and its base digest must be
+ * the cached one (FERRY_ERR_BASE_MISMATCH). */
+static int sparse_out_leaves(dec *d, const chunk_ref *c, int w, size_t k, const ferry__sink *sk, uint8_t *old)
+{
+    const patch_entry *e = &d->t.e[c->entry];
+    unsigned W = sp_dtype_of(e->dtype).W;
+    const sp_scratch *s = &d->coder[w].s;
+    const uint8_t *base = (const uint8_t *)base_of(d, c->entry)->data + c->lo * W / 8;
+    const uint8_t (*leaf)[16] = (const uint8_t (*)[16])d->leaf[c->entry];
+    uint64_t bw = FERRY_HASH_BLOCK * 8 / W, b0 = c->lo / bw; /* words per leaf, first leaf */
+    size_t j = 0;
+    for (size_t blo = 0; blo < c->n; blo += (size_t)bw) {
+        size_t bhi = c->n - blo < bw ? (size_t)c->n : blo + (size_t)bw;
+        uint64_t b = b0 + blo / bw;
+        uint8_t *out = d->blocks[c->entry][b];
+        if (j == k || s->pos[j] >= bhi) { /* untouched */
+            memcpy(out, leaf[b], 16);
+            continue;
+        }
+        XXH3_state_t hb, hr;
+        XXH3_128bits_reset(&hb);
+        XXH3_128bits_reset(&hr);
+        for (size_t lo = blo; lo < bhi; lo += SP_SCAN_PIECE) {
+            size_t hi = bhi - lo < SP_SCAN_PIECE ? bhi : lo + SP_SCAN_PIECE, bytes = (hi - lo) * W / 8;
+            uint64_t off = (c->lo + lo) * W / 8;
+            uint8_t *p = sk->piece(sk->ctx, d->li[c->entry], off, bytes, w);
+            if (p != base + lo * W / 8) memcpy(p, base + lo * W / 8, bytes);
+            XXH3_128bits_update(&hb, p, bytes);
+            switch (W) {
+            case 8: j = put_changes(p, lo, hi, s, j, k, old, 8); break;
+            case 16: j = put_changes(p, lo, hi, s, j, k, old, 16); break;
+            case 32: j = put_changes(p, lo, hi, s, j, k, old, 32); break;
+            default: j = put_changes(p, lo, hi, s, j, k, old, 64); break;
+            }
+            XXH3_128bits_update(&hr, p, bytes);
+            int rc = sk->done(sk->ctx, d->li[c->entry], off, bytes, w);
+            if (rc) return rc;
+        }
+        uint8_t g[16];
+        ferry__hash_digest(&hb, g);
+        if (memcmp(g, leaf[b], 16))
+            return ferry__context(mismatch(FERRY_ERR_BASE_MISMATCH, "base leaf", g, leaf[b]), "tensor '%s', leaf %llu", e->name,
+                                  (unsigned long long)b);
+        ferry__hash_digest(&hr, out);
+    }
+    FERRY_ASSERT(j == k);
     return FERRY_OK;
 }
 
@@ -796,7 +857,7 @@ static int check_inplace(const dec *d, ferry_model *base)
         if (e->kind == PK_REMOVED || (e->kind == PK_WHOLE && (!b || b->dtype != e->dtype || b->ndim != e->ndim ||
                                                               memcmp(b->shape, e->shape, e->ndim * sizeof *e->shape))))
             return ferry__fail(FERRY_ERR_SHAPE_MISMATCH, "tensor '%s' is added, removed or re-shaped: cannot apply in place", e->name);
-        if ((e->kind == PK_SPARSE || e->kind == PK_WHOLE) && !ferry_model_data_mut(base, (size_t)d->bi[j]))
+        if ((e->kind == PK_SPARSE || e->kind == PK_WHOLE) && !base->e[d->bi[j]]->writable)
             return ferry__fail(FERRY_ERR_ARG, "tensor '%s' is read-only (a mapped file): cannot apply in place", e->name);
     }
     if (d->t.nmeta != ferry_model_metadata_count(base)) return ferry__fail(FERRY_ERR_SHAPE_MISMATCH, "metadata changes: cannot apply in place");
@@ -815,6 +876,7 @@ struct ferry__codec_undo {
     uint8_t **at;            /* per chunk: its first word in the model */
     uint8_t *W;              /* per chunk: word width */
     uint8_t *arena;          /* the undo log the chunks point into */
+    ferry_model *m;          /* the model written: its digest cache is dropped on revert */
     uint64_t arena_size;
     size_t arena_map;
     size_t nwhole;           /* tensors carried whole: where, old bytes, size */
@@ -860,6 +922,7 @@ static ferry__codec_undo *undo_record_new(const dec *d)
 static void undo_record_take(dec *d, ferry__codec_undo *r)
 {
     r->n = d->nch;
+    r->m = (ferry_model *)d->base;
     r->u = d->undo;
     d->undo = NULL;
     for (size_t j = 0; j < d->nch; j++) {
@@ -884,6 +947,7 @@ static void undo_record_take(dec *d, ferry__codec_undo *r)
 void ferry__codec_undo_revert(const ferry__codec_undo *r)
 {
     if (!r) return;
+    if (r->m) ferry__model_cache_drop(r->m, SIZE_MAX);
     for (size_t j = 0; j < r->n; j++)
         if (r->u[j].first) undo_chunk(&r->u[j], r->at[j], r->W[j]);
     for (size_t k = 0; k < r->nwhole; k++) memcpy(r->whole_at[k], r->whole_old[k], (size_t)r->whole_n[k]);
@@ -914,15 +978,60 @@ void ferry__codec_undo_visit(const ferry__codec_undo *r, ferry__codec_undo_fn fn
     for (size_t k = 0; r && k < r->nwhole; k++) fn(ctx, r->whole_at[k], 0, r->whole_n[k], NULL, 0);
 }
 
+/* The model hash from the digest cache, when every tensor has one. */
+static bool cached_hash(const ferry_model *m, uint8_t out[16])
+{
+    for (size_t i = 0; i < m->n; i++)
+        if (!m->e[i]->hash_ok) return false;
+    uint8_t (*th)[16] = ferry__malloc((m->n + 1) * 16);
+    if (!th) return false;
+    for (size_t i = 0; i < m->n; i++) memcpy(th[i], m->e[i]->hash, 16);
+    int rc = ferry__model_hash_tensors(m, (const uint8_t (*)[16])th, out);
+    free(th);
+    return rc == FERRY_OK;
+}
+
+/* After a verified apply, the model's digest cache describes the result:
+ * tensor hashes, and the leaf digests of every SPARSE entry (an unchanged
+ * tensor keeps its own; one carried whole has none). */
+static void cache_result(dec *d, ferry_model *m)
+{
+    for (size_t j = 0; j < d->t.n; j++) {
+        ferry__entry *x = m->e[d->bi[j]];
+        memcpy(x->hash, d->th[j], 16);
+        x->hash_ok = true;
+        if (d->t.e[j].kind == PK_SAME) continue;
+        free(x->leaf);
+        x->leaf = NULL;
+        if (d->t.e[j].kind == PK_SPARSE) {
+            x->leaf = d->blocks[j];
+            d->blocks[j] = NULL;
+        }
+    }
+}
+
 static int apply_inplace(ferry_model *base, const void *patch, size_t size, const ferry_apply_options *opts, ferry__codec_undo **keep)
 {
     if (keep) *keep = NULL;
     if (!base || !patch) return ferry__fail(FERRY_ERR_ARG, "ferry_apply_inplace: NULL argument");
     dec d;
     ferry__codec_undo *rec = NULL;
+    /* A base vouched for whose digest cache gives the same model hash: its
+     * touched leaves are checked against the cache, the others reused. */
+    uint8_t ch[16];
+    bool cached = false;
+    if (opts && opts->base_hash && cached_hash(base, ch)) {
+        if (!memcmp(ch, opts->base_hash, 16)) cached = true;
+        else ferry__model_cache_drop(base, SIZE_MAX);
+    }
     int rc = begin(&d, base, patch, size, opts);
     d.keep = keep != NULL;
     if (!rc) rc = check_inplace(&d, base);
+    if (!rc && cached) {
+        if (!(d.leaf = ferry__calloc(d.t.n + 1, sizeof *d.leaf))) rc = FERRY_ERR_NOMEM;
+        for (size_t j = 0; !rc && j < d.t.n; j++)
+            if (d.t.e[j].kind == PK_SPARSE) d.leaf[j] = base->e[d.bi[j]]->leaf;
+    }
     if (!rc) rc = check_whole_sizes(&d);
     if (!rc && (!(d.tmp = ferry__calloc((size_t)d.threads, sizeof *d.tmp)) ||
                 !(d.whole = ferry__calloc(d.t.n + 1, sizeof *d.whole)) || !(d.undo = ferry__calloc(d.nch + 1, sizeof *d.undo)) ||
@@ -940,6 +1049,8 @@ static int apply_inplace(ferry_model *base, const void *patch, size_t size, cons
         if (keep) swap_bytes(dst, d.whole[j], d.t.e[j].nbytes);
         else memcpy(dst, d.whole[j], (size_t)d.t.e[j].nbytes);
     }
+    if (!rc) cache_result(&d, base);
+    else if (rc == FERRY_ERR_BASE_MISMATCH) ferry__model_cache_drop(base, SIZE_MAX);
     if (!rc && keep) {
         undo_record_take(&d, rec);
         *keep = rec;

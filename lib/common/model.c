@@ -17,6 +17,7 @@ void ferry_model_free(ferry_model *m)
     if (!m) return;
     for (size_t i = 0; i < m->n; i++) {
         free(m->e[i]->owned);
+        free(m->e[i]->leaf);
         free(m->e[i]);
     }
     free(m->e);
@@ -185,9 +186,19 @@ const ferry_tensor *ferry_model_find(const ferry_model *m, const char *name)
     return at >= 0 ? &m->e[at]->t : NULL;
 }
 
+void ferry__model_cache_drop(ferry_model *m, size_t i)
+{
+    for (size_t j = i < m->n ? i : 0; j < m->n && (i >= m->n || j == i); j++) {
+        m->e[j]->hash_ok = false;
+        free(m->e[j]->leaf);
+        m->e[j]->leaf = NULL;
+    }
+}
+
 void *ferry_model_data_mut(ferry_model *m, size_t i)
 {
     if (!m || i >= m->n || !m->e[i]->writable) return NULL;
+    ferry__model_cache_drop(m, i); /* the caller may write: cached digests no longer vouched for */
     return (void *)m->e[i]->t.data;
 }
 

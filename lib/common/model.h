@@ -8,6 +8,14 @@ typedef struct ferry__entry {
     ferry_tensor t;   /* public view; name and shape point into this entry */
     void *owned;      /* data owned by the model (freed with it), or NULL */
     bool writable;    /* data may be written (owned, or borrowed caller memory) */
+    /* Digest cache (docs/FORMAT.md, "Verification on apply"): the tensor
+     * hash and, when known, the 4 MiB leaf (block) digests of data as the
+     * last verified ferry_apply_inplace left it.  Dropped when the memory
+     * is handed out writable (ferry_model_data_mut) or an undo record is
+     * reverted into it. */
+    bool hash_ok;
+    uint8_t hash[16];
+    uint8_t (*leaf)[16];
 } ferry__entry;
 
 typedef struct ferry__meta { char *key, *value; } ferry__meta;
@@ -44,6 +52,8 @@ int ferry__model_add_owned(ferry_model *m, const char *name, ferry_dtype dt, uin
 int ferry__model_add_layout(ferry_model *m, const char *name, ferry_dtype dt, uint32_t ndim,
                             const uint64_t *shape, uint64_t nbytes);
 int ferry__model_add_mapping(ferry_model *m, void *addr, size_t len);
+/* Drops tensor i's digest cache (every tensor's when i >= m->n). */
+void ferry__model_cache_drop(ferry_model *m, size_t i);
 /* Index of name in the sorted array, or -(insertion point)-1. */
 long ferry__model_lookup(const ferry_model *m, const char *name);
 
