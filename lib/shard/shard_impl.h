@@ -152,6 +152,27 @@ void ferry__shard_manifest_view(const sh_doc *m, fs_manifest *out);
 /* Key of rank's object of a version. */
 void ferry__shard_key_object(char out[FS_KEY_CAP], const char *run, uint64_t version, const char *id, uint32_t rank, int kind);
 
+/* ---- hash tree over a rank object's tiles (shard_merkle.c; issue 24
+ * item 2, not yet used by publish or pull) ---- */
+
+/* A tile's leaf: SHA-256(0x00 || u32le len || target || SHA-256(payload)). */
+void ferry__shard_merkle_leaf(uint64_t len, const uint8_t target[16], const uint8_t payload_sha[32], uint8_t out[32]);
+/* Nodes of a tree of n leaves (all levels, leaves first). */
+size_t ferry__shard_merkle_count(size_t n);
+/* Builds every level from n leaf hashes (32 bytes each): *nodes (32 x
+ * ferry__shard_merkle_count(n) bytes, the caller frees) and the root. */
+int ferry__shard_merkle_build(const uint8_t *leaves, size_t n, uint8_t **nodes, uint8_t root[32]);
+/* Positions (ascending, in the array of build) of the nodes a reader of
+ * leaves idx[0..k) (any order, distinct) needs besides them; *pos freed by
+ * the caller. */
+int ferry__shard_merkle_proof(size_t n, const size_t *idx, size_t k, size_t **pos, size_t *npos);
+/* Checks leaves idx[0..k) (ascending; leaves: their hashes in that order)
+ * with the nodes at pos[0..npos) (ascending) against root:
+ * FERRY_ERR_SYNC_CORRUPT naming `what` when they do not hash to it or a
+ * node is missing. */
+int ferry__shard_merkle_verify(const char *what, size_t n, const size_t *idx, const uint8_t *leaves, size_t k, const size_t *pos,
+                               const uint8_t *nodes, size_t npos, const uint8_t root[32]);
+
 /* ---- held tiles (shard_tiles.c) ---- */
 
 typedef struct sh_held {
