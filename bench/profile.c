@@ -3,7 +3,7 @@
  * bench/throughput measures every operation in one run; this one isolates
  * one, with nothing else in the process between repetitions.
  *
- *   profile MODE OLD NEW [--masters M] [--threads N] [--reps N] [--out F] [--scatter] [--warmup]
+ *   profile MODE OLD NEW [--masters M] [--threads N] [--reps N] [--out F] [--scatter] [--warmup] [--island]
  *
  * MODE: diff (NEW as BF16), diff-fp32 (--masters M, cast on the fly),
  * apply (into new memory), apply-file (to --out, fsync'd), in-place (into
@@ -33,7 +33,10 @@ static void usage(FILE *f)
                "              (int32 indices + words, bench/scatter.h) with as many threads, into\n"
                "              the same copy put back to OLD; prints both and their ratio\n"
                "  --warmup    one run first that is neither timed nor profiled (memory the\n"
-               "              library keeps between calls is then in place, as on an island)\n");
+               "              library keeps between calls is then in place, as on an island)\n"
+               "  --island    in-place: put the copy back to OLD by applying the patch NEW->OLD\n"
+               "              in place (untimed) instead of copying OLD over it, so that the\n"
+               "              leaf digests an island keeps stay valid (docs/FORMAT.md)\n");
 }
 
 /* With PERF_CTL_FIFO set (perf record -D -1 --control fifo:PATH), the
@@ -66,7 +69,7 @@ static void die(const char *what, int rc)
 int main(int argc, char **argv)
 {
     const char *mode = NULL, *oldp = NULL, *newp = NULL, *masters = NULL, *out = "/tmp/ferry-profile.safetensors";
-    int threads = 1, reps = 5, scatter = 0, warmup = 0;
+    int threads = 1, reps = 5, scatter = 0, warmup = 0, island = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { usage(stdout); return 0; }
         if (!strcmp(argv[i], "--masters") && i + 1 < argc) masters = argv[++i];
@@ -75,6 +78,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--scatter")) scatter = 1;
         else if (!strcmp(argv[i], "--warmup")) warmup = 1;
+        else if (!strcmp(argv[i], "--island")) island = 1;
         else if (!mode) mode = argv[i];
         else if (!oldp) oldp = argv[i];
         else if (!newp) newp = argv[i];
@@ -100,6 +104,16 @@ int main(int argc, char **argv)
     if (!m_diff && !m_fp32 && (rc = ferry_diff(a, b, &(ferry_diff_options){.threads = threads, .base_hash = ha}, &patch, &psize)))
         die("diff", rc);
     if (m_inplace && (rc = bench_model_copy(a, &c))) die("copy", rc); /* made outside the timing */
+    uint8_t hb[16];
+    void *back = NULL; /* --island: the patch NEW -> OLD */
+    size_t nback = 0;
+    if (island && (!m_inplace || scatter)) {
+        fprintf(stderr, "profile: --island needs in-place, without --scatter\n");
+        return 2;
+    }
+    if (island && ((rc = ferry_model_hash(b, hb)) ||
+                   (rc = ferry_diff(b, a, &(ferry_diff_options){.threads = threads, .base_hash = hb}, &back, &nback))))
+        die("diff back", rc);
     bench_scatter sc = {0};
     if (scatter && (!m_inplace || bench_scatter_make(a, b, &sc))) {
         fprintf(stderr, "profile: --scatter needs in-place and two models of the same tensors\n");
@@ -107,7 +121,10 @@ int main(int argc, char **argv)
     }
     double gb = (double)ferry_model_nbytes(b) / 1e9, best = 1e30, best_sc = 1e30, best_cpu = 1e30, best_sc_cpu = 1e30;
     for (int r = -warmup; r < reps; r++) { /* runs below 0: warm-up, neither timed nor profiled */
-        if (m_inplace && r > -warmup) bench_model_reset(c, a); /* back to OLD */
+        if (island && r > -warmup &&
+            (rc = ferry_apply_inplace_ex(c, back, nback, &(ferry_apply_options){.threads = threads, .base_hash = hb})))
+            die("apply back", rc);
+        else if (m_inplace && !island && r > -warmup) bench_model_reset(c, a); /* back to OLD */
         ferry_diff_options d = {.threads = threads, .base_hash = ha, .cast_bf16 = m_fp32};
         ferry_apply_options o = {.threads = threads, .base_hash = ha};
         void *p = NULL;
@@ -147,6 +164,7 @@ int main(int argc, char **argv)
            gb / best, gb, best_cpu);
     if (m_file) unlink(out);
     ferry_free(patch);
+    ferry_free(back);
     ferry_model_free(a);
     ferry_model_free(b);
     ferry_model_free(m);
