@@ -430,6 +430,12 @@ class Subscriber(_lib.Handle):
     once; the first sync from no version mirrors every tensor.  Views that
     overlap without being the same view are refused (FerryError ERR_ARG).
 
+    For tensors on a GPU, sync_apply(tensors) instead keeps no mirror:
+    the library's own copy (private mode) is the only host copy, and each
+    version writes only the changed elements into the tensors
+    (index_copy_ on their device); changes() says what the last sync
+    changed, per tensor (ferry_subscriber_changes).
+
     File mode (path=...): sync() keeps a local .safetensors file at the
     version, replaced atomically; load() reads it.
 
