@@ -390,6 +390,18 @@ static inline __attribute__((always_inline)) size_t put_changes(uint8_t *p, size
     return j;
 }
 
+/* put_changes with a constant word width in each loop */
+static size_t put_changes_w(uint8_t *p, size_t lo, size_t hi, const sp_scratch *s, size_t j, size_t k, uint8_t *old,
+                            unsigned W)
+{
+    switch (W) {
+    case 8: return put_changes(p, lo, hi, s, j, k, old, 8);
+    case 16: return put_changes(p, lo, hi, s, j, k, old, 16);
+    case 32: return put_changes(p, lo, hi, s, j, k, old, 32);
+    default: return put_changes(p, lo, hi, s, j, k, old, 64);
+    }
+}
+
 /* Emits a SPARSE chunk's result through the sink piece by piece, hashing
  * each piece while it is in cache.  A sink whose pieces are the base's own
  * words patches it in place; old (if not NULL) then receives the words
@@ -414,12 +426,7 @@ static int sparse_out(dec *d, const chunk_ref *c, int w, size_t k, const ferry__
         uint64_t off = (c->lo + lo) * W / 8;
         uint8_t *p = sk->piece(sk->ctx, d->li[c->entry], off, bytes, w);
         if (p != base + lo * W / 8) memcpy(p, base + lo * W / 8, bytes);
-        switch (W) { /* a constant word width in each loop */
-        case 8: j = put_changes(p, lo, hi, s, j, k, old, 8); break;
-        case 16: j = put_changes(p, lo, hi, s, j, k, old, 16); break;
-        case 32: j = put_changes(p, lo, hi, s, j, k, old, 32); break;
-        default: j = put_changes(p, lo, hi, s, j, k, old, 64); break;
-        }
+        j = put_changes_w(p, lo, hi, s, j, k, old, W);
         ferry__bh_feed(&h, p, bytes);
         int rc = sk->done(sk->ctx, d->li[c->entry], off, bytes, w);
         if (rc) return rc;
@@ -461,12 +468,7 @@ static int sparse_out_leaves(dec *d, const chunk_ref *c, int w, size_t k, const 
             uint8_t *p = sk->piece(sk->ctx, d->li[c->entry], off, bytes, w);
             if (p != base + lo * W / 8) memcpy(p, base + lo * W / 8, bytes);
             XXH3_128bits_update(&hb, p, bytes);
-            switch (W) {
-            case 8: j = put_changes(p, lo, hi, s, j, k, old, 8); break;
-            case 16: j = put_changes(p, lo, hi, s, j, k, old, 16); break;
-            case 32: j = put_changes(p, lo, hi, s, j, k, old, 32); break;
-            default: j = put_changes(p, lo, hi, s, j, k, old, 64); break;
-            }
+            j = put_changes_w(p, lo, hi, s, j, k, old, W);
             XXH3_128bits_update(&hr, p, bytes);
             int rc = sk->done(sk->ctx, d->li[c->entry], off, bytes, w);
             if (rc) return rc;
