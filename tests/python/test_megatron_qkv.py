@@ -20,13 +20,13 @@ head_dim, a fused tensor without head_dim...) are refused naming the
 parameter."""
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 
-from _harness import Skip, run
+from _harness import run
+from _helpers import bits16 as _bits, engine_params, join, leave, need_shard, publish_solo, reap, spawn
+from _helpers import raises_code as _raises
 
 import torch
 
@@ -39,15 +39,6 @@ VERSIONS = 3
 TMP = tempfile.mkdtemp(prefix="ferry-megatron-")
 OPTS = dict(anchor_every=3, min_tile_words=512)
 TPS = (1, 2, 4)
-
-
-def need_shard():
-    if not hasattr(ferry, "shard"):
-        raise Skip("this libferry has no ferry_shard.h")
-
-
-def _bits(t):
-    return t.to(torch.bfloat16).view(torch.int16)
 
 
 def shapes(fused=False):
@@ -140,23 +131,12 @@ def _check_island(lays, params, v, full):
 # ----------------------------------------------------------------------
 
 def trainer(rank, world, port, store):
-    import torch.distributed as d
-    d.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=world,
-                         timeout=__import__("datetime").timedelta(seconds=120))
+    d = join(rank, world, port)
     pub = ferry.shard.ShardPublisher(store, "meg", **OPTS)
     for v in range(1, VERSIONS + 1):
         assert pub.publish(ferry.shard.dim0_parts(masters(v), rank, world)) == v
         print("trainer %d/%d: version %d %s" % (rank, world, v, pub.last_info["kind"]))
-    d.barrier()
-    d.destroy_process_group()
-
-
-def _port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+    leave(d)
 
 
 # ----------------------------------------------------------------------
@@ -167,13 +147,10 @@ def test_megatron_islands_follow_two_trainer_ranks():
     need_shard()
     store = "file://" + os.path.join(TMP, "store")
     os.makedirs(store[7:])
-    port = _port()
-    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "trainer", str(r), "2", str(port), store],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    procs = spawn(__file__, "trainer", 2, store)
     try:
         lays = {(tp, r): megatron(tp, r) for tp in TPS for r in range(tp)}
-        params = {k: {n: torch.zeros(p.shape, dtype=torch.bfloat16) for n, p in lay.params.items()}
-                  for k, lay in lays.items()}
+        params = {k: engine_params(lay) for k, lay in lays.items()}
         ptrs = {k: {n: t.data_ptr() for n, t in P.items()} for k, P in params.items()}
         subs = {}
         for v in range(1, VERSIONS + 1):
@@ -205,28 +182,8 @@ def test_megatron_islands_follow_two_trainer_ranks():
         assert [(r.source.split(".")[-2], r.row_begin, r.row_end, r.offset) for r in q] == [
             ("q_proj", 16, 32, 0), ("k_proj", 8, 16, 16 * 64), ("v_proj", 8, 16, 24 * 64)]
     finally:
-        failed = []
-        for r, p in enumerate(procs):
-            try:
-                out, _ = p.communicate(timeout=150)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                out, _ = p.communicate()
-                out += "\n(killed: timeout)"
-            print("--- trainer %d (exit %s)\n%s" % (r, p.returncode, out.strip()))
-            if p.returncode:
-                failed.append(r)
+        failed = reap(procs, 150)
     assert not failed, failed
-
-
-def _publish_solo(store, run, versions, weights):
-    pub = ferry.shard.ShardPublisher(store, run, rank=0, world=1, **OPTS)
-    for v in versions:
-        tok = pub.begin()
-        rec = pub.put(tok, ferry.shard.dim0_parts(weights(v), 0, 1))
-        assert pub.commit(tok, [rec])["version"] == v
-        pub.finish(True)
-    pub.close()
 
 
 def test_megatron_from_fused_qkv_checkpoint():
@@ -234,11 +191,11 @@ def test_megatron_from_fused_qkv_checkpoint():
     interleave, from row ranges of that one tensor."""
     need_shard()
     store = "file://" + os.path.join(TMP, "fused")
-    _publish_solo(store, "f", [1, 2], fused_masters)
+    publish_solo(store, "f", [1, 2], fused_masters, **OPTS)
     for tp in TPS:
         for r in range(tp):
             lay = megatron(tp, r, fused=True)
-            P = {n: torch.zeros(p.shape, dtype=torch.bfloat16) for n, p in lay.params.items()}
+            P = engine_params(lay)
             sub = ferry.shard.ShardSubscriber(store, "f", lay)
             for v in (1, 2):
                 assert sub.apply(P, exact_version=v) == v
@@ -248,15 +205,6 @@ def test_megatron_from_fused_qkv_checkpoint():
                         n = "model.layers.%d.self_attn.qkv_proj.%s" % (i, leaf)
                         assert torch.equal(_bits(P[n]), _bits(expected_qkv(full, i, leaf, tp, r))), (tp, r, v, n)
             assert sub.last_apply["indexed"] > 0, sub.last_apply
-
-
-def _raises(f, code, *words):
-    try:
-        f()
-    except ferry.FerryError as e:
-        assert e.code == code and all(w in e.message for w in words), e
-        return e
-    raise AssertionError("no FerryError")
 
 
 def test_megatron_bad_arguments():
@@ -297,7 +245,7 @@ def test_megatron_bad_arguments():
     _raises(lambda: lay.add_megatron_qkv(name, [q, k, v], 4), 2, "described twice")
     # The engine's tensor of the wrong shape: named before any I/O.
     lay = megatron(2, 1)
-    eng = {n: torch.zeros(p.shape, dtype=torch.bfloat16) for n, p in lay.params.items()}
+    eng = engine_params(lay)
     assert eng[name].shape == (64, 64)              # 2 groups x (16 q + 8 k + 8 v) rows
     eng[name] = torch.zeros(32, 64, dtype=torch.bfloat16)
     _raises(lambda: lay.check_engine(eng), 47, repr(name), "[64, 64]")

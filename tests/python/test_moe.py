@@ -23,13 +23,12 @@ order), gives logits equal to the unsharded BF16 model's bit for bit
 """
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 
-from _harness import Skip, run
+from _harness import run
+from _helpers import bits16 as _bits, engine_params, join, leave, need_shard, reap, spawn
+from _helpers import raises_code as _raises
 
 import torch
 
@@ -47,15 +46,6 @@ ISLANDS = [(2, 2, True, "fused"), (4, 4, True, "fused"), (4, 2, True, "fused"),
 EPS = 1e-5
 IDS = torch.tensor([3, 100, 17, 127, 64, 0, 55, 81, 99, 12, 5, 71])
 TMP = tempfile.mkdtemp(prefix="ferry-pymoe-")
-
-
-def need_shard():
-    if not hasattr(ferry, "shard"):
-        raise Skip("this libferry has no ferry_shard.h")
-
-
-def _bits(t):
-    return t.to(torch.bfloat16).view(torch.int16)
 
 
 # ----------------------------------------------------------------------
@@ -228,16 +218,8 @@ def reference(v):
 # Trainer processes
 # ----------------------------------------------------------------------
 
-def _join(rank, world, port):
-    import datetime
-    import torch.distributed as d
-    d.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=world,
-                         timeout=datetime.timedelta(seconds=120))
-    return d
-
-
 def trainer(rank, world, port, store):
-    d = _join(rank, world, port)
+    d = join(rank, world, port)
     pubs = {form: ferry.shard.ShardPublisher(store, form, **OPTS) for form in RUNS}
     for v in range(1, VERSIONS + 1):
         for form in RUNS:
@@ -245,16 +227,7 @@ def trainer(rank, world, port, store):
             info = pubs[form].last_info
             print("trainer %d: %s version %d %s delta %d anchor %d bytes" % (
                 rank, form, v, info["kind"], info["delta_bytes"], info["anchor_bytes"]))
-    d.barrier()
-    d.destroy_process_group()
-
-
-def _port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+    leave(d)
 
 
 # ----------------------------------------------------------------------
@@ -265,17 +238,14 @@ def test_ep_islands_follow_sharded_moe_trainers():
     need_shard()
     store = "file://" + os.path.join(TMP, "store")
     os.makedirs(store[7:])
-    port = _port()
-    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "trainer", str(r), "2", str(port),
-                               store], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(2)]
+    procs = spawn(__file__, "trainer", 2, store)
     try:
         islands = []
         for tp, ep, fuse, form in ISLANDS:
             ranks = []
             for r in range(tp):
                 lay = Layout.moe(shapes(form), tp, r, ep_size=ep, fuse_experts=fuse)
-                params = {n: torch.zeros(p.shape, dtype=torch.bfloat16) for n, p in lay.params.items()}
+                params = engine_params(lay)
                 ranks.append((lay, params, ferry.shard.ShardSubscriber(store, form, lay)))
             islands.append(((tp, ep, fuse, form), ranks))
         before = {}
@@ -303,27 +273,8 @@ def test_ep_islands_follow_sharded_moe_trainers():
                     key[0], key[1], "fused" if key[2] else "per-expert", key[3], v,
                     ranks[0][2].last_info["object_bytes"], ranks[0][2].last_info["version_bytes"]))
     finally:
-        failed = []
-        for r, p in enumerate(procs):
-            try:
-                out, _ = p.communicate(timeout=120)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                out, _ = p.communicate()
-                out += "\n(killed: timeout)"
-            print("--- trainer %d (exit %s)\n%s" % (r, p.returncode, out.strip()))
-            if p.returncode != 0:
-                failed.append(r)
+        failed = reap(procs, 120)
     assert not failed, failed
-
-
-def _raises(f, code, *words):
-    try:
-        f()
-    except ferry.FerryError as e:
-        assert e.code == code and all(w in e.message for w in words), e
-        return e
-    raise AssertionError("no FerryError")
 
 
 def test_moe_layout_regions():

@@ -21,13 +21,13 @@ anything is written; tied parameters (one engine storage under two names)
 are written once and stay consistent."""
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 
 from _harness import Skip, run
+from _helpers import bits16 as _bits, engine_params, free_port, join, leave, need_shard, publish_solo, reap, spawn
+from _helpers import raises_code as _raises
 
 import torch
 
@@ -41,15 +41,6 @@ TMP = tempfile.mkdtemp(prefix="ferry-pytp-")
 OPTS = dict(anchor_every=3, min_tile_words=1024)     # small tiles: islands fetch a part
 
 
-def need_shard():
-    if not hasattr(ferry, "shard"):
-        raise Skip("this libferry has no ferry_shard.h")
-
-
-def _bits(t):
-    return t.to(torch.bfloat16).view(torch.int16)
-
-
 def reference(v, tied=False):
     """The unsharded BF16 model of version v and its logits."""
     full = _tp.bf16(_tp.masters(v, tied=tied))
@@ -60,15 +51,8 @@ def reference(v, tied=False):
 # The processes
 # ----------------------------------------------------------------------
 
-def _join(rank, world, port):
-    import torch.distributed as d
-    d.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
-                         world_size=world, timeout=__import__("datetime").timedelta(seconds=120))
-    return d
-
-
 def trainer(rank, world, port, store):
-    d = _join(rank, world, port)
+    d = join(rank, world, port)
     pub = ferry.shard.ShardPublisher(store, "tp", **OPTS)
     assert (pub.rank, pub.world) == (rank, world)
     for v in range(1, VERSIONS + 1):
@@ -78,20 +62,13 @@ def trainer(rank, world, port, store):
         assert info["kind"] == "anchor" or v > 1, info
         print("trainer %d: version %d %s delta %d anchor %d bytes" % (
             rank, v, info["kind"], info["delta_bytes"], info["anchor_bytes"]))
-    _leave(d)
-
-
-def _leave(d):
-    """An orderly end: nobody exits while another still talks to the group
-    (rank 0 hosts the rendezvous store)."""
-    d.barrier()
-    d.destroy_process_group()
+    leave(d)
 
 
 def island(rank, world, port, store):
-    d = _join(rank, world, port)
+    d = join(rank, world, port)
     lay = Layout.llama(_tp.shapes(), world, rank)
-    params = {n: torch.zeros(p.shape, dtype=torch.bfloat16) for n, p in lay.params.items()}
+    params = engine_params(lay)
     ptrs = {n: t.data_ptr() for n, t in params.items()}
     sub = ferry.shard.ShardSubscriber(store, "tp", lay)
     comm, before = _tp.Dist(), None
@@ -117,22 +94,7 @@ def island(rank, world, port, store):
         print("island %d/%d: version %d ok, %s, fetched %d of %d bytes" % (
             rank, world, v, a, info["object_bytes"], info["version_bytes"]))
     assert {n: t.data_ptr() for n, t in params.items()} == ptrs     # in place
-    _leave(d)
-
-
-def _port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def _spawn(role, world, store):
-    port = _port()
-    return [(role, r, world, subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), role, str(r), str(world), str(port), store],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)) for r in range(world)]
+    leave(d)
 
 
 # ----------------------------------------------------------------------
@@ -143,19 +105,9 @@ def test_tp_islands_follow_sharded_trainers():
     need_shard()
     store = "file://" + os.path.join(TMP, "store")
     os.makedirs(store[7:])
-    procs = _spawn("trainer", 2, store) + _spawn("island", 2, store) + _spawn("island", 3, store)
-    deadline = time.time() + 180
-    failed = []
-    for role, r, world, p in procs:
-        try:
-            out, _ = p.communicate(timeout=max(1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, _ = p.communicate()
-            out += "\n(killed: timeout)"
-        print("--- %s %d/%d (exit %s)\n%s" % (role, r, world, p.returncode, out.strip()))
-        if p.returncode != 0:
-            failed.append("%s %d/%d" % (role, r, world))
+    procs = spawn(__file__, "trainer", 2, store) + spawn(__file__, "island", 2, store) + \
+        spawn(__file__, "island", 3, store)
+    failed = reap(procs, 180)
     assert not failed, failed
 
 
@@ -202,7 +154,7 @@ def trainer_mpi(port, store):
     for v in (1, 2):
         assert pub.publish(ferry.shard.dim0_parts(_tp.masters(v), rank, world)) == v
     print("trainer-mpi %d/%d: published 1, 2" % (rank, world))
-    _leave(torch.distributed)
+    leave(torch.distributed)
 
 
 def test_trainers_under_mpirun():
@@ -215,13 +167,13 @@ def test_trainers_under_mpirun():
                OMPI_MCA_btl="self,vader", OMPI_MCA_btl_tcp_if_include="lo",
                OMPI_MCA_oob_tcp_if_include="lo", OMPI_MCA_rmaps_base_oversubscribe="1")
     r = subprocess.run(["timeout", "150", mpirun, "-np", "2", "--oversubscribe", sys.executable,
-                        os.path.abspath(__file__), "trainer-mpi", str(_port()), store],
+                        os.path.abspath(__file__), "trainer-mpi", str(free_port()), store],
                        capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "trainer-mpi 1/2" in r.stdout, r.stdout
     # A one-rank island (the whole model) reads both versions bit for bit.
     lay = Layout.llama(_tp.shapes(), 1, 0)
-    params = {n: torch.zeros(p.shape, dtype=torch.bfloat16) for n, p in lay.params.items()}
+    params = engine_params(lay)
     sub = ferry.shard.ShardSubscriber(store, "mpi", lay)
     for v in (1, 2):
         assert sub.apply(params, exact_version=v) == v
@@ -230,24 +182,8 @@ def test_trainers_under_mpirun():
 
 
 def _publish_solo(store, run, versions, tied=False):
-    """R = 1 without torch.distributed: the four steps by hand."""
-    pub = ferry.shard.ShardPublisher(store, run, rank=0, world=1, **OPTS)
-    for v in versions:
-        tok = pub.begin()
-        rec = pub.put(tok, ferry.shard.dim0_parts(_tp.masters(v, tied=tied), 0, 1))
-        info = pub.commit(tok, [rec])
-        pub.finish(True)
-        assert info["version"] == v, info
-    pub.close()
-
-
-def _raises(f, code, *words):
-    try:
-        f()
-    except ferry.FerryError as e:
-        assert e.code == code and all(w in e.message for w in words), e
-        return e
-    raise AssertionError("no FerryError")
+    """R = 1 without torch.distributed."""
+    publish_solo(store, run, versions, lambda v: _tp.masters(v, tied=tied), **OPTS)
 
 
 def test_bad_layout_refused_nothing_changed():
@@ -271,7 +207,7 @@ def test_bad_layout_refused_nothing_changed():
     # the pull or the region check refuses, nothing is written.
     wrong = dict(_tp.shapes(dict(_tp.CFG, ffn=256)))
     lay2 = Layout.llama(wrong, 2, 1)
-    params2 = {n: torch.full(p.shape, 7.0, dtype=torch.bfloat16) for n, p in lay2.params.items()}
+    params2 = engine_params(lay2, 7.0)
     snap = {n: _bits(t).clone() for n, t in params2.items()}
     sub2 = ferry.shard.ShardSubscriber(store, "b", lay2)
     try:
@@ -282,7 +218,7 @@ def test_bad_layout_refused_nothing_changed():
         assert (e.code == 47 or "region" in e.name) and "mlp" in e.message, e
     assert sub2.version == 0 and all(torch.equal(_bits(params2[n]), snap[n]) for n in params2)
     # The right engine follows the same run.
-    right = {n: torch.zeros(p.shape, dtype=torch.bfloat16) for n, p in lay.params.items()}
+    right = engine_params(lay)
     assert ferry.shard.ShardSubscriber(store, "b", lay).apply(right) == 2
     assert all(torch.equal(_bits(right[n]), _bits(good[n])) for n in good)
 
@@ -295,7 +231,7 @@ def test_tied_engine_parameters():
     store = "file://" + os.path.join(TMP, "tied")
     _publish_solo(store, "t", [1, 2], tied=True)
     lay = Layout.llama(_tp.shapes(), 2, 0)
-    params = {n: torch.zeros(p.shape, dtype=torch.bfloat16) for n, p in lay.params.items()}
+    params = engine_params(lay)
     params["lm_head.weight"] = params["model.embed_tokens.weight"]
     sub = ferry.shard.ShardSubscriber(store, "t", lay)
     assert sub.apply(params, exact_version=1) == 1
@@ -306,7 +242,7 @@ def test_tied_engine_parameters():
     assert params["lm_head.weight"].data_ptr() == params["model.embed_tokens.weight"].data_ptr()
     assert sub.last_apply["indexed"] > 0
     # Other tensors (a restarted engine) hold no known version: whole copies.
-    fresh = {n: torch.zeros(p.shape, dtype=torch.bfloat16) for n, p in lay.params.items()}
+    fresh = engine_params(lay)
     assert sub.apply(fresh) == 2 and sub.last_apply["copied"] == len(lay.regions)
     assert all(torch.equal(_bits(fresh[n]), _bits(params[n])) for n in params)
     # Version 3 publishes an lm_head that differs from the embedding.
