@@ -8,25 +8,16 @@ vLLM-style engine's fused parameters element by element and
 EngineFeeder(load=) pushes exactly the changed tensors.  Publisher(tied=
 "auto") publishes tensors sharing one storage once."""
 import os
-import sys
 import tempfile
 
-from _harness import ROOT, Skip, bits, run
+from _harness import bits, run
+from _helpers import TIED, bf16_of, engine_examples, train_step
+from _helpers import need_sync_torch as _need
 
 import ferry
 
 TMP = tempfile.mkdtemp(prefix="ferry-pychanges-")
-sys.path.insert(0, os.path.join(ROOT, "examples", "engines"))
-TIED = {"lm_head.weight": "model.embed_tokens.weight"}
-
-
-def _need():
-    if not hasattr(ferry, "Publisher"):
-        raise Skip("this libferry has no sync layer")
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise Skip("no torch in this Python (use /usr/bin/python3)")
+engine_examples()
 
 
 def _diff(a, b):
@@ -200,11 +191,7 @@ def test_engine_feeder_direct_and_tied_auto():
     sizes = []
     for step in range(5):
         if step:
-            logits = trainer(ids[:, :-1])
-            torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size),
-                                              ids[:, 1:].reshape(-1)).backward()
-            opt.step()
-            opt.zero_grad()
+            train_step(trainer, opt, ids, cfg.vocab_size)
         sd = trainer.state_dict()
         assert sd["lm_head.weight"].data_ptr() == sd["model.embed_tokens.weight"].data_ptr()
         v = once.publish(sd)
@@ -212,7 +199,7 @@ def test_engine_feeder_direct_and_tied_auto():
         both.publish(sd)
         sizes.append((once.last_info["delta_bytes"] or once.last_info["full_bytes"],
                       both.last_info["delta_bytes"] or both.last_info["full_bytes"]))
-        hf = {k: t.detach().to(torch.bfloat16) for k, t in sd.items()}
+        hf = bf16_of(sd)
         want = _fused_expect(hf, cfg)
         for f, e in ((feeder, eng), (feeder2, eng2)):
             assert f.step(timeout_s=30) == v

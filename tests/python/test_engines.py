@@ -7,24 +7,16 @@ parameters equal the fused BF16 of the trainer's model bit for bit, its
 forward gives the trainer model's BF16 logits, and only the tensors whose bits
 changed were pushed (a frozen layer's never after the first version)."""
 import os
-import sys
 import tempfile
 
-from _harness import ROOT, Skip, bits, run
+from _harness import bits, run
+from _helpers import bf16_of, engine_examples, train_step
+from _helpers import need_sync_torch as _need
 
 import ferry
 
 TMP = tempfile.mkdtemp(prefix="ferry-pyengines-")
-sys.path.insert(0, os.path.join(ROOT, "examples", "engines"))
-
-
-def _need():
-    if not hasattr(ferry, "Publisher"):
-        raise Skip("this libferry has no sync layer")
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise Skip("no torch in this Python (use /usr/bin/python3)")
+engine_examples()
 
 
 def _same(a, b):
@@ -55,14 +47,9 @@ def test_vllm_and_sglang_style_engines_follow():
                ("sglang", sgl.model, EngineFeeder(store, "run", sglang_loader(sgl), create=True))]
     for step in range(5):
         if step:
-            logits = trainer(ids[:, :-1])
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size),
-                                                     ids[:, 1:].reshape(-1))
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
+            train_step(trainer, opt, ids, cfg.vocab_size)
         v = pub.publish(trainer.state_dict())
-        hf = {k: t.detach().to(torch.bfloat16) for k, t in trainer.state_dict().items()}
+        hf = bf16_of(trainer.state_dict())
         want = fused_reference(hf, cfg)
         ref = HFLlama(cfg).to(torch.bfloat16)
         ref.load_state_dict(hf)

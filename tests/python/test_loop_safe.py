@@ -17,6 +17,7 @@ import time
 import warnings
 
 from _harness import Skip, run
+from _helpers import need_sync_torch as _need_sync
 
 import ferry
 
@@ -53,15 +54,6 @@ def test_private_key_as_trusted_warns():
         warnings.simplefilter("always")
         ferry.Keys(trust=[os.path.join(TMP, "k.pub")]).close()
     assert not w, [str(x.message) for x in w]
-
-
-def _need_sync():
-    if not hasattr(ferry, "Publisher"):
-        raise Skip("this libferry has no sync layer")
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise Skip("no torch in this Python (use /usr/bin/python3)")
 
 
 def _closed_port():

@@ -35,6 +35,8 @@ import torch
 import ferry
 from ferry.layout import Layout
 
+from _tp import _mm, _norm, _r, bf16     # BF16 rounding at every op, FP64 sums
+
 CFG = dict(dim=64, heads=4, experts=8, inter=32, shared=64, vocab=128, layers=2, topk=2)
 VERSIONS = 3
 RUNS = ("experts", "fused")           # the two checkpoint forms, one run each
@@ -43,7 +45,6 @@ OPTS = dict(anchor_every=10, min_tile_words=1024)   # small tiles: a rank fetche
 ISLANDS = [(2, 2, True, "fused"), (4, 4, True, "fused"), (4, 2, True, "fused"),
            (2, 2, True, "experts"), (4, 4, True, "experts"), (4, 2, True, "experts"),
            (4, 2, False, "experts")]
-EPS = 1e-5
 IDS = torch.tensor([3, 100, 17, 127, 64, 0, 55, 81, 99, 12, 5, 71])
 TMP = tempfile.mkdtemp(prefix="ferry-pymoe-")
 
@@ -115,26 +116,9 @@ def fused(w, cfg=CFG):
     return out
 
 
-def bf16(full):
-    return {k: v.to(torch.bfloat16) for k, v in full.items()}
-
-
 # ----------------------------------------------------------------------
 # The forward: one island's ranks, reassembled in this process
 # ----------------------------------------------------------------------
-
-def _r(x):
-    """Rounded to BF16, carried in FP64."""
-    return x.to(torch.bfloat16).to(torch.float64)
-
-
-def _mm(x, w):
-    return x @ w.to(torch.float64).t()
-
-
-def _norm(x, w):
-    return _r(x / torch.sqrt((x * x).mean(-1, keepdim=True) + EPS) * w.to(torch.float64))
-
 
 def _sum(parts):
     """The all-reduce: partials added in rank order."""

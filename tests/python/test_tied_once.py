@@ -8,25 +8,16 @@ bit-identical on both engines; anchors and deltas are smaller than the
 same run published with both names; aliases that differ are refused; a
 Subscriber without the map is told which name the version lacks."""
 import os
-import sys
 import tempfile
 
-from _harness import ROOT, Skip, bits, run
+from _harness import bits, run
+from _helpers import TIED, bf16_of, engine_examples, train_step
+from _helpers import need_sync_torch as _need
 
 import ferry
 
 TMP = tempfile.mkdtemp(prefix="ferry-pytied1-")
-sys.path.insert(0, os.path.join(ROOT, "examples", "engines"))
-TIED = {"lm_head.weight": "model.embed_tokens.weight"}
-
-
-def _need():
-    if not hasattr(ferry, "Publisher"):
-        raise Skip("this libferry has no sync layer")
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise Skip("no torch in this Python (use /usr/bin/python3)")
+engine_examples()
 
 
 def test_tied_published_once():
@@ -43,7 +34,7 @@ def test_tied_published_once():
     twice = ferry.Publisher(os.path.join(TMP, "twice"), "run", anchor_every=100)
     sub_shared = ferry.Subscriber(os.path.join(TMP, "once"), "run", tied=TIED)
     sub_split = ferry.Subscriber(os.path.join(TMP, "once"), "run", tied=TIED)
-    hf0 = {k: v.detach().to(torch.bfloat16) for k, v in trainer.state_dict().items()}
+    hf0 = bf16_of(trainer.state_dict())
     shared = {k: torch.zeros_like(v) for k, v in hf0.items() if k != "lm_head.weight"}
     shared["lm_head.weight"] = shared["model.embed_tokens.weight"]       # one storage
     split = {k: torch.zeros_like(v) for k, v in hf0.items()}            # two
@@ -51,17 +42,13 @@ def test_tied_published_once():
     sizes = {"once": [], "twice": []}
     for step in range(4):
         if step:
-            loss = torch.nn.functional.cross_entropy(
-                trainer(ids[:, :-1]).reshape(-1, cfg.vocab_size), ids[:, 1:].reshape(-1))
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
+            train_step(trainer, opt, ids, cfg.vocab_size)
         sd = trainer.state_dict()
         v = once.publish(sd)
         assert twice.publish(sd) == v
         for name, p in (("once", once), ("twice", twice)):
             sizes[name].append(p.last_info["full_bytes"] + p.last_info["delta_bytes"])
-        hf = {k: t.detach().to(torch.bfloat16) for k, t in sd.items()}
+        hf = bf16_of(sd)
         assert sub_shared.sync_into(shared) == v and sub_split.sync_into(split) == v
         assert sub_shared._mirror is None      # patched in place, no host mirror
         for eng in (shared, split):
