@@ -8,6 +8,7 @@ import sys
 import tempfile
 
 from _harness import DATA, ROOT, Skip, bits, run, torch_read_safetensors
+from _helpers import raises as _raises
 
 import numpy as np
 import torch
@@ -184,14 +185,6 @@ def test_apply_inplace_untouched_on_error():
 
 
 # ---------------------------------------------------------------- checks
-
-def _raises(exc, f, *a, **k):
-    try:
-        f(*a, **k)
-    except exc as e:
-        return e
-    raise AssertionError("%s not raised by %s" % (exc.__name__, f.__name__))
-
 
 def test_dtype_and_layout_errors():
     base = np.zeros((4, 6), np.float32)

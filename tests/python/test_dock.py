@@ -17,6 +17,7 @@ import sys
 import tempfile
 
 from _harness import Skip, run
+from _helpers import raises as _raises
 
 import numpy as np
 
@@ -30,14 +31,6 @@ SHAPE = (4, 16)
 def need_dock():
     if not hasattr(ferry, "Dock") or not hasattr(ferry, "Keys"):
         raise Skip("this libferry has no dock or signing layer")
-
-
-def _raises(exc, f, *a, **k):
-    try:
-        f(*a, **k)
-    except exc as e:
-        return e
-    raise AssertionError("%s not raised" % exc.__name__)
 
 
 def key(name, ext="key"):

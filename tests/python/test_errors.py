@@ -11,6 +11,7 @@ import shutil
 import tempfile
 
 from _harness import ROOT, run
+from _helpers import raises as _raises
 
 import numpy as np
 
@@ -103,14 +104,6 @@ def test_pickle_keeps_class_and_fields():
     back = pickle.loads(pickle.dumps(e))
     assert type(back) is ferry.StoreError
     assert (back.code, back.message, back.name, str(back)) == (e.code, e.message, e.name, str(e))
-
-
-def _raises(exc, f, *a, **k):
-    try:
-        f(*a, **k)
-    except exc as e:
-        return e
-    raise AssertionError("%s not raised by %s" % (exc.__name__, f.__name__))
 
 
 def test_library_failures_raise_area_classes():

@@ -10,6 +10,7 @@ import tempfile
 import typing
 
 from _harness import Skip, run
+from _helpers import raises as _raises
 
 import numpy as np
 
@@ -21,14 +22,6 @@ TMP = tempfile.mkdtemp(prefix="ferry-pyhandles-")
 def need_sync():
     if not hasattr(ferry, "Store"):
         raise Skip("this libferry has no sync layer")
-
-
-def _raises(exc, f, *a, **k):
-    try:
-        f(*a, **k)
-    except exc as e:
-        return e
-    raise AssertionError("%s did not raise %s" % (getattr(f, "__name__", f), exc.__name__))
 
 
 def test_store_with_block_closes():

@@ -9,6 +9,7 @@ import stat
 import tempfile
 
 from _harness import Skip, bits, run
+from _helpers import raises as _raises
 
 import numpy as np
 import torch
@@ -21,14 +22,6 @@ TMP = tempfile.mkdtemp(prefix="ferry-pysign-")
 def need_keys():
     if not hasattr(ferry, "Keys") or not hasattr(ferry, "Publisher"):
         raise Skip("this libferry has no signing or sync layer")
-
-
-def _raises(exc, f, *a, **k):
-    try:
-        f(*a, **k)
-    except exc as e:
-        return e
-    raise AssertionError("%s not raised" % exc.__name__)
 
 
 def masters(seed):

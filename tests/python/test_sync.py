@@ -7,6 +7,7 @@ import shutil
 import tempfile
 
 from _harness import Skip, bits, run
+from _helpers import raises as _raises
 
 import numpy as np
 import torch
@@ -234,14 +235,6 @@ def _files(store):
     for d, _, fs in os.walk(root):
         out += [os.path.join(d, f) for f in fs if not f.startswith(".ferry-")]
     return out
-
-
-def _raises(exc, f, *a, **k):
-    try:
-        f(*a, **k)
-    except exc as e:
-        return e
-    raise AssertionError("%s not raised" % exc.__name__)
 
 
 def test_device_tensors_through_host_mirror():
