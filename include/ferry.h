@@ -259,6 +259,68 @@ FERRY_API int ferry_apply_inplace(ferry_model *base, const void *patch, size_t s
 FERRY_API int ferry_apply_inplace_ex(ferry_model *base, const void *patch, size_t size,
                                      const ferry_apply_options *opts);
 
+/* Streamed in-place apply: a patch applied while it arrives (a download),
+ * so that decoding overlaps the transfer and the model is fresh about when
+ * the last byte is in, not a whole decode later.
+ *
+ *   ferry_apply_stream *st;
+ *   ferry_apply_stream_begin(model, &opts, &sopts, &st);
+ *   while (bytes arrive) if (ferry_apply_stream_feed(st, p, n)) break;
+ *   rc = ferry_apply_stream_end(st);       (or ferry_apply_stream_abort(st))
+ *
+ * The same apply as ferry_apply_inplace_ex (same checks, same result, same
+ * options: threads, base_hash, undo_limit), fed in pieces of any size, 1
+ * byte included.  As soon as header and table arrived, the base is
+ * checked (before a word is written) and `threads` worker threads start;
+ * each chunk of the patch (and each tensor carried whole) is decoded and
+ * written into the model, keeping what it overwrote, as soon as its last
+ * byte arrived.  end checks the trailer's checksum, the digest below and
+ * every tensor's and the model's hash and returns FERRY_OK only with the
+ * model at the target; on any failure (a corrupt byte anywhere, a stream
+ * that ends early or goes on past the declared size, a wrong digest) and
+ * after ferry_apply_stream_abort the model holds exactly its old bits
+ * again.  The patch's bytes are kept in memory to the end (the size its
+ * header declares, at most sopts->max_size).  Until end or abort returns,
+ * the model must not be read or written by anyone else (its words change
+ * under the workers).
+ *
+ * Errors are reported where they are found: feed fails as soon as a check
+ * fails (a corrupt chunk, a wrong base), so that the caller can stop the
+ * transfer; the model is then already put back, and end (or abort) must
+ * still be called to release the stream.  A corrupt byte may thus show as
+ * FERRY_ERR_PATCH_CORRUPT where ferry_apply_inplace, which checks the
+ * trailer first, reports FERRY_ERR_PATCH_CHECKSUM.
+ * With sopts->sha256 (the digest a signed manifest gives the object): a
+ * failure caused by the object's bytes does not fail feed; the stream
+ * takes the rest only to hash it, and end reports FERRY_ERR_SIG_DIGEST when
+ * the bytes are not the signed ones (a replaced object, as a buffered
+ * download checked before parsing would), else the failure itself.
+ * FERRY_ERR_UNSUPPORTED in a build without libcrypto (NO_NET). */
+typedef struct ferry_apply_stream ferry_apply_stream;
+typedef struct ferry_apply_stream_options {
+    uint64_t max_size;      /* bound on the patch size its header declares
+                               (the buffer the stream allocates); over it:
+                               FERRY_ERR_LIMIT.  0 = 1 GiB */
+    const uint8_t *sha256;  /* optional: the SHA-256 of the whole object,
+                               computed as it arrives, checked by end
+                               (FERRY_ERR_SIG_DIGEST) */
+} ferry_apply_stream_options;
+
+/* opts and sopts may be NULL (defaults); both are copied. */
+FERRY_API int ferry_apply_stream_begin(ferry_model *model, const ferry_apply_options *opts,
+                                       const ferry_apply_stream_options *sopts, ferry_apply_stream **out);
+/* Hands over the next n bytes of the patch (any n, 0 included). */
+FERRY_API int ferry_apply_stream_feed(ferry_apply_stream *st, const void *bytes, size_t n);
+/* The base and target model hashes the patch's header names, once its
+ * first 64 bytes arrived (else FERRY_ERR_PATCH_TRUNCATED, no message): a
+ * caller may check that the patch is the version it asked for before it
+ * feeds more. */
+FERRY_API int ferry_apply_stream_hashes(const ferry_apply_stream *st, uint8_t base[16], uint8_t target[16]);
+/* The last byte was fed: verifies and finishes (see above); releases st. */
+FERRY_API int ferry_apply_stream_end(ferry_apply_stream *st);
+/* Stops: the model is put back; releases st (NULL is a no-op). */
+FERRY_API void ferry_apply_stream_abort(ferry_apply_stream *st);
+
 /* What a patch holds, without a base. */
 typedef struct ferry_patch_tensor_info {
     const char *name;

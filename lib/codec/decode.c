@@ -12,38 +12,7 @@
 #include "sparse.h"
 #include "apply_sink.h"
 #include "undo.h"
-
-typedef struct chunk_ref {
-    size_t entry;
-    uint64_t lo, n;          /* first word, words */
-    uint64_t off, len;       /* bytes in the patch */
-} chunk_ref;
-
-typedef struct dec {
-    const uint8_t *patch;
-    patch_table t;
-    const ferry_model *base;
-    int threads;
-    uint8_t (*bh)[16];       /* base tensor hashes */
-    long *bi;                /* entry -> base tensor index, or -1 */
-    uint8_t (*th)[16];       /* result tensor hashes, per entry */
-    uint8_t (**blocks)[16];  /* result block digests, per SPARSE entry */
-    bool vouched;            /* base hash given by the caller: bh unknown */
-    uint8_t (**leaf)[16];    /* in place: the base's cached leaf digests, per SPARSE entry, or NULL */
-    size_t *li;              /* entry -> index among the result's tensors */
-    uint8_t **whole;         /* in place: verified WHOLE tensors, per entry */
-    uint64_t *got;           /* changes decoded per entry (atomic adds) */
-    chunk_ref *ch;
-    size_t nch;
-    size_t *ent_first;       /* entry -> first chunk */
-    sp_coder *coder;         /* per worker */
-    uint8_t **tmp;           /* per worker: one scan piece (in-place hashing) */
-    struct undo *undo;       /* in place: per chunk */
-    uint8_t *arena;          /* in place: the undo log */
-    uint64_t arena_used, arena_size; /* bytes handed out (atomic adds), held */
-    size_t arena_map;        /* bytes of its mapping (arena_put), or 0: malloc'd */
-    bool keep;               /* in place, for an undo record: no chunk is deferred */
-} dec;
+#include "decode_impl.h"
 
 /* Default undo budget of ferry_apply_inplace: 64 MiB + 16 x the patch, and
  * never more than a quarter of the model on top (dense changes would need
@@ -53,19 +22,6 @@ static uint64_t undo_limit_default(uint64_t patch, uint64_t model)
     uint64_t by_patch = patch > UINT64_MAX / 32 ? UINT64_MAX / 2 : 16 * patch;
     return ((uint64_t)64 << 20) + (by_patch < model / 4 ? by_patch : model / 4);
 }
-
-/* In place, a chunk written during verification keeps what it overwrote,
- * so that a failure anywhere can put the base back exactly.  Positions are
- * kept as their low 16 bits, with the index of the first change of each
- * window of 2^16 words: 2 + W/8 bytes per change (4 for BF16), not 4 + W/8. */
-#define UNDO_WIN_LOG2 16
-typedef struct undo {
-    uint32_t *first;         /* nwin + 1 entries; NULL: the chunk was not written (deferred) */
-    uint16_t *lo;
-    uint8_t *old;
-    size_t k, nwin;
-    void *own;               /* the chunk's own buffer when the log was full (keep mode) */
-} undo;
 
 static size_t undo_windows(uint64_t n) { return (size_t)((n + ((uint64_t)1 << UNDO_WIN_LOG2) - 1) >> UNDO_WIN_LOG2); }
 
@@ -194,8 +150,9 @@ static int match_base(dec *d)
     return FERRY_OK;
 }
 
-/* Lists the chunks of every SPARSE entry with their payload ranges. */
-static int index_chunks(dec *d)
+/* Sizes the chunk list of every SPARSE entry (indexed later, entry by
+ * entry, when its chunk size table is at hand). */
+static int alloc_chunks(dec *d)
 {
     size_t total = 0;
     for (size_t j = 0; j < d->t.n; j++) {
@@ -209,26 +166,39 @@ static int index_chunks(dec *d)
     d->ch = ferry__calloc(total + 1, sizeof *d->ch);
     d->ent_first = ferry__calloc(d->t.n + 1, sizeof *d->ent_first);
     if (!d->ch || !d->ent_first) return FERRY_ERR_NOMEM;
-    for (size_t j = 0; j < d->t.n; j++) {
-        const patch_entry *e = &d->t.e[j];
-        d->ent_first[j] = d->nch;
-        if (e->kind != PK_SPARSE) continue;
-        uint64_t nc = patch_chunks(e), csize = (uint64_t)1 << e->chunk_log2, off = 4 * nc;
-        const uint8_t *sizes = d->patch + e->payload_off;
-        for (uint64_t c = 0; c < nc; c++) {
-            uint64_t len = ferry__le32(sizes + 4 * c);
-            if (len > e->payload_size - off)
-                return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "tensor '%s': chunk %llu past its payload", e->name, (unsigned long long)c);
-            uint64_t lo = c * csize;
-            d->ch[d->nch++] = (chunk_ref){j, lo, e->nwords - lo < csize ? e->nwords - lo : csize, e->payload_off + off, len};
-            off += len;
-        }
-        if (off != e->payload_size)
-            return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "tensor '%s': %llu payload bytes after its last chunk", e->name,
-                               (unsigned long long)(e->payload_size - off));
-    }
-    FERRY_ASSERT(d->nch == total);
+    d->nch_cap = total;
     return FERRY_OK;
+}
+
+int ferry__codec_dec_index_entry(dec *d, size_t j)
+{
+    const patch_entry *e = &d->t.e[j];
+    d->ent_first[j] = d->nch;
+    if (e->kind != PK_SPARSE) return FERRY_OK;
+    uint64_t nc = patch_chunks(e), csize = (uint64_t)1 << e->chunk_log2, off = 4 * nc;
+    FERRY_ASSERT(d->nch + nc <= d->nch_cap);
+    const uint8_t *sizes = d->patch + e->payload_off;
+    for (uint64_t c = 0; c < nc; c++) {
+        uint64_t len = ferry__le32(sizes + 4 * c);
+        if (len > e->payload_size - off)
+            return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "tensor '%s': chunk %llu past its payload", e->name, (unsigned long long)c);
+        uint64_t lo = c * csize;
+        d->ch[d->nch++] = (chunk_ref){j, lo, e->nwords - lo < csize ? e->nwords - lo : csize, e->payload_off + off, len};
+        off += len;
+    }
+    if (off != e->payload_size)
+        return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "tensor '%s': %llu payload bytes after its last chunk", e->name,
+                           (unsigned long long)(e->payload_size - off));
+    return FERRY_OK;
+}
+
+/* Lists the chunks of every SPARSE entry with their payload ranges. */
+static int index_chunks(dec *d)
+{
+    int rc = FERRY_OK;
+    for (size_t j = 0; !rc && j < d->t.n; j++) rc = ferry__codec_dec_index_entry(d, j);
+    if (!rc) FERRY_ASSERT(d->nch == d->nch_cap);
+    return rc;
 }
 
 /* Decodes chunk c into the worker's scratch (positions and new words). */
@@ -284,29 +254,31 @@ static int check_same(dec *d, size_t j)
 /* A WHOLE payload must declare exactly its tensor's size (raw: its length;
  * zstd: the frame's content size), checked before anything is allocated
  * for the result. */
-static int check_whole_sizes(const dec *d)
+static int check_whole_size(const dec *d, size_t j)
 {
-    for (size_t j = 0; j < d->t.n; j++) {
-        const patch_entry *e = &d->t.e[j];
-        if (e->kind != PK_WHOLE) continue;
-        unsigned long long n = e->codec == WHOLE_RAW ? e->payload_size
-                                                     : ZSTD_getFrameContentSize(d->patch + e->payload_off, (size_t)e->payload_size);
-        if (n != e->nbytes)
-            return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "tensor '%s': payload holds %s bytes, shape needs %llu", e->name,
-                               n == ZSTD_CONTENTSIZE_UNKNOWN || n == ZSTD_CONTENTSIZE_ERROR ? "an undeclared number of" : "another number of",
-                               (unsigned long long)e->nbytes);
-    }
+    const patch_entry *e = &d->t.e[j];
+    if (e->kind != PK_WHOLE) return FERRY_OK;
+    unsigned long long n = e->codec == WHOLE_RAW ? e->payload_size
+                                                 : ZSTD_getFrameContentSize(d->patch + e->payload_off, (size_t)e->payload_size);
+    if (n != e->nbytes)
+        return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "tensor '%s': payload holds %s bytes, shape needs %llu", e->name,
+                           n == ZSTD_CONTENTSIZE_UNKNOWN || n == ZSTD_CONTENTSIZE_ERROR ? "an undeclared number of" : "another number of",
+                           (unsigned long long)e->nbytes);
     return FERRY_OK;
 }
 
-static int begin(dec *d, const ferry_model *base, const void *patch, size_t size, const ferry_apply_options *opts)
+static int check_whole_sizes(const dec *d)
 {
-    memset(d, 0, sizeof *d);
-    d->patch = patch;
+    int rc = FERRY_OK;
+    for (size_t j = 0; !rc && j < d->t.n; j++) rc = check_whole_size(d, j);
+    return rc;
+}
+
+int ferry__codec_dec_setup(dec *d, const ferry_model *base, const ferry_apply_options *opts)
+{
     d->base = base;
     d->threads = ferry__threads(opts ? opts->threads : 1);
-    int rc = ferry__codec_patch_table_parse(patch, size, &d->t);
-    if (rc) return rc;
+    int rc;
     size_t nb = ferry_model_count(base), n = d->t.n + 1;
     d->bh = ferry__malloc((nb + 1) * 16);
     d->bi = ferry__malloc(n * sizeof *d->bi);
@@ -334,10 +306,19 @@ static int begin(dec *d, const ferry_model *base, const void *patch, size_t size
         if (d->t.e[j].kind == PK_SPARSE &&
             !(d->blocks[j] = ferry__malloc((size_t)(ferry__hash_nblocks(d->t.e[j].nbytes) + 1) * 16)))
             return FERRY_ERR_NOMEM;
-    return index_chunks(d);
+    return alloc_chunks(d);
 }
 
-static void end(dec *d)
+static int begin(dec *d, const ferry_model *base, const void *patch, size_t size, const ferry_apply_options *opts)
+{
+    memset(d, 0, sizeof *d);
+    d->patch = patch;
+    int rc = ferry__codec_patch_table_parse(patch, size, &d->t);
+    if (!rc) rc = ferry__codec_dec_setup(d, base, opts);
+    return rc ? rc : index_chunks(d);
+}
+
+void ferry__codec_dec_end(dec *d)
 {
     for (size_t j = 0; d->undo && j < d->nch; j++) free(d->undo[j].own);
     free(d->undo);
@@ -624,7 +605,7 @@ int ferry__apply_to(const ferry_model *base, const void *patch, size_t size, con
     if (!rc) rc = ferry__parallel(d.threads, d.t.n, sparse_hash_job, &d);
     if (!rc) rc = check_target(&d);
     ferry_model_free(layout);
-    end(&d);
+    ferry__codec_dec_end(&d);
     return rc;
 }
 
@@ -748,10 +729,18 @@ static int write_with_undo(dec *d, const chunk_ref *c, int w, size_t k)
         ferry__codec_narrow16((uint16_t *)(void *)u->old, s->word, k);
         return sparse_out(d, c, w, k, &sk, NULL);
     }
+    if (d->leaf && d->leaf[c->entry]) {
+        /* the leaf path may fail (a base leaf that is not the kept one)
+           after it wrote part of the chunk: every old word is kept first,
+           so that the roll back puts back exactly the words written */
+        const uint8_t *at = sk.ctx;
+        for (size_t i = 0; i < k; i++) sp_store(u->old, i, W, sp_load(at, s->pos[i], W));
+        return sparse_out(d, c, w, k, &sk, NULL);
+    }
     return sparse_out(d, c, w, k, &sk, u->old);
 }
 
-static int verify_job(void *ctx, size_t j, int w)
+int ferry__codec_dec_chunk_job(void *ctx, size_t j, int w)
 {
     dec *d = ctx;
     const chunk_ref *c = &d->ch[j];
@@ -817,6 +806,21 @@ static void roll_back(dec *d)
 
 
 
+int ferry__codec_dec_whole_job(dec *d, size_t j, int w)
+{
+    int rc = check_whole_size(d, j);
+    if (rc) return rc;
+    uint8_t *buf = ferry__malloc((size_t)d->t.e[j].nbytes);
+    if (!buf) return FERRY_ERR_NOMEM;
+    ferry__sink sk = {buf, NULL, whole_piece, no_done};
+    if ((rc = whole_out(d, j, w, &sk))) {
+        free(buf);
+        return rc;
+    }
+    d->whole[j] = buf;
+    return FERRY_OK;
+}
+
 /* Jobs j < n: the unchanged and WHOLE entries; then n + j: the SPARSE
  * entries' hashes.  The same order as ferry_apply (which checks the former
  * while it builds), so that both report the same first error. */
@@ -826,11 +830,7 @@ static int verify_entry_job(void *ctx, size_t j, int w)
     if (j >= d->t.n) return d->t.e[j - d->t.n].kind == PK_SPARSE ? check_sparse(d, j - d->t.n) : FERRY_OK;
     switch (d->t.e[j].kind) {
     case PK_SAME: return check_same(d, j);
-    case PK_WHOLE: {
-        if (!(d->whole[j] = ferry__malloc((size_t)d->t.e[j].nbytes))) return FERRY_ERR_NOMEM;
-        ferry__sink sk = {d->whole[j], NULL, whole_piece, no_done};
-        return whole_out(d, j, w, &sk);
-    }
+    case PK_WHOLE: return d->whole[j] ? FERRY_OK /* streamed: done as it arrived */ : ferry__codec_dec_whole_job(d, j, w);
     default: return FERRY_OK;
     }
 }
@@ -906,8 +906,8 @@ static ferry__codec_undo *undo_record_new(const dec *d)
     ferry__codec_undo *r = ferry__calloc(1, sizeof *r);
     if (!r) return NULL;
     for (size_t j = 0; j < d->t.n; j++) r->nwhole += d->t.e[j].kind == PK_WHOLE;
-    r->at = ferry__calloc(d->nch + 1, sizeof *r->at);
-    r->W = ferry__calloc(d->nch + 1, 1);
+    r->at = ferry__calloc(d->nch_cap + 1, sizeof *r->at);
+    r->W = ferry__calloc(d->nch_cap + 1, 1);
     r->whole_at = ferry__calloc(r->nwhole + 1, sizeof *r->whole_at);
     r->whole_old = ferry__calloc(r->nwhole + 1, sizeof *r->whole_old);
     r->whole_n = ferry__calloc(r->nwhole + 1, sizeof *r->whole_n);
@@ -1012,54 +1012,74 @@ static void cache_result(dec *d, ferry_model *m)
     }
 }
 
+bool ferry__codec_dec_cached(ferry_model *base, const ferry_apply_options *opts)
+{
+    /* A base vouched for whose digest cache gives the same model hash: its
+     * touched leaves are checked against the cache, the others reused. */
+    uint8_t ch[16];
+    if (!opts || !opts->base_hash || !cached_hash(base, ch)) return false;
+    if (!memcmp(ch, opts->base_hash, 16)) return true;
+    ferry__model_cache_drop(base, SIZE_MAX);
+    return false;
+}
+
+int ferry__codec_dec_inplace_prepare(dec *d, ferry_model *base, const ferry_apply_options *opts, uint64_t patch_size,
+                                     bool cached, ferry__codec_undo **rec)
+{
+    d->keep = rec != NULL;
+    int rc = check_inplace(d, base);
+    if (!rc && cached) {
+        if (!(d->leaf = ferry__calloc(d->t.n + 1, sizeof *d->leaf))) rc = FERRY_ERR_NOMEM;
+        for (size_t j = 0; !rc && j < d->t.n; j++)
+            if (d->t.e[j].kind == PK_SPARSE) d->leaf[j] = base->e[d->bi[j]]->leaf;
+    }
+    if (!rc && (!(d->tmp = ferry__calloc((size_t)d->threads, sizeof *d->tmp)) ||
+                !(d->whole = ferry__calloc(d->t.n + 1, sizeof *d->whole)) ||
+                !(d->undo = ferry__calloc(d->nch_cap + 1, sizeof *d->undo)) || (rec && !(*rec = undo_record_new(d)))))
+        rc = FERRY_ERR_NOMEM;
+    if (!rc)
+        undo_arena(d, opts && opts->undo_limit ? opts->undo_limit : undo_limit_default(patch_size, ferry_model_nbytes(base)));
+    return rc;
+}
+
+int ferry__codec_dec_inplace_finish(dec *d, ferry_model *base, int rc, ferry__codec_undo **keep, ferry__codec_undo **rec)
+{
+    if (!rc) rc = ferry__parallel(d->threads, 2 * d->t.n, verify_entry_job, d);
+    if (!rc) rc = check_target(d);
+    if (rc && d->undo) roll_back(d);
+    if (!rc) rc = ferry__parallel(d->threads, d->nch, write_job, d);
+    for (size_t j = 0; !rc && j < d->t.n; j++) {
+        if (!d->whole[j]) continue;
+        uint8_t *dst = ferry_model_data_mut(base, (size_t)d->bi[j]);
+        if (keep) swap_bytes(dst, d->whole[j], d->t.e[j].nbytes);
+        else memcpy(dst, d->whole[j], (size_t)d->t.e[j].nbytes);
+    }
+    if (!rc) cache_result(d, base);
+    else if (rc == FERRY_ERR_BASE_MISMATCH) ferry__model_cache_drop(base, SIZE_MAX);
+    if (!rc && keep) {
+        undo_record_take(d, *rec);
+        *keep = *rec;
+        *rec = NULL;
+    }
+    ferry__codec_undo_free(*rec);
+    *rec = NULL;
+    return rc;
+}
+
 static int apply_inplace(ferry_model *base, const void *patch, size_t size, const ferry_apply_options *opts, ferry__codec_undo **keep)
 {
     if (keep) *keep = NULL;
     if (!base || !patch) return ferry__fail(FERRY_ERR_ARG, "ferry_apply_inplace: NULL argument");
     dec d;
     ferry__codec_undo *rec = NULL;
-    /* A base vouched for whose digest cache gives the same model hash: its
-     * touched leaves are checked against the cache, the others reused. */
-    uint8_t ch[16];
-    bool cached = false;
-    if (opts && opts->base_hash && cached_hash(base, ch)) {
-        if (!memcmp(ch, opts->base_hash, 16)) cached = true;
-        else ferry__model_cache_drop(base, SIZE_MAX);
-    }
+    bool cached = ferry__codec_dec_cached(base, opts);
     int rc = begin(&d, base, patch, size, opts);
-    d.keep = keep != NULL;
-    if (!rc) rc = check_inplace(&d, base);
-    if (!rc && cached) {
-        if (!(d.leaf = ferry__calloc(d.t.n + 1, sizeof *d.leaf))) rc = FERRY_ERR_NOMEM;
-        for (size_t j = 0; !rc && j < d.t.n; j++)
-            if (d.t.e[j].kind == PK_SPARSE) d.leaf[j] = base->e[d.bi[j]]->leaf;
-    }
+    if (!rc) rc = ferry__codec_dec_inplace_prepare(&d, base, opts, size, cached, keep ? &rec : NULL);
+    /* a WHOLE payload's size is checked before the first word is written */
     if (!rc) rc = check_whole_sizes(&d);
-    if (!rc && (!(d.tmp = ferry__calloc((size_t)d.threads, sizeof *d.tmp)) ||
-                !(d.whole = ferry__calloc(d.t.n + 1, sizeof *d.whole)) || !(d.undo = ferry__calloc(d.nch + 1, sizeof *d.undo)) ||
-                (keep && !(rec = undo_record_new(&d)))))
-        rc = FERRY_ERR_NOMEM;
-    if (!rc) undo_arena(&d, opts && opts->undo_limit ? opts->undo_limit : undo_limit_default(size, ferry_model_nbytes(base)));
-    if (!rc) rc = ferry__parallel(d.threads, d.nch, verify_job, &d);
-    if (!rc) rc = ferry__parallel(d.threads, 2 * d.t.n, verify_entry_job, &d);
-    if (!rc) rc = check_target(&d);
-    if (rc && d.undo) roll_back(&d);
-    if (!rc) rc = ferry__parallel(d.threads, d.nch, write_job, &d);
-    for (size_t j = 0; !rc && j < d.t.n; j++) {
-        if (!d.whole[j]) continue;
-        uint8_t *dst = ferry_model_data_mut(base, (size_t)d.bi[j]);
-        if (keep) swap_bytes(dst, d.whole[j], d.t.e[j].nbytes);
-        else memcpy(dst, d.whole[j], (size_t)d.t.e[j].nbytes);
-    }
-    if (!rc) cache_result(&d, base);
-    else if (rc == FERRY_ERR_BASE_MISMATCH) ferry__model_cache_drop(base, SIZE_MAX);
-    if (!rc && keep) {
-        undo_record_take(&d, rec);
-        *keep = rec;
-        rec = NULL;
-    }
-    ferry__codec_undo_free(rec);
-    end(&d);
+    if (!rc) rc = ferry__parallel(d.threads, d.nch, ferry__codec_dec_chunk_job, &d);
+    rc = ferry__codec_dec_inplace_finish(&d, base, rc, keep, &rec);
+    ferry__codec_dec_end(&d);
     return rc;
 }
 

@@ -49,6 +49,14 @@ typedef struct patch_table {
  * checked against the patch size. */
 int ferry__codec_patch_table_parse(const uint8_t *p, size_t size, patch_table *t);
 void ferry__codec_patch_table_release(patch_table *t);
+/* For a patch that arrives piece by piece (lib/codec/stream.c): the
+ * header's checks that need no other byte (magic, version, flags, sizes),
+ * giving the declared patch size and the compressed table's size; then
+ * the table, from p holding at least the header and the table (size: the
+ * declared size), without the trailer's checksum (the caller checks it
+ * when the rest has arrived). */
+int ferry__codec_patch_header(const uint8_t *p, uint64_t *declared, uint32_t *zsize);
+int ferry__codec_patch_table_parse_at(const uint8_t *p, uint64_t size, patch_table *t);
 
 /* Number of chunks of a SPARSE entry, and the chunk element count. */
 static inline uint64_t patch_chunks(const patch_entry *e) { return (e->nwords + ((uint64_t)1 << e->chunk_log2) - 1) >> e->chunk_log2; }

@@ -170,6 +170,34 @@ int ferry__codec_patch_table_parse(const uint8_t *p, size_t size, patch_table *t
     XXH128_canonicalFromHash(&want, XXH3_128bits(p, size - PATCH_TRAILER_SIZE));
     if (memcmp(&want, p + size - PATCH_TRAILER_SIZE, 16) != 0)
         return ferry__fail(FERRY_ERR_PATCH_CHECKSUM, "patch checksum (XXH3-128 trailer) does not match its bytes");
+    return ferry__codec_patch_table_parse_at(p, size, t);
+}
+
+int ferry__codec_patch_header(const uint8_t *p, uint64_t *declared, uint32_t *zsize)
+{
+    if (memcmp(p, PATCH_MAGIC, 8) != 0) return ferry__fail(FERRY_ERR_PATCH_MAGIC, "not a ferry patch (magic bytes differ)");
+    uint32_t version = ferry__le32(p + 8);
+    if (version < PATCH_VERSION || version > PATCH_VERSION_MAX)
+        return ferry__fail(FERRY_ERR_PATCH_VERSION, "patch format version %u (this build reads %d to %d)", version, PATCH_VERSION,
+                           PATCH_VERSION_MAX);
+    if (ferry__le32(p + 12) != 0) return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "patch header: unknown flags 0x%x", ferry__le32(p + 12));
+    uint64_t size = ferry__le64(p + 48);
+    if (size < PATCH_HEADER_SIZE + PATCH_TRAILER_SIZE)
+        return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "patch header declares %llu bytes, less than header and trailer",
+                           (unsigned long long)size);
+    uint32_t raw = ferry__le32(p + 56), zsz = ferry__le32(p + 60);
+    if (zsz > size - PATCH_HEADER_SIZE - PATCH_TRAILER_SIZE)
+        return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "patch table size %u exceeds the patch", zsz);
+    if (raw > PATCH_TABLE_MAX) return ferry__fail(FERRY_ERR_LIMIT, "patch table of %u bytes exceeds the limit %u", raw, PATCH_TABLE_MAX);
+    *declared = size;
+    *zsize = zsz;
+    return FERRY_OK;
+}
+
+int ferry__codec_patch_table_parse_at(const uint8_t *p, uint64_t size, patch_table *t)
+{
+    memset(t, 0, sizeof *t);
+    t->version = ferry__le32(p + 8);
     memcpy(t->base_hash, p + 16, 16);
     memcpy(t->target_hash, p + 32, 16);
     uint32_t raw = ferry__le32(p + 56), zsz = ferry__le32(p + 60);

@@ -19,6 +19,12 @@ typedef struct ferry__codec_undo ferry__codec_undo;
  * and *record is NULL. */
 int ferry__codec_apply_inplace_undo(ferry_model *base, const void *patch, size_t size, const ferry_apply_options *opts,
                                     ferry__codec_undo **record);
+/* ferry_apply_stream_begin / _end (lib/codec/stream.c) with the record of
+ * ferry__codec_apply_inplace_undo: begun with keep, a successful end hands
+ * it to *record (when record is not NULL; else it is dropped). */
+int ferry__codec_apply_stream_begin(ferry_model *model, const ferry_apply_options *opts, const ferry_apply_stream_options *so,
+                                    bool keep, ferry_apply_stream **out);
+int ferry__codec_apply_stream_end(ferry_apply_stream *st, ferry__codec_undo **record);
 /* Writes the old words and bytes back.  Records must be reverted newest
  * first, into the same buffers (the model must not have been reallocated). */
 void ferry__codec_undo_revert(const ferry__codec_undo *u);
