@@ -171,7 +171,7 @@ $(BUILD)/ferry: $(CLI_OBJ) $(STATIC)
 	$(CC) -o $@ $(CLI_OBJ) $(STATIC) $(LDFLAGS) $(LIBS)
 
 # Unit tests may use internal headers (lib/*), so they link the static library.
-$(BUILD)/tests/%: tests/unit/%.c tests/unit/check.h tests/unit/sync_fixture.h $(STATIC)
+$(BUILD)/tests/%: tests/unit/%.c tests/unit/check.h tests/unit/helpers.h tests/unit/sync_fixture.h $(STATIC)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests/unit $(CFLAGS) -Wno-missing-prototypes -o $@ $< $(STATIC) $(LDFLAGS) $(LIBS)
 

@@ -1,5 +1,6 @@
 /* The file:// fixture the sync-layer tests share: one temporary root per
- * test program, a new empty store under it per case.  Include after the
+ * test program (removed with rm_rf(g_root), from helpers.h), a new empty
+ * store under it per case.  Include after the
  * public headers (needs ferry_store.h). */
 #ifndef FERRY_TESTS_SYNC_FIXTURE_H
 #define FERRY_TESTS_SYNC_FIXTURE_H
@@ -8,23 +9,17 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "helpers.h" /* tmpdir_make, rm_rf */
+
 static char g_root[256];
 static int g_nstore;
-
-static void rm_rf(const char *path)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    if (system(cmd)) fprintf(stderr, "cannot remove %s\n", path);
-}
 
 /* Makes g_root ($TMPDIR or /tmp, "ferry-TAG-test.XXXXXX"); 0 on success. */
 static int fixture_root(const char *tag)
 {
-    snprintf(g_root, sizeof g_root, "%s/ferry-%s-test.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", tag);
-    if (mkdtemp(g_root)) return 0;
-    perror("mkdtemp");
-    return 1;
+    char name[64];
+    snprintf(name, sizeof name, "ferry-%s-test", tag);
+    return tmpdir_make(g_root, sizeof g_root, name);
 }
 
 /* A new empty file store under g_root; its directory in dir. */

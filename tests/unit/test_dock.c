@@ -10,13 +10,8 @@
  * Every case uses its own run id, so cases never see each other's objects.
  * Every loop is bounded in count and in time. */
 #ifdef FERRY_NO_NET /* a core-only build (make NO_NET=1) has no dock */
-#include <stdio.h>
-int main(void)
-{
-    puts("dock not built (NO_NET=1)");
-    puts("0 passed, 0 failed, 1 skipped");
-    return 0;
-}
+#include "helpers.h"
+NOT_BUILT_MAIN("dock not built (NO_NET=1)")
 #else
 #include <inttypes.h>
 #include <signal.h>
@@ -29,6 +24,7 @@ int main(void)
 #include <xxhash.h>
 
 #include "check.h"
+#include "helpers.h"
 #include "dock/dock_impl.h" /* cursor internals, for the codec cases */
 #include "ferry_dock.h"
 
@@ -1758,21 +1754,10 @@ static void test_concurrent_islands(void)
     free(r);
 }
 
-static void rm_rf(const char *path)
-{
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    if (system(cmd)) fprintf(stderr, "cannot remove %s\n", path);
-}
-
 int main(int argc, char **argv)
 {
     g_sopts.create = 1;
-    snprintf(g_keydir, sizeof g_keydir, "%s/ferry-dock-keys.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(g_keydir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    if (tmpdir_make(g_keydir, sizeof g_keydir, "ferry-dock-keys")) return 1;
     if (argc > 1 && argv[1]) { /* check.h took its own options out of argv */
         g_remote = 1;
         snprintf(g_url, sizeof g_url, "%s", argv[1]);
@@ -1781,11 +1766,7 @@ int main(int argc, char **argv)
         /* s3rver pages with continuation tokens: exercise them */
         g_sopts.list_page_size = 7;
     } else {
-        snprintf(g_root, sizeof g_root, "%s/ferry-dock-test.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-        if (!mkdtemp(g_root)) {
-            perror("mkdtemp");
-            return 1;
-        }
+        if (tmpdir_make(g_root, sizeof g_root, "ferry-dock-test")) return 1;
         snprintf(g_url, sizeof g_url, "file://%s/store", g_root);
         RUN(test_keys);
         RUN(test_wire_roundtrip);

@@ -11,13 +11,8 @@
  * (Under ASan, which reserves terabytes of address space, the limit is not
  * set; the refusals are still checked.) */
 #ifdef FERRY_NO_NET
-#include <stdio.h>
-int main(void)
-{
-    puts("sync layer not built (NO_NET=1)");
-    puts("0 passed, 0 failed, 1 skipped");
-    return 0;
-}
+#include "helpers.h"
+NOT_BUILT_MAIN("sync layer not built (NO_NET=1)")
 #else
 #include <stdint.h>
 #include <sys/resource.h>

@@ -6,13 +6,8 @@
  * are tests/golden-errors/records/make.py and tests/tools/mkdock.c.  Plus
  * the version bound of docs/PROTOCOL.md "Versions" at the parsers. */
 #ifdef FERRY_NO_NET
-#include <stdio.h>
-int main(void)
-{
-    puts("sync layer not built (NO_NET=1)");
-    puts("0 passed, 0 failed, 1 skipped");
-    return 0;
-}
+#include "helpers.h"
+NOT_BUILT_MAIN("sync layer not built (NO_NET=1)")
 #else
 #include <dirent.h>
 #include <stdint.h>

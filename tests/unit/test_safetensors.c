@@ -2,6 +2,7 @@
  * golden must-fail files), writing (reference bytes, round trips, atomic
  * failure) and sharded checkpoints. */
 #include "check.h"
+#include "helpers.h"
 #include "io/io.h"
 
 #include <dirent.h>
@@ -780,12 +781,7 @@ static void test_directory_without_index(void)
 
 int main(void)
 {
-    const char *t = getenv("TMPDIR");
-    snprintf(g_tmp, sizeof g_tmp, "%s/ferry-st-XXXXXX", t && *t ? t : "/tmp");
-    if (!mkdtemp(g_tmp)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    if (tmpdir_make(g_tmp, sizeof g_tmp, "ferry-st")) return 1;
     RUN(test_open_shared_data);
     RUN(test_master_cast_reproduces_step);
     RUN(test_real_file_roundtrip);

@@ -9,13 +9,8 @@
  * without keys reading a signed run, a publisher refusing to resume from
  * a HEAD it cannot verify. */
 #ifdef FERRY_NO_NET /* a core-only build (make NO_NET=1) has no sync layer */
-#include <stdio.h>
-int main(void)
-{
-    puts("sync layer not built (NO_NET=1)");
-    puts("0 passed, 0 failed, 1 skipped");
-    return 0;
-}
+#include "helpers.h"
+NOT_BUILT_MAIN("sync layer not built (NO_NET=1)")
 #else
 #include <inttypes.h>
 #include <stdbool.h>

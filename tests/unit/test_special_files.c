@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "helpers.h"
 #include "common.h"
 #ifndef FERRY_NO_NET
 #include "ferry_sign.h"
@@ -262,11 +263,7 @@ int main(void)
 {
     signal(SIGALRM, on_alarm);
     alarm(20);
-    snprintf(g_dir, sizeof g_dir, "%s/ferry-special.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(g_dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    if (tmpdir_make(g_dir, sizeof g_dir, "ferry-special")) return 1;
     RUN(test_outputs_refused);
     RUN(test_swapped_in_before_rename);
     RUN(test_regular_output_replaced);
@@ -275,8 +272,6 @@ int main(void)
     RUN(test_store_transfers);
 #endif
     if (g_sock >= 0) close(g_sock);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd)) fprintf(stderr, "cannot remove %s\n", g_dir);
+    rm_rf(g_dir);
     return CHECK_SUMMARY();
 }

@@ -16,13 +16,8 @@
  * Records are edited as a store writer would: with the library's own
  * serialisers, or by putting back bytes read earlier. */
 #ifdef FERRY_NO_NET
-#include <stdio.h>
-int main(void)
-{
-    puts("sync layer not built (NO_NET=1)");
-    puts("0 passed, 0 failed, 1 skipped");
-    return 0;
-}
+#include "helpers.h"
+NOT_BUILT_MAIN("sync layer not built (NO_NET=1)")
 #else
 #include <stdint.h>
 #include <unistd.h>

@@ -7,13 +7,8 @@
  * Records are edited as an attacker with bucket access would: read, changed,
  * written back with the library's own serialisers. */
 #ifdef FERRY_NO_NET
-#include <stdio.h>
-int main(void)
-{
-    puts("sync layer not built (NO_NET=1)");
-    puts("0 passed, 0 failed, 1 skipped");
-    return 0;
-}
+#include "helpers.h"
+NOT_BUILT_MAIN("sync layer not built (NO_NET=1)")
 #else
 #include <inttypes.h>
 #include <stdint.h>

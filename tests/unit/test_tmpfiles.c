@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "helpers.h"
 #include "common.h"
 
 static char g_dir[128], g_victim[200];
@@ -98,17 +99,11 @@ static void test_tmp_create_skips_links(void)
 
 int main(void)
 {
-    snprintf(g_dir, sizeof g_dir, "%s/ferry-tmpfiles.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(g_dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    if (tmpdir_make(g_dir, sizeof g_dir, "ferry-tmpfiles")) return 1;
     snprintf(g_victim, sizeof g_victim, "%s/victim", g_dir);
     if (ferry_file_write(g_victim, "precious", 8)) return 1;
     RUN(test_planted_links);
     RUN(test_tmp_create_skips_links);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd)) fprintf(stderr, "cannot remove %s\n", g_dir);
+    rm_rf(g_dir);
     return CHECK_SUMMARY();
 }
