@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from _harness import ROOT, Skip
+from _harness import ROOT, Skip, bits
 
 import ferry
 
@@ -31,10 +31,14 @@ def need_shard():
         raise Skip("this libferry has no ferry_shard.h")
 
 
-def need_sync_torch():
-    """The sync layer and torch (the engine tests)."""
+def need_sync():
     if not hasattr(ferry, "Publisher"):
         raise Skip("this libferry has no sync layer")
+
+
+def need_sync_torch():
+    """The sync layer and torch (the engine tests)."""
+    need_sync()
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -60,6 +64,11 @@ def raises(exc, f, *a, **k):
     except exc as e:
         return e
     raise AssertionError("%s not raised by %s" % (exc.__name__, getattr(f, "__name__", f)))
+
+
+def raises_ferry(f, *a, **k):
+    """The ferry.FerryError f(*a, **k) raises."""
+    return raises(ferry.FerryError, f, *a, **k)
 
 
 def raises_code(f, code, *words):
@@ -173,3 +182,42 @@ def bf16_of(sd):
     """A state dict's tensors, detached, in BF16."""
     import torch
     return {k: t.detach().to(torch.bfloat16) for k, t in sd.items()}
+
+
+# ----------------------------------------------------------------------
+# Sync tests: a small trainer, engine tensors, bitwise equality
+# ----------------------------------------------------------------------
+
+class SmallTrainer:
+    """A small FP32 model moved by AdamW at an RL learning rate."""
+
+    def __init__(self, seed=0):
+        import torch
+        torch.manual_seed(seed)
+        self.net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(),
+                                       torch.nn.LayerNorm(256), torch.nn.Linear(256, 32))
+        self.opt = torch.optim.AdamW(self.net.parameters(), lr=1e-4)
+        self.x = torch.randn(128, 64)
+
+    def step(self):
+        loss = self.net(self.x).pow(2).mean()
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+
+    def bf16(self):
+        import torch
+        return {k: v.to(torch.bfloat16) for k, v in self.net.state_dict().items()}
+
+
+def bf16_zeros(sd):
+    """An engine's own BF16 tensors for state dict sd: the same names and
+    shapes, every element zero."""
+    import torch
+    return {k: torch.zeros(v.shape, dtype=torch.bfloat16) for k, v in sd.items()}
+
+
+def same_bits(a, b):
+    """Two dicts of tensors with the same names and the same bits."""
+    import numpy as np
+    return a.keys() == b.keys() and all(np.array_equal(bits(a[k]), bits(b[k])) for k in a)

@@ -8,9 +8,9 @@ import os
 import socket
 import tempfile
 
-from _harness import Skip, bits, run
+from _harness import Skip, run
+from _helpers import bf16_zeros, raises_ferry as raises, same_bits as equal
 
-import numpy as np
 import torch
 
 import ferry
@@ -52,20 +52,7 @@ def publish(store, run, ms, anchor_every=0, keys=None):
     pub.close()
 
 
-def equal(a, b):
-    return a.keys() == b.keys() and all(np.array_equal(bits(a[k]), bits(b[k])) for k in a)
-
-
-def engine(m):
-    return {k: torch.zeros(v.shape, dtype=torch.bfloat16) for k, v in m.items()}
-
-
-def raises(f, *a, **k):
-    try:
-        f(*a, **k)
-    except ferry.FerryError as e:
-        return e
-    raise AssertionError("no FerryError")
+engine = bf16_zeros
 
 
 def dead_url():

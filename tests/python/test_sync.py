@@ -6,8 +6,9 @@ import os
 import shutil
 import tempfile
 
-from _harness import Skip, bits, run
-from _helpers import raises as _raises
+from _harness import bits, run
+from _helpers import SmallTrainer as Trainer, bf16_zeros, need_sync
+from _helpers import raises as _raises, same_bits as equal
 
 import numpy as np
 import torch
@@ -18,44 +19,15 @@ TMP = tempfile.mkdtemp(prefix="ferry-pysync-")
 _n = [0]
 
 
-def need_sync():
-    if not hasattr(ferry, "Publisher"):
-        raise Skip("this libferry has no sync layer")
-
-
 def fresh_store():
     _n[0] += 1
     d = os.path.join(TMP, "store-%d" % _n[0])
     return "file://" + d
 
 
-class Trainer:
-    """A small FP32 model moved by AdamW at an RL learning rate."""
-
-    def __init__(self, seed=0):
-        torch.manual_seed(seed)
-        self.net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(),
-                                       torch.nn.LayerNorm(256), torch.nn.Linear(256, 32))
-        self.opt = torch.optim.AdamW(self.net.parameters(), lr=1e-4)
-        self.x = torch.randn(128, 64)
-
-    def step(self):
-        loss = self.net(self.x).pow(2).mean()
-        self.opt.zero_grad()
-        loss.backward()
-        self.opt.step()
-
-    def bf16(self):
-        return {k: v.to(torch.bfloat16) for k, v in self.net.state_dict().items()}
-
-
 def engine_like(tr):
     """An engine's own BF16 weights: same names and shapes, other values."""
-    return {k: torch.zeros(v.shape, dtype=torch.bfloat16) for k, v in tr.net.state_dict().items()}
-
-
-def equal(a, b):
-    return a.keys() == b.keys() and all(np.array_equal(bits(a[k]), bits(b[k])) for k in a)
+    return bf16_zeros(tr.net.state_dict())
 
 
 def test_publish_sync_into_follows_bit_for_bit():

@@ -10,10 +10,11 @@ import os
 import shutil
 import tempfile
 
-from _harness import Skip, bits, run
+from _harness import bits, run
+from _helpers import SmallTrainer as Trainer, bf16_zeros, need_sync
+from _helpers import raises_ferry as raises
 
 import numpy as np
-import torch
 
 import ferry
 
@@ -22,36 +23,13 @@ _n = [0]
 ERR_SYNC_BACKWARDS = 87
 
 
-def need_sync():
-    if not hasattr(ferry, "Publisher"):
-        raise Skip("this libferry has no sync layer")
-
-
 def fresh_store():
     _n[0] += 1
     return os.path.join(TMP, "store-%d" % _n[0])
 
 
-class Trainer:
-    def __init__(self, seed=0):
-        torch.manual_seed(seed)
-        self.net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(),
-                                       torch.nn.LayerNorm(256), torch.nn.Linear(256, 32))
-        self.opt = torch.optim.AdamW(self.net.parameters(), lr=1e-4)
-        self.x = torch.randn(128, 64)
-
-    def step(self):
-        loss = self.net(self.x).pow(2).mean()
-        self.opt.zero_grad()
-        loss.backward()
-        self.opt.step()
-
-    def bf16(self):
-        return {k: v.to(torch.bfloat16) for k, v in self.net.state_dict().items()}
-
-
 def zeros_like(tr):
-    return {k: torch.zeros(v.shape, dtype=torch.bfloat16) for k, v in tr.net.state_dict().items()}
+    return bf16_zeros(tr.net.state_dict())
 
 
 def snap(w):
@@ -70,14 +48,6 @@ def publish(store, run_name, tr, n, history):
         v = pub.publish(tr.net.state_dict())
         history[v] = snap(tr.bf16())
     pub.close()
-
-
-def raises(fn, *a, **k):
-    try:
-        fn(*a, **k)
-    except ferry.FerryError as e:
-        return e
-    raise AssertionError("no FerryError")
 
 
 def test_failed_route_is_undone():

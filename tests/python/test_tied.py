@@ -9,6 +9,7 @@ import shutil
 import tempfile
 
 from _harness import bits, run
+from _helpers import same_bits as equal
 
 import numpy as np
 import torch
@@ -54,10 +55,6 @@ def tied_engine():
          "mid.bias": torch.zeros(32, dtype=torch.bfloat16)}
     w["lm_head.weight"] = w["embed.weight"]
     return w
-
-
-def equal(a, b):
-    return a.keys() == b.keys() and all(np.array_equal(bits(a[k]), bits(b[k])) for k in a)
 
 
 def snapshot(w):
