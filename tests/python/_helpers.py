@@ -113,7 +113,8 @@ def publish_solo(store, run, versions, weights, **opts):
 
 
 def free_port():
-    """A TCP port of 127.0.0.1 free just now (for a gloo rendezvous)."""
+    """A TCP port of 127.0.0.1 free just now (bound, then closed): for a
+    gloo rendezvous, or an address nothing listens on."""
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     p = s.getsockname()[1]

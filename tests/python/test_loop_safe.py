@@ -10,14 +10,13 @@ version; structure mismatches name both sides and the missing and extra
 tensors; a resumed Publisher refuses a freshly initialized model unless
 told it is a new lineage."""
 import os
-import socket
 import tempfile
 import threading
 import time
 import warnings
 
 from _harness import Skip, run
-from _helpers import need_sync_torch as _need_sync
+from _helpers import free_port, need_sync_torch as _need_sync
 
 import ferry
 
@@ -56,15 +55,6 @@ def test_private_key_as_trusted_warns():
     assert not w, [str(x.message) for x in w]
 
 
-def _closed_port():
-    """A port of 127.0.0.1 nothing listens on (bound, then closed)."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def _model(seed, n=64):
     import torch
     g = torch.Generator().manual_seed(seed)
@@ -75,7 +65,7 @@ def _model(seed, n=64):
 def test_wait_honours_timeout_with_store_down():
     """Before: each HEAD read retried up to the store's deadline (300 s)."""
     _need_sync()
-    endpoint = "http://127.0.0.1:%d" % _closed_port()
+    endpoint = "http://127.0.0.1:%d" % free_port()     # nothing listens there now
     creds = dict(endpoint=endpoint, access_key="k", secret_key="s", region="us-east-1")
     st = ferry.Store("s3://bkt/policy", **creds)
     sub = ferry.Subscriber(st, "run")

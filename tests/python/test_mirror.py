@@ -5,11 +5,10 @@ mirror's info dict, islands following the mirror bit for bit, signed runs
 behind or corrupt."""
 import glob
 import os
-import socket
 import tempfile
 
 from _harness import Skip, run
-from _helpers import bf16_zeros, raises_ferry as raises, same_bits as equal
+from _helpers import bf16_zeros, free_port, raises_ferry as raises, same_bits as equal
 
 import torch
 
@@ -56,11 +55,7 @@ engine = bf16_zeros
 
 
 def dead_url():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()   # nothing listens there now
-    return "http://127.0.0.1:%d" % port
+    return "http://127.0.0.1:%d" % free_port()     # nothing listens there now
 
 
 def test_mirror_once_info_and_islands():
