@@ -20,16 +20,9 @@ NOT_BUILT_MAIN("sync layer not built (NO_NET=1)")
 #include <unistd.h>
 
 #include "check.h"
+#include "helpers.h" /* UNDER_ASAN */
 #include "shard/shard_impl.h"
 #include "sync/json_split.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
 
 #define BULK ((size_t)24 << 20)
 

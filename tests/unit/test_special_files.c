@@ -102,21 +102,10 @@ static void refused(int rc, const char *path)
     CHECK(strstr(ferry_last_error(), "not a regular file") != NULL);
 }
 
-static ferry_model *model_of(uint16_t fill)
-{
-    static uint16_t w[4096];
-    for (size_t i = 0; i < 4096; i++) w[i] = (uint16_t)(fill + (i % 7 == 0 ? i : 0));
-    ferry_model *m = NULL;
-    uint64_t shape[1] = {4096};
-    CHECK_OK(ferry_model_create(&m));
-    CHECK_OK(ferry_model_add(m, "w", FERRY_BF16, 1, shape, w, sizeof w, FERRY_ADD_COPY));
-    return m;
-}
-
 /* Every library writer refuses every kind of special output. */
 static void test_outputs_refused(void)
 {
-    ferry_model *a = model_of(0x3F80), *b = model_of(0x3F81);
+    ferry_model *a = ramp_model(0x3F80), *b = ramp_model(0x3F81);
     void *patch = NULL;
     size_t plen = 0;
     CHECK_OK(ferry_diff(a, b, NULL, &patch, &plen));

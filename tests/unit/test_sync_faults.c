@@ -269,14 +269,6 @@ static void test_head_over_bound(void)
     ferry_store_free(st);
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-
 /* Manifest 3 declares a delta of 768 MiB (its record edited, as anyone with
  * bucket access could) and the object has that size; the subscriber runs
  * under an address-space limit that cannot hold it: the failed allocation

@@ -33,17 +33,6 @@ static void victim_intact(void)
     ferry_free(d);
 }
 
-static ferry_model *model_of(uint16_t fill)
-{
-    static uint16_t w[4096];
-    for (size_t i = 0; i < 4096; i++) w[i] = (uint16_t)(fill + (i % 7 == 0 ? i : 0));
-    ferry_model *m = NULL;
-    uint64_t shape[1] = {4096};
-    CHECK_OK(ferry_model_create(&m));
-    CHECK_OK(ferry_model_add(m, "w", FERRY_BF16, 1, shape, w, sizeof w, FERRY_ADD_COPY));
-    return m;
-}
-
 static void test_planted_links(void)
 {
     char out[200];
@@ -54,7 +43,7 @@ static void test_planted_links(void)
 
     snprintf(out, sizeof out, "%s/model.safetensors", g_dir);
     plant(out);
-    ferry_model *a = model_of(0x3F80), *b = model_of(0x3F81);
+    ferry_model *a = ramp_model(0x3F80), *b = ramp_model(0x3F81);
     CHECK_OK(ferry_model_save(a, out));
     victim_intact();
 
