@@ -1,9 +1,10 @@
 """pytest's view of the Python tests (`/usr/bin/python3 -m pytest
 tests/python`); tests/run.sh runs each file directly instead, through
 _harness.run, which is faster (one interpreter per file, no collection).
-Both run the same module-level test_* functions.  The library tested is
-$FERRY_LIB, else $FERRY_BUILD/libferry.so, else the tree's build/ (see
-_harness.py and python/ferry/_lib.py)."""
+Both run the same module-level test_* functions, so the setup several
+modules share is plain functions in _helpers.py, not pytest fixtures here.
+The library tested is $FERRY_LIB, else $FERRY_BUILD/libferry.so, else the
+tree's build/ (see _harness.py and python/ferry/_lib.py)."""
 import os
 import shutil
 import sys
