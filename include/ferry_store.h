@@ -223,6 +223,25 @@ FERRY_API int ferry_store_get_max(ferry_store *s, const char *key, uint64_t max,
 FERRY_API int ferry_store_get_if_changed(ferry_store *s, const char *key, const char *if_none_match, uint64_t max,
                                          void **data, size_t *size, int *unchanged, ferry_store_stat *st);
 
+/* Hands an object's bytes to fn(ctx, bytes, n) as they arrive, in order,
+ * in pieces of any size (the network backends: as libcurl receives them;
+ * file://: 8 MiB reads), from the calling thread: for a consumer that works
+ * while the transfer goes on (ferry_apply_stream_feed).  Bounded as
+ * ferry_store_get_max (max, and options.max_object_size): a larger object
+ * fails with FERRY_ERR_LIMIT before any byte is handed on when its size is
+ * announced, else as soon as the bound is passed.  fn returns 0 to go on;
+ * any other status stops the transfer at once and is returned (with the
+ * message fn left).  A network failure after some bytes were handed on is
+ * retried from the next byte (If-Match on the object's etag, as every GET
+ * resumes); where it cannot resume (no etag, the object changed, a server
+ * that ignores Range) the call fails with FERRY_ERR_STORE_NET, since bytes
+ * handed on cannot be taken back.  Fewer bytes than announced:
+ * FERRY_ERR_STORE_CORRUPT.  st (may be NULL): size (bytes handed on), etag
+ * and mtime. */
+typedef int (*ferry_store_write_fn)(void *ctx, const void *data, size_t n);
+FERRY_API int ferry_store_get_stream(ferry_store *s, const char *key, uint64_t max, ferry_store_write_fn fn,
+                                     void *ctx, ferry_store_stat *st);
+
 /* Streams an object into a local file, atomically (a new temporary file
  * beside path, opened with O_EXCL | O_NOFOLLOW, fsync, rename, fsync of the
  * directory): on failure nothing is left at path.  No size bound; a retry

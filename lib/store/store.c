@@ -355,6 +355,19 @@ int ferry_store_get_if_changed(ferry_store *s, const char *key, const char *if_n
     return FERRY_OK;
 }
 
+int ferry_store_get_stream(ferry_store *s, const char *key, uint64_t max, ferry_store_write_fn fn, void *ctx,
+                           ferry_store_stat *st)
+{
+    NEED(s && fn);
+    int rc = ferry_store_key_check(key);
+    if (rc) return rc;
+    ferry__sink sink = {.fn = fn, .fn_ctx = ctx, .fd = -1, .max = max && max < s->max_object ? max : s->max_object};
+    ferry_store_stat tmp = {0};
+    if ((rc = s->be->get(s, key, &sink, &tmp))) return rc;
+    if (st) *st = tmp;
+    return FERRY_OK;
+}
+
 int ferry_store_get_file(ferry_store *s, const char *key, const char *path, ferry_store_stat *st)
 {
     return ferry_store_get_file_max(s, key, path, 0, st);

@@ -43,12 +43,16 @@ typedef struct ferry__backend ferry__backend;
 typedef struct ferry__group ferry__group;
 
 /* Where a download goes: a growable buffer bounded by max, a caller's
- * fixed buffer, or a file descriptor.  "written" counts bytes stored, across
+ * fixed buffer, a caller's function (ferry_store_get_stream), or a file
+ * descriptor.  "written" counts bytes stored, across
  * attempts (a resumed download appends). */
 typedef struct ferry__sink {
     ferry_buf *buf;       /* growable target, or NULL */
     uint8_t *fixed;       /* fixed target of fixed_cap bytes, or NULL */
     size_t fixed_cap;
+    ferry_store_write_fn fn; /* function target (bytes cannot be taken back:
+                                a reset after any byte fails), or NULL */
+    void *fn_ctx;
     int fd;               /* file target, or -1 */
     uint64_t max;         /* bound on written (LIMIT beyond) */
     uint64_t written;
@@ -59,7 +63,9 @@ typedef struct ferry__sink {
 /* Stores n more bytes: FERRY_ERR_LIMIT past max (or a fixed buffer's end),
  * FERRY_ERR_IO / NOMEM.  No message for LIMIT: the caller names the object. */
 int ferry__sink_write(ferry__sink *k, const void *p, size_t n);
-/* Drops everything written (a download that must start over). */
+/* Drops everything written (a download that must start over); for a
+ * function target that was handed bytes, FERRY_ERR_STORE_NET (with a
+ * message): they cannot be taken back. */
 int ferry__sink_reset(ferry__sink *k);
 
 struct ferry_store {

@@ -191,8 +191,9 @@ static void decide(xfer *x)
         x->want = q->range_len - k->written;
         return;
     }
-    if (k->written && ferry__sink_reset(k)) {
-        x->err = FERRY_ERR_IO;
+    int rc;
+    if (k->written && (rc = ferry__sink_reset(k))) {
+        x->err = rc;
         return;
     }
     x->start_written = 0;

@@ -149,6 +149,9 @@ int ferry__sink_write(ferry__sink *k, const void *p, size_t n)
     if (k->buf) {
         int rc = ferry__buf_append(k->buf, p, n);
         if (rc) return rc;
+    } else if (k->fn) {
+        int rc = n ? k->fn(k->fn_ctx, p, n) : FERRY_OK;
+        if (rc) return rc;
     } else if (k->fixed) {
         if (n > k->fixed_cap - k->written) return FERRY_ERR_LIMIT;
         memcpy(k->fixed + k->written, p, n);
@@ -169,9 +172,12 @@ int ferry__sink_write(ferry__sink *k, const void *p, size_t n)
 
 int ferry__sink_reset(ferry__sink *k)
 {
+    if (k->fn && k->written)
+        return ferry__fail(FERRY_ERR_STORE_NET, "a streamed download cannot start over after %llu bytes were handed on "
+                           "(the object changed, or the server cannot resume)", (unsigned long long)k->written);
     k->written = 0;
     if (k->buf) k->buf->size = 0;
-    if (!k->buf && !k->fixed && k->fd >= 0) {
+    if (!k->buf && !k->fixed && !k->fn && k->fd >= 0) {
         if (ftruncate(k->fd, 0) || lseek(k->fd, 0, SEEK_SET) < 0)
             return ferry__fail(FERRY_ERR_IO, "truncate of the download: %s", strerror(errno));
     }

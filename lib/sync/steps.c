@@ -155,9 +155,102 @@ struct delta_arg {
     const fs_state *to;
 };
 
+/* A delta streamed into the model (docs/PROTOCOL.md, "Streamed deltas"):
+ * the store hands the bytes on as they arrive, the header's hashes are
+ * checked against the manifest's as soon as its first 64 bytes are in,
+ * and the codec decodes and writes each chunk as soon as it is complete
+ * (ferry_apply_stream_*), so that the version is applied about when its
+ * last byte arrives.  The checks are those of the buffered path (size,
+ * signed SHA-256 before the version counts, header hashes, checksum,
+ * every hash); any failure puts the model back exactly. */
+struct stream_ctx {
+    ferry_apply_stream *st;
+    const uint8_t *base, *target, *want;
+    uint64_t version;
+    uint64_t fed;
+    bool checked;      /* the header's hashes were compared */
+};
+
+static int stream_write(void *ctx, const void *data, size_t n)
+{
+    struct stream_ctx *c = ctx;
+    const uint8_t *p = data;
+    if (!c->checked) { /* the header first, alone: is it the version asked for? */
+        size_t take = c->fed < 64 ? (64 - (size_t)c->fed < n ? 64 - (size_t)c->fed : n) : 0;
+        int rc = ferry_apply_stream_feed(c->st, p, take);
+        if (rc) return rc;
+        c->fed += take;
+        p += take;
+        n -= take;
+        uint8_t pb[16], pt[16];
+        if (c->fed >= 64) c->checked = true;
+        if (c->fed >= 64 && !ferry_apply_stream_hashes(c->st, pb, pt) && (memcmp(pb, c->base, 16) || memcmp(pt, c->target, 16))) {
+            char a[33], b[33], x[33], y[33];
+            ferry__hex(a, pb, 16), ferry__hex(b, pt, 16), ferry__hex(x, c->base, 16), ferry__hex(y, c->target, 16);
+            /* the signed object names the manifest's hashes: these bytes are not it */
+            return ferry__fail(c->want ? FERRY_ERR_SIG_DIGEST : FERRY_ERR_SYNC_CORRUPT,
+                               "the patch turns model %.12s.. into %.12s.., but version %llu needs %.12s.. into %.12s.. "
+                               "(an object of another version?%s)",
+                               a, b, (unsigned long long)c->version, x, y,
+                               c->want ? " its SHA-256 cannot be the one its signed manifest gives: replaced" : "");
+        }
+    }
+    c->fed += n;
+    return ferry_apply_stream_feed(c->st, p, n);
+}
+
+/* 1: the model cannot be patched in place (the version changes its
+ * structure): the caller takes the buffered path.  Else as delta_from. */
+static int delta_stream(ferry_subscriber *s, ferry_store *from, const struct delta_arg *da)
+{
+    sub_work *w = da->w;
+    ferry__codec_undo **more = w->held ? ferry__realloc(w->undo, (w->nundo + 1) * sizeof *more) : NULL;
+    if (w->held && !more) return FERRY_ERR_NOMEM;
+    if (more) w->undo = more;
+    uint64_t max = da->size ? da->size : 1;
+    ferry_apply_options ao = {.threads = s->threads, .base_hash = w->st.hash};
+    ferry_apply_stream_options so = {.max_size = max, .sha256 = da->want};
+    struct stream_ctx c = {.base = w->st.hash, .target = da->target, .want = da->want, .version = da->to->version};
+    int rc = ferry__codec_apply_stream_begin(w->m, &ao, &so, w->held, &c.st);
+    if (rc) return rc;
+    rc = ferry_store_get_stream(from, da->key, max, stream_write, &c, NULL);
+    s->cnt.bytes += c.fed;
+    s->cnt.objects++;
+    if (rc == FERRY_ERR_SHAPE_MISMATCH) {
+        ferry_apply_stream_abort(c.st);
+        ferry__clear_error();
+        return 1;
+    }
+    if (rc) {
+        ferry_apply_stream_abort(c.st);
+        if (rc == FERRY_ERR_LIMIT && c.fed >= max) /* the store's bound: a larger object */
+            return da->want ? ferry__fail(FERRY_ERR_SIG_DIGEST, "%s: larger than the %llu bytes its signed manifest declares (replaced)",
+                                          da->key, (unsigned long long)da->size)
+                            : ferry__context(rc, "%s: larger than the %llu bytes its manifest declares", da->key,
+                                             (unsigned long long)da->size);
+        return ferry__context(rc, "%s", da->key);
+    }
+    if (c.fed != da->size) {
+        ferry_apply_stream_abort(c.st);
+        return ferry__fail(da->want ? FERRY_ERR_SIG_DIGEST : FERRY_ERR_SYNC_CORRUPT,
+                           "%s: %llu bytes, its %smanifest says %llu (truncated or replaced)", da->key, (unsigned long long)c.fed,
+                           da->want ? "signed " : "", (unsigned long long)da->size);
+    }
+    ferry__codec_undo *rec = NULL;
+    if ((rc = ferry__codec_apply_stream_end(c.st, w->held ? &rec : NULL))) return ferry__context(rc, "%s", da->key);
+    if (rec) w->undo[w->nundo++] = rec;
+    advance(s, w, da->to);
+    return FERRY_OK;
+}
+
 static int delta_from(ferry_subscriber *s, ferry_store *from, void *arg)
 {
     const struct delta_arg *da = arg;
+    /* in memory, over the network: streamed (a local file gains nothing) */
+    if (s->mode != SUB_FILE && da->w->writable && ferry_store_kind(from) != FERRY_STORE_FILE) {
+        int rc = delta_stream(s, from, da);
+        if (rc != 1) return rc;
+    }
     sub_work *w = da->w;
     const char *key = da->key;
     const uint8_t *target = da->target;

@@ -1,0 +1,364 @@
+/* Streamed deltas end to end (issue 26 item 3): ferry_store_get_stream
+ * (file:// here; s3:// too when FERRY_TEST_S3 names a bucket URL, as
+ * tests/scripts/stream_s3.sh does with s3rver), and a memory-mode
+ * subscriber whose delta steps over s3:// are streamed into its model:
+ * the versions it reaches are bit for bit the published ones; a corrupt,
+ * truncated, forged (signed) or other-version delta is refused and the
+ * model is put back exactly, and with a second store the one bad object
+ * comes from there. */
+#ifdef FERRY_NO_NET
+#include <stdio.h>
+int main(void)
+{
+    puts("store layer not built (NO_NET=1)");
+    puts("0 passed, 0 failed, 1 skipped");
+    return 0;
+}
+#else
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include "check.h"
+#include "ferry_sign.h"
+#include "ferry_store.h"
+#include "ferry_sync.h"
+
+static char g_root[256];
+
+static uint64_t rng = 0x0DDB1A5E5BAD5EEDull;
+static uint64_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+/* ---- ferry_store_get_stream ---- */
+
+typedef struct sink {
+    uint8_t *buf;
+    size_t n, cap, calls;
+    size_t stop_at; /* fail once this many bytes arrived (0: never) */
+} sink;
+
+static int sink_write(void *ctx, const void *p, size_t n)
+{
+    sink *k = ctx;
+    if (k->n + n > k->cap) {
+        k->cap = (k->n + n) * 2;
+        k->buf = realloc(k->buf, k->cap);
+    }
+    memcpy(k->buf + k->n, p, n);
+    k->n += n;
+    k->calls++;
+    if (k->stop_at && k->n >= k->stop_at) return FERRY_ERR_STORE_CANCELED;
+    return FERRY_OK;
+}
+
+static void get_stream_cases(ferry_store *s)
+{
+    size_t n = 3 * 1000 * 1000 + 17;
+    uint8_t *data = malloc(n);
+    for (size_t i = 0; i < n; i++) data[i] = (uint8_t)rnd();
+    CHECK_OK(ferry_store_put(s, "stream/obj", data, n, NULL));
+    sink k = {0};
+    ferry_store_stat st;
+    CHECK_OK(ferry_store_get_stream(s, "stream/obj", n, sink_write, &k, &st));
+    CHECK(k.n == n && !memcmp(k.buf, data, n) && st.size == n);
+    /* an object over the bound: refused before any byte is handed on */
+    k.n = 0;
+    CHECK_RC(ferry_store_get_stream(s, "stream/obj", n - 1, sink_write, &k, NULL), FERRY_ERR_LIMIT);
+    CHECK(k.n == 0);
+    /* the callback stops the transfer with its status */
+    k.n = 0;
+    k.stop_at = 100000;
+    CHECK_RC(ferry_store_get_stream(s, "stream/obj", 0, sink_write, &k, NULL), FERRY_ERR_STORE_CANCELED);
+    CHECK(k.n >= 100000); /* file:// hands on 8 MiB reads: all of it at once */
+    k.stop_at = 0;
+    k.n = 0;
+    CHECK_RC(ferry_store_get_stream(s, "stream/none", 0, sink_write, &k, NULL), FERRY_ERR_STORE_NOT_FOUND);
+    CHECK(k.n == 0);
+    CHECK_RC(ferry_store_get_stream(s, "stream/obj", 0, NULL, &k, NULL), FERRY_ERR_ARG);
+    free(k.buf);
+    free(data);
+}
+
+static void test_get_stream_file(void)
+{
+    ferry_store *s = NULL;
+    ferry_store_options o = {.create = 1};
+    CHECK_OK(ferry_store_open(g_root, &o, &s));
+    if (s) get_stream_cases(s);
+    ferry_store_free(s);
+}
+
+static const char *s3_url(void)
+{
+    const char *u = getenv("FERRY_TEST_S3");
+    return u && *u ? u : NULL;
+}
+
+static ferry_store *open_s3(const char *prefix)
+{
+    char url[512];
+    snprintf(url, sizeof url, "%s/%s", s3_url(), prefix);
+    ferry_store *s = NULL;
+    ferry_store_options o = {.deadline_ms = 30000, .retry_base_ms = 20};
+    CHECK_OK(ferry_store_open(url, &o, &s));
+    return s;
+}
+
+static void test_get_stream_s3(void)
+{
+    if (!s3_url()) SKIP("FERRY_TEST_S3 not set (tests/scripts/stream_s3.sh sets it)");
+    ferry_store *s = open_s3("getstream");
+    if (s) get_stream_cases(s);
+    ferry_store_free(s);
+}
+
+/* ---- the subscriber ---- */
+
+static ferry_model *open_step(int step)
+{
+    char rel[64], path[512];
+    snprintf(rel, sizeof rel, "rl-a/step-%03d.safetensors", step);
+    ferry_model *m = NULL;
+    CHECK_OK(ferry_model_open(data_path(path, sizeof path, rel), &m));
+    return m;
+}
+
+static ferry_model *copy_model(const ferry_model *src)
+{
+    ferry_model *m = NULL;
+    if (ferry_model_create(&m)) return NULL;
+    for (size_t i = 0; i < ferry_model_count(src); i++) {
+        const ferry_tensor *t = ferry_model_tensor(src, i);
+        ferry_model_add(m, t->name, t->dtype, t->ndim, t->shape, t->data, t->nbytes, FERRY_ADD_COPY);
+    }
+    for (size_t i = 0; i < ferry_model_metadata_count(src); i++) {
+        const char *k, *v;
+        ferry_model_metadata(src, i, &k, &v);
+        ferry_model_set_metadata(m, k, v);
+    }
+    return m;
+}
+
+static bool same(const ferry_model *a, const ferry_model *b)
+{
+    if (ferry_model_count(a) != ferry_model_count(b)) return false;
+    for (size_t i = 0; i < ferry_model_count(a); i++) {
+        const ferry_tensor *x = ferry_model_tensor(a, i), *y = ferry_model_tensor(b, i);
+        if (x->nbytes != y->nbytes || memcmp(x->data, y->data, x->nbytes)) return false;
+    }
+    return true;
+}
+
+#define NV 6 /* versions: rl-a steps 0..5, version v = step v - 1 */
+
+/* The key of version v's delta in run r (listed: its id is random). */
+static bool delta_key(ferry_store *s, const char *run, uint64_t v, char *out, size_t cap)
+{
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "%s/v/%020llu-", run, (unsigned long long)v);
+    ferry_store_listing *l = NULL;
+    if (ferry_store_list(s, prefix, &l)) return false;
+    bool found = false;
+    for (size_t i = 0; i < l->count; i++) {
+        size_t n = strlen(l->entries[i].key);
+        if (n > 6 && !strcmp(l->entries[i].key + n - 6, ".patch")) {
+            snprintf(out, cap, "%s", l->entries[i].key);
+            found = true;
+        }
+    }
+    ferry_store_listing_free(l);
+    return found;
+}
+
+static uint8_t g_other[1 << 20];
+static size_t g_other_n;
+
+/* Replaces an object by what edit makes of its bytes. */
+static void tamper(ferry_store *s, const char *key, void (*edit)(uint8_t *p, size_t *n))
+{
+    void *d = NULL;
+    size_t n = 0;
+    CHECK_OK(ferry_store_get(s, key, &d, &n, NULL));
+    uint8_t *p = malloc(n + sizeof g_other); /* room for swap_other */
+    memcpy(p, d, n);
+    edit(p, &n);
+    CHECK_OK(ferry_store_put(s, key, p, n, NULL));
+    free(p);
+    ferry_free(d);
+}
+static void flip_late(uint8_t *p, size_t *n) { p[*n - *n / 5] ^= 0x10; }  /* in the last chunks */
+static void cut_tail(uint8_t *p, size_t *n) { (void)p, *n -= *n / 3; }     /* a truncated copy */
+static void swap_other(uint8_t *p, size_t *n) { memcpy(p, g_other, g_other_n), *n = g_other_n; } /* another version's delta */
+
+typedef struct world {
+    ferry_store *origin, *mirror;
+    char run[64];
+    ferry_model *steps[NV];
+    ferry_keys *pub, *sub; /* signed runs only */
+    char keydir[400];
+} world;
+
+static void publish(world *w, bool is_signed)
+{
+    snprintf(w->run, sizeof w->run, "run%llu", (unsigned long long)(rnd() % 1000000));
+    ferry_publisher_options po = {.anchor_every = 100, .threads = 2};
+    if (is_signed) {
+        snprintf(w->keydir, sizeof w->keydir, "%s/k%s", g_root, w->run);
+        char id[FERRY_KEY_ID_LEN + 1], priv[420], pubk[420];
+        CHECK_OK(ferry_keygen(w->keydir, id));
+        snprintf(priv, sizeof priv, "%s.key", w->keydir);
+        snprintf(pubk, sizeof pubk, "%s.pub", w->keydir);
+        CHECK_OK(ferry_keys_create(&w->pub));
+        CHECK_OK(ferry_keys_set_signer(w->pub, priv, id));
+        CHECK_OK(ferry_keys_create(&w->sub));
+        CHECK_OK(ferry_keys_trust(w->sub, pubk, FERRY_KEY_PUBLISHER, id));
+        po.keys = w->pub;
+    }
+    ferry_publisher *p = NULL;
+    CHECK_OK(ferry_publisher_open(w->origin, w->run, &po, &p));
+    for (int v = 1; p && v <= NV; v++) CHECK_OK(ferry_publish(p, w->steps[v - 1], NULL));
+    ferry_publisher_free(p);
+    ferry_mirror_options mo = {.keys = w->sub};
+    CHECK_OK(ferry_mirror_once(w->origin, w->mirror, w->run, &mo, NULL));
+}
+
+/* A memory-mode island on store s at version `at` (its model a copy of that
+ * step), plus further stores. */
+static ferry_subscriber *island(world *w, ferry_store *s, ferry_model **m, int at, ferry_store *also)
+{
+    *m = copy_model(w->steps[at - 1]);
+    ferry_subscriber_options so = {.model = *m, .model_version = (uint64_t)at, .threads = 2, .no_compactions = 1, .keys = w->sub};
+    ferry_subscriber *sub = NULL;
+    CHECK_OK(ferry_subscriber_open(s, w->run, &so, &sub));
+    if (also && sub) CHECK_OK(ferry_subscriber_add_store(sub, also));
+    return sub;
+}
+
+static void subscriber_cases(world *w, bool is_signed)
+{
+    publish(w, is_signed);
+    /* 1. the chain 2..NV streamed, each version bit for bit */
+    ferry_model *m;
+    ferry_subscriber *sub = island(w, w->mirror, &m, 1, NULL);
+    for (int v = 2; sub && v <= NV; v++) {
+        ferry_sync_info info;
+        CHECK_OK(ferry_subscriber_sync(sub, FERRY_SYNC_EXACT, (uint64_t)v, &info));
+        CHECK(info.to_version == (uint64_t)v && info.rejected == 0);
+        CHECK(same(m, w->steps[v - 1]));
+    }
+    ferry_subscriber_free(sub);
+    ferry_model_free(m);
+
+    /* 2. a corrupt delta (4) in the mirror alone: the island at 2 syncs to
+     *    NV from the mirror, fetching that one object from the origin */
+    char key[512];
+    CHECK(delta_key(w->mirror, w->run, 4, key, sizeof key));
+    tamper(w->mirror, key, flip_late);
+    sub = island(w, w->mirror, &m, 2, w->origin);
+    ferry_sync_info info;
+    CHECK_OK(ferry_subscriber_sync(sub, FERRY_SYNC_LATEST, 0, &info));
+    CHECK(info.to_version == NV && same(m, w->steps[NV - 1]));
+    CHECK(ferry_subscriber_objects_refetched(sub) == 1);
+    ferry_subscriber_free(sub);
+    ferry_model_free(m);
+
+    /* 3. the mirror alone, no way around the bad delta (the anchor is
+     *    before it): the sync fails and the model is version 3 again,
+     *    bit for bit (version 4's chunks were written, then put back) */
+    sub = island(w, w->mirror, &m, 3, NULL);
+    CHECK(ferry_subscriber_sync(sub, FERRY_SYNC_LATEST, 0, &info) != FERRY_OK);
+    CHECK(same(m, w->steps[2]));
+    CHECK(ferry_subscriber_version(sub) == 3);
+    ferry_subscriber_stats ss;
+    ferry_subscriber_get_stats(sub, &ss);
+    fprintf(stderr, "    (corrupt delta: %s)\n", ss.last_rejection);
+    CHECK(strstr(ss.last_rejection, key) != NULL);
+    /* signed: the digest; unsigned: the streamed patch's own checks */
+    CHECK(strstr(ss.last_rejection, is_signed ? "SHA-256" : "patch") != NULL);
+    ferry_subscriber_free(sub);
+    ferry_model_free(m);
+
+    /* 4. a truncated copy, and another version's delta under its key */
+    tamper(w->mirror, key, cut_tail);
+    sub = island(w, w->mirror, &m, 3, NULL);
+    CHECK(ferry_subscriber_sync(sub, FERRY_SYNC_LATEST, 0, &info) != FERRY_OK);
+    CHECK(same(m, w->steps[2]));
+    ferry_subscriber_get_stats(sub, &ss);
+    fprintf(stderr, "    (truncated: %s)\n", ss.last_rejection);
+    ferry_subscriber_free(sub);
+    ferry_model_free(m);
+    char k5[512];
+    CHECK(delta_key(w->origin, w->run, 5, k5, sizeof k5));
+    void *d = NULL;
+    size_t n = 0;
+    CHECK_OK(ferry_store_get(w->origin, k5, &d, &n, NULL));
+    CHECK(n <= sizeof g_other);
+    if (n <= sizeof g_other) {
+        memcpy(g_other, d, n);
+        g_other_n = n;
+        tamper(w->mirror, key, swap_other);
+    }
+    ferry_free(d);
+    sub = island(w, w->mirror, &m, 3, NULL);
+    CHECK(ferry_subscriber_sync(sub, FERRY_SYNC_LATEST, 0, &info) != FERRY_OK);
+    CHECK(same(m, w->steps[2]));
+    ferry_subscriber_get_stats(sub, &ss);
+    fprintf(stderr, "    (another version's delta: %s)\n", ss.last_rejection);
+    CHECK(strstr(ss.last_rejection, is_signed ? "SHA-256" : "another version") != NULL);
+    ferry_subscriber_free(sub);
+    ferry_model_free(m);
+    /* ... and with the origin as a second store, the version all the same */
+    sub = island(w, w->mirror, &m, 3, w->origin);
+    CHECK_OK(ferry_subscriber_sync(sub, FERRY_SYNC_LATEST, 0, &info));
+    CHECK(same(m, w->steps[NV - 1]));
+    ferry_subscriber_free(sub);
+    ferry_model_free(m);
+    ferry_keys_free(w->pub);
+    ferry_keys_free(w->sub);
+    w->pub = w->sub = NULL;
+}
+
+static void test_subscriber_s3(void)
+{
+    if (!s3_url()) SKIP("FERRY_TEST_S3 not set (tests/scripts/stream_s3.sh sets it)");
+    SKIP_UNLESS_DATA("rl-a/step-005.safetensors");
+    world w = {0};
+    w.origin = open_s3("origin");
+    w.mirror = open_s3("mirror");
+    for (int i = 0; i < NV; i++) {
+        ferry_model *s = open_step(i);
+        w.steps[i] = copy_model(s);
+        ferry_model_free(s);
+    }
+    if (w.origin && w.mirror) {
+        fprintf(stderr, "  unsigned run\n");
+        subscriber_cases(&w, false);
+        fprintf(stderr, "  signed run\n");
+        subscriber_cases(&w, true);
+    }
+    for (int i = 0; i < NV; i++) ferry_model_free(w.steps[i]);
+    ferry_store_free(w.origin);
+    ferry_store_free(w.mirror);
+}
+
+int main(void)
+{
+    snprintf(g_root, sizeof g_root, "%s/ferry-stream-sync.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(g_root)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    RUN(test_get_stream_file);
+    RUN(test_get_stream_s3);
+    RUN(test_subscriber_s3);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
+    if (system(cmd)) fprintf(stderr, "cannot remove %s\n", g_root);
+    return CHECK_SUMMARY();
+}
+#endif
