@@ -170,5 +170,9 @@ def test_store_list_arguments():
 
 
 if __name__ == "__main__":
-    run("mirror", [test_mirror_once_info_and_islands, test_mirror_keys_and_keep,
-                   test_fallback_when_down_behind_or_corrupt, test_store_list_arguments])
+    import shutil
+    try:
+        run("mirror", [test_mirror_once_info_and_islands, test_mirror_keys_and_keep,
+                       test_fallback_when_down_behind_or_corrupt, test_store_list_arguments])
+    finally:
+        shutil.rmtree(TMP, ignore_errors=True)
