@@ -205,6 +205,7 @@ int ferry__codec_walk(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t 
     FERRY_ASSERT(s->start[SP_NCLASS] == k && k <= s->cap && n <= (size_t)1 << SP_CHUNK_LOG2_MAX);
     s->have_words = 0;
 #if FERRY_HAVE_AVX512
+    if (t->W == 16 && ferry__codec_walk16_gfni_ok()) return ferry__codec_walk16_gfni(t, top, a, n, s, k);
     if (t->W == 16 && ferry__cpu_avx512()) return ferry__codec_walk16_avx512(t, top, a, n, s, k);
 #endif
 #if FERRY_HAVE_AVX2

@@ -197,3 +197,141 @@ TARGET size_t ferry__codec_narrow16_avx512(uint16_t *dst, const uint32_t *src, s
     return i;
 }
 #endif
+
+#if FERRY_HAVE_AVX512
+/* The walk with the eight classes' work of a step in vector lanes (CPUs
+ * with GFNI, VBMI and VPOPCNTDQ: ferry__codec_walk16_gfni_ok).  The scalar
+ * walk above makes each class's mask with a compare, counts it and reads the
+ * class's wanted bits one class at a time: about 8 x 8 dependent scalar
+ * operations per step.  Here:
+ *  - the 64 classes become one-hot bytes (vpshufb), in each qword in reverse
+ *    word order, and one GF(2) affine transform (a bit transpose of each
+ *    8 x 8 block) plus a byte transpose (vpermb) turn them into the eight
+ *    64-bit class masks, class c in qword c;
+ *  - vpopcntq counts them, and the eight classes' counts are one vector;
+ *  - one gather reads each class's next 64 wanted bits at its count (a
+ *    second one only in a step where a class holding more than 56 of its
+ *    64 words straddles the bytes read);
+ *  - only the eight pdeps stay scalar.
+ * The result is that of the portable walk (tests compare every level). */
+#define TARGET_G __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2,avx512vpopcntdq,gfni,avx2,bmi,bmi2,popcnt")))
+
+bool ferry__codec_walk16_gfni_ok(void)
+{
+    const char *off = getenv("FERRY_NO_GFNI");
+    if (off && *off && strcmp(off, "0")) return false; /* tests: the AVX-512 walk above instead */
+    return ferry__cpu_avx512() && __builtin_cpu_supports("gfni") && __builtin_cpu_supports("avx512vbmi") &&
+           __builtin_cpu_supports("avx512vbmi2") &&
+           __builtin_cpu_supports("avx512vpopcntdq");
+}
+
+TARGET_G int ferry__codec_walk16_gfni(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k)
+{
+    if (!t->exp_mask) return ferry__codec_walk16_avx2(t, top, a, n, s, k);
+    int rc = ferry__codec_scratch_fit(s, k + 16);
+    if (rc) return rc;
+    FERRY_ASSERT(t->W == 16 && s->cap >= k + 16 && t->exp_shift < 16 && t->exp_mask <= 0xFF && top <= 0xFF);
+    uint64_t lim[SP_NCLASS];
+    const uint8_t *bm[SP_NCLASS];
+    if ((rc = ferry__codec_walk_bitmaps(s, bm, lim))) return rc;
+    /* the classes' bitmaps lie in one buffer: gather offsets from its start */
+    uint64_t boff[SP_NCLASS];
+    for (int c = 0; c < SP_NCLASS; c++) boff[c] = (uint64_t)(bm[c] - s->rbm);
+    const __m512i vlim = _mm512_loadu_si512(lim), vboff = _mm512_loadu_si512(boff), seven = _mm512_set1_epi64(7),
+                  sixty4 = _mm512_set1_epi64(64);
+    /* exponent bytes: byte p = 8j + t of the result is the low byte of word
+     * 8j + 7 - t (shifted words: x0 holds words 0..31, x1 32..63) */
+    uint8_t pick[64], tr[64];
+    for (int p = 0; p < 64; p++) {
+        int w = 8 * (p / 8) + 7 - p % 8;
+        pick[p] = (uint8_t)(2 * w); /* byte 2w of the 128 bytes x0 | x1 */
+        tr[p] = (uint8_t)(8 * (p % 8) + p / 8);
+    }
+    const __m512i vpick = _mm512_loadu_si512(pick), vtr = _mm512_loadu_si512(tr);
+    const __m512i emask = _mm512_set1_epi8((char)t->exp_mask), vtop = _mm512_set1_epi8((char)top),
+                  cmax = _mm512_set1_epi8(SP_NCLASS - 1),
+                  onehot = _mm512_broadcast_i32x4(_mm_setr_epi8(1, 2, 4, 8, 16, 32, 64, (char)128, 0, 0, 0, 0, 0, 0, 0, 0)),
+                  unit = _mm512_set1_epi64((long long)0x8040201008040201ull);
+    const __m128i shift = _mm_cvtsi32_si128((int)t->exp_shift);
+    const __m512i l16 = _mm512_set1_epi32(16), l32 = _mm512_set1_epi32(32), l48 = _mm512_set1_epi32(48), l64 = _mm512_set1_epi32(64);
+    const __m512i lane0 = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    uint8_t b64[64];
+    for (int p = 0; p < 64; p++) b64[p] = (uint8_t)p;
+    const __m512i bytes = _mm512_loadu_si512(b64);
+    __m512i base = _mm512_setzero_si512(), cnt = _mm512_setzero_si512();
+    /* more than one change in 8 words: steps of more than 16 hits are common */
+    const bool dense = (uint64_t)k * 8 > (uint64_t)n;
+    uint32_t *pos = s->pos, *word = s->word;
+    size_t got = 0, i = 0;
+    uint64_t mq[SP_NCLASS] __attribute__((aligned(64))), bq[SP_NCLASS] __attribute__((aligned(64)));
+    for (; i + 64 <= n; i += 64) {
+        const uint8_t *pa = a + 2 * i;
+        _mm_prefetch((const char *)pa + 2048, _MM_HINT_T0);
+        _mm_prefetch((const char *)pa + 2048 + 64, _MM_HINT_T0);
+        __m512i w0 = _mm512_loadu_si512(pa), w1 = _mm512_loadu_si512(pa + 64);
+        __m512i x0 = _mm512_srl_epi16(w0, shift), x1 = _mm512_srl_epi16(w1, shift);
+        __m512i e = _mm512_and_si512(_mm512_permutex2var_epi8(x0, vpick, x1), emask);
+        __m512i cls = _mm512_min_epu8(_mm512_subs_epu8(vtop, e), cmax); /* min(7, max(0, top - e)) */
+        __m512i h = _mm512_shuffle_epi8(onehot, cls);
+        /* qword j, byte c: bit b set iff word 8j + b is of class c */
+        __m512i tq = _mm512_gf2p8affine_epi64_epi8(unit, h, 0);
+        __m512i m = _mm512_permutexvar_epi8(vtr, tq); /* qword c: class c's mask */
+        __m512i bc = _mm512_popcnt_epi64(m);
+        __m512i sh = _mm512_and_si512(cnt, seven);
+        __m512i at = _mm512_add_epi64(vboff, _mm512_min_epu64(_mm512_srli_epi64(cnt, 3), vlim));
+        __m512i bits = _mm512_srlv_epi64(_mm512_i64gather_epi64(at, (const void *)s->rbm, 1), sh);
+        __mmask8 straddle = _mm512_cmpgt_epu64_mask(_mm512_add_epi64(sh, bc), sixty4);
+        if (FERRY_UNLIKELY(straddle)) {
+            __m512i hi = _mm512_mask_i64gather_epi64(_mm512_setzero_si512(), straddle, _mm512_add_epi64(at, _mm512_set1_epi64(8)),
+                                                     (const void *)s->rbm, 1);
+            bits = _mm512_mask_or_epi64(bits, straddle, bits, _mm512_sllv_epi64(hi, _mm512_sub_epi64(sixty4, sh)));
+        }
+        cnt = _mm512_add_epi64(cnt, bc);
+        _mm512_store_si512(mq, m);
+        _mm512_store_si512(bq, bits);
+        uint64_t hits = 0;
+#pragma GCC unroll 8
+        for (int c = 0; c < SP_NCLASS; c++) hits |= _pdep_u64(bq[c], mq[c]);
+        unsigned nh = (unsigned)__builtin_popcountll(hits);
+        if (FERRY_LIKELY(!dense) && nh <= 16) {
+            /* the usual step of a sparse chunk: the (at most 16) hits' word
+             * indices leave as bytes, once; their base words are picked by
+             * those indices */
+            __m128i ib = _mm512_castsi512_si128(_mm512_maskz_compress_epi8(hits, bytes));
+            __m512i iw = _mm512_cvtepu8_epi32(ib);
+            _mm512_storeu_si512(pos + got, _mm512_add_epi32(iw, base));
+            __m512i bw = _mm512_permutex2var_epi16(w0, _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(ib)), w1);
+            _mm512_storeu_si512(word + got, _mm512_cvtepu16_epi32(_mm512_castsi512_si256(bw)));
+        } else {
+            size_t o1 = got + (size_t)__builtin_popcountll(hits & 0xFFFF), o2 = got + (size_t)__builtin_popcountll(hits & 0xFFFFFFFF),
+                   o3 = got + (size_t)__builtin_popcountll(hits & 0xFFFFFFFFFFFF);
+            __mmask16 h0 = (__mmask16)hits, h1 = (__mmask16)(hits >> 16), h2 = (__mmask16)(hits >> 32), h3 = (__mmask16)(hits >> 48);
+            __m512i lane = _mm512_add_epi32(lane0, base);
+            _mm512_storeu_si512(pos + got, _mm512_maskz_compress_epi32(h0, lane));
+            _mm512_storeu_si512(pos + o1, _mm512_maskz_compress_epi32(h1, _mm512_add_epi32(lane, l16)));
+            _mm512_storeu_si512(pos + o2, _mm512_maskz_compress_epi32(h2, _mm512_add_epi32(lane, l32)));
+            _mm512_storeu_si512(pos + o3, _mm512_maskz_compress_epi32(h3, _mm512_add_epi32(lane, l48)));
+            const __m256i *w = (const __m256i *)(const void *)pa;
+            _mm512_storeu_si512(word + got, _mm512_maskz_compress_epi32(h0, _mm512_cvtepu16_epi32(_mm256_loadu_si256(w))));
+            _mm512_storeu_si512(word + o1, _mm512_maskz_compress_epi32(h1, _mm512_cvtepu16_epi32(_mm256_loadu_si256(w + 1))));
+            _mm512_storeu_si512(word + o2, _mm512_maskz_compress_epi32(h2, _mm512_cvtepu16_epi32(_mm256_loadu_si256(w + 2))));
+            _mm512_storeu_si512(word + o3, _mm512_maskz_compress_epi32(h3, _mm512_cvtepu16_epi32(_mm256_loadu_si256(w + 3))));
+        }
+        got += nh;
+        base = _mm512_add_epi32(base, l64);
+    }
+    uint64_t cq[SP_NCLASS];
+    _mm512_storeu_si512(cq, cnt);
+    for (; i < n; i++) {
+        uint32_t c = sp_class(t, top, sp_load(a, i, 16));
+        if (sp_bits_at(bm[c], cq[c], lim[c], 1)) {
+            word[got] = (uint32_t)sp_load(a, i, 16);
+            pos[got++] = (uint32_t)i;
+        }
+        cq[c]++;
+    }
+    if (got != k) return ferry__codec_corrupt("a change lies past its class's last word");
+    s->have_words = 1;
+    return FERRY_OK;
+}
+#endif

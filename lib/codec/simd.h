@@ -46,6 +46,10 @@ int ferry__codec_walk16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a
 int ferry__codec_scan16_avx512(const sp_dtype *t, uint32_t top, const uint8_t *a, const uint8_t *b, size_t lo, size_t hi,
                      sp_scratch *s, sp_scan_state *st);
 void ferry__codec_scan_group_bitmaps(sp_scratch *s, const sp_scan_state *st);
+/* The walk with the classes of a step in vector lanes, where the CPU has GFNI, VBMI and VPOPCNTDQ
+ * (FERRY_NO_GFNI=1: not used). */
+bool ferry__codec_walk16_gfni_ok(void);
+int ferry__codec_walk16_gfni(const sp_dtype *t, uint32_t top, const uint8_t *a, size_t n, sp_scratch *s, size_t k);
 #else
 #define FERRY_HAVE_AVX2 0
 #define FERRY_HAVE_AVX512 0

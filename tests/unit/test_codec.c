@@ -412,6 +412,107 @@ static void test_counted_codec(void)
     free(y);
 }
 
+/* The walk (positions from class ranks) at every kernel level: the GFNI
+ * walk (classes of a step in vector lanes; its one-store path for steps of
+ * up to 16 changes and its four-store path), the AVX-512 walk before it
+ * (FERRY_NO_GFNI=1), AVX2 and portable.  BF16 and F16 chunks of weights
+ * ~ N(0, 0.02) with runs of one exponent (a class holding all 64 words of a
+ * step: the second gather), at densities from 0.3% to 60% (the dense
+ * chunks' four-store path), a length that is not a multiple of 64 (the
+ * tail); every codec that walks; each level must give the positions and
+ * words of the changes exactly, and damaged chunks the same answer (error
+ * message included) at every level. */
+static void test_walk_levels(void)
+{
+    static const char *const simd[] = {"0", "0", "avx512", "1"}, *const gfni[] = {"0", "1", "1", "1"};
+    static sp_coder enc, dec;
+    static const double rates[] = {0.003, 0.04, 0.2, 0.6};
+    static const unsigned codecs[] = {SP_CODEC_ADAPTIVE, SP_CODEC_COUNTED, SP_CODEC_RANS32};
+    const size_t n = 200000 + 37;
+    uint16_t *x = malloc(2 * n), *y = malloc(2 * n);
+    uint32_t *pos = malloc(4 * n);
+    uint64_t *val = malloc(8 * n);
+    uint8_t *q = NULL;
+    for (int dt = 0; dt < 2; dt++) {
+        sp_dtype t = sp_dtype_of(dt ? FERRY_F16 : FERRY_BF16);
+        for (size_t r = 0; r < sizeof rates / sizeof *rates; r++) {
+            size_t want = 0;
+            for (size_t i = 0; i < n; i++) {
+                double u1 = ((rnd() >> 11) + 1.0) / 9007199254740993.0, u2 = (rnd() >> 11) / 9007199254740992.0;
+                float w = (float)(0.02 * sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
+                /* runs of one exponent, whose class count before them is not a multiple of 8 */
+                if ((i / 4096) % 5 == 3 || rnd() % 1000 == 0) w = 0.5f + (float)(rnd() % 1000) * 1e-4f;
+                uint32_t bits;
+                memcpy(&bits, &w, 4);
+                /* F16: the float's sign, its exponent moved to F16's bias (clamped), 10 mantissa bits */
+                int e16 = (int)((bits >> 23) & 0xFF) - 127 + 15;
+                e16 = e16 < 1 ? 1 : e16 > 30 ? 30 : e16;
+                x[i] = dt ? (uint16_t)((bits >> 16 & 0x8000) | (uint32_t)e16 << 10 | (bits >> 13 & 0x3FF)) : (uint16_t)(bits >> 16);
+                y[i] = x[i];
+                if ((double)(rnd() % 1000000) / 1e6 < rates[r]) y[i] = (uint16_t)(x[i] + 1 + rnd() % 3);
+                if (y[i] != x[i]) pos[want] = (uint32_t)i, val[want++] = y[i];
+            }
+            for (size_t cc = 0; cc < sizeof codecs / sizeof *codecs; cc++) {
+                if (codecs[cc] == SP_CODEC_COUNTED && want >= 32768) continue;
+                ferry_buf out = {0};
+                uint64_t changed = 0;
+                uint8_t bh[4][16];
+                sp_src src = {(const uint8_t *)y, 0};
+                CHECK_OK(ferry__codec_encode_chunk_as(codecs[cc], &t, (const uint8_t *)x, &src, n, &enc, &out, &changed, bh));
+                CHECK(changed == want && out.data[0] == codecs[cc]);
+                for (int l = 0; l < 4; l++) {
+                    setenv("FERRY_NO_SIMD", simd[l], 1);
+                    setenv("FERRY_NO_GFNI", gfni[l], 1);
+                    size_t k = 0;
+                    CHECK_OK(ferry__codec_decode_chunk(&t, (const uint8_t *)x, n, out.data, out.size, 3, &dec, &k));
+                    CHECK(k == want);
+                    size_t bad = 0;
+                    for (size_t j = 0; j < k && j < want; j++) bad += dec.s.pos[j] != pos[j] || dec.s.val[j] != val[j];
+                    CHECK(bad == 0);
+                }
+                /* damage: every level answers alike */
+                q = realloc(q, out.size);
+                for (int d = 0; d < 40; d++) {
+                    memcpy(q, out.data, out.size);
+                    size_t at = 1 + rnd() % (out.size - 1);
+                    q[at] ^= (uint8_t)(1u << (rnd() % 8));
+                    int rc0 = 0;
+                    size_t k0 = 0;
+                    char msg0[512] = "";
+                    uint64_t h0 = 0;
+                    for (int l = 0; l < 4; l++) {
+                        setenv("FERRY_NO_SIMD", simd[l], 1);
+                        setenv("FERRY_NO_GFNI", gfni[l], 1);
+                        size_t k = 0;
+                        int rc = ferry__codec_decode_chunk(&t, (const uint8_t *)x, n, q, out.size, 3, &dec, &k);
+                        uint64_t h = rc ? 0 : XXH3_64bits(dec.s.pos, 4 * k) ^ XXH3_64bits(dec.s.val, 8 * k);
+                        if (l == 0) {
+                            rc0 = rc, k0 = k, h0 = h;
+                            snprintf(msg0, sizeof msg0, "%s", rc ? ferry_last_error() : "");
+                        } else {
+                            CHECK(rc == rc0 && (rc || (k == k0 && h == h0)));
+                            if (rc && strcmp(msg0, ferry_last_error())) {
+                                fprintf(stderr, "  level %d: '%s' vs '%s'\n", l, ferry_last_error(), msg0);
+                                CHECK(0);
+                            }
+                        }
+                    }
+                }
+                free(out.data);
+            }
+        }
+    }
+    unsetenv("FERRY_NO_SIMD");
+    unsetenv("FERRY_NO_GFNI");
+    ferry__codec_coder_release(&enc);
+    ferry__codec_coder_release(&dec);
+    free(q);
+    free(x);
+    free(y);
+    free(pos);
+    free(val);
+}
+
 /* 60000 changes in one chunk: codec 3 (format version 2) since every
  * chunk that takes rANS takes its vector lanes; codec 2 is still read
  * (test_rans2_forced, tests/golden/v1). */
@@ -891,6 +992,7 @@ int main(void)
     RUN(test_rans2_forced);
     RUN(test_chunk_codec_choice);
     RUN(test_counted_codec);
+    RUN(test_walk_levels);
     RUN(test_threads_and_known_hash);
     RUN(test_fp32_gate);
     RUN(test_apply_file);
