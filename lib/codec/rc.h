@@ -152,23 +152,38 @@ static inline void rc_dec_init(rc_dec *d, const uint8_t *p, size_t n)
     for (int i = 0; i < 5; i++) d->code = (d->code << 8) | rc_next(d);
 }
 
-static inline unsigned rc_decode(rc_dec *d, rc_prob *p)
+/* Renormalisation after a decoded bit: the range is then at least 2^13
+ * (bound >= (2^24 >> 16) * 32, range - bound >= range * 32 / 65536), so
+ * two bytes at most bring it back to 2^24 or more. */
+static inline void rc_dec_norm(rc_dec *d)
 {
-    uint32_t bound = (d->range >> RC_BITS) * p->p;
-    unsigned bit;
-    if (d->code < bound) {
-        d->range = bound;
-        bit = 0;
-    } else {
-        d->code -= bound;
-        d->range -= bound;
-        bit = 1;
-    }
-    rc_update(p, bit);
-    while (d->range < RC_TOP) {
+    if (d->range < RC_TOP) {
         d->range <<= 8;
         d->code = (d->code << 8) | rc_next(d);
+        if (d->range < RC_TOP) {
+            d->range <<= 8;
+            d->code = (d->code << 8) | rc_next(d);
+        }
     }
+}
+
+/* One bit with P(0) = p16 / 65536, without a data-dependent branch (the
+ * adaptive models' bits are close to even as often as not). */
+static inline unsigned rc_decode_p(rc_dec *d, uint32_t p16)
+{
+    uint32_t bound = (d->range >> RC_BITS) * p16;
+    unsigned bit = d->code >= bound;
+    uint32_t m = 0u - (uint32_t)bit;
+    d->code -= bound & m;
+    d->range = bound + ((d->range - 2 * bound) & m); /* bit ? range - bound : bound */
+    rc_dec_norm(d);
+    return bit;
+}
+
+static inline unsigned rc_decode(rc_dec *d, rc_prob *p)
+{
+    unsigned bit = rc_decode_p(d, p->p);
+    rc_update(p, bit);
     return bit;
 }
 
@@ -178,9 +193,9 @@ static inline uint32_t rc_decode_direct(rc_dec *d, unsigned n)
     while (n--) {
         d->range >>= 1;
         uint32_t b = d->code >= d->range;
-        if (b) d->code -= d->range;
+        d->code -= d->range & (0u - b);
         v = (v << 1) | b;
-        while (d->range < RC_TOP) {
+        if (d->range < RC_TOP) { /* the halved range is at least 2^23 */
             d->range <<= 8;
             d->code = (d->code << 8) | rc_next(d);
         }

@@ -305,16 +305,10 @@ static inline void sp_geo_put(rc_enc *e, const sp_geo *g, uint64_t v)
 static inline bool sp_geo_get(rc_dec *d, const sp_geo *g, uint64_t max, uint64_t *v)
 {
     uint64_t b = 0;
-    for (;;) {
-        rc_prob p = {g->more, 0};
-        if (!rc_decode(d, &p)) break;
+    while (rc_decode_p(d, g->more)) /* fixed probabilities: nothing to update */
         if (++b > (max >> g->r) || d->overrun) return false;
-    }
     uint64_t x = b << g->r;
-    for (unsigned s = g->r; s >= 1; s--) {
-        rc_prob p = {g->half[s], 0};
-        x |= (uint64_t)rc_decode(d, &p) << (s - 1);
-    }
+    for (unsigned s = g->r; s >= 1; s--) x |= (uint64_t)rc_decode_p(d, g->half[s]) << (s - 1);
     *v = x;
     return x < max;
 }
