@@ -636,7 +636,8 @@ static int fastest_peer(const pair_result *r, int enc)
 }
 
 /* Link speeds of the end-to-end table, Gbit/s. */
-static const double e2e_gbits[3] = {1, 10, 100};
+#define E2E_LINKS 4
+static const double e2e_gbits[E2E_LINKS] = {0.1, 1, 10, 100};
 
 /* Seconds to ship size bytes over a link of g Gbit/s, then decode. */
 static double e2e_s(uint64_t size, double decode_s, double g) { return (double)size * 8 / (g * 1e9) + decode_s; }
@@ -674,13 +675,14 @@ static void print_speed(const pair_spec *ps, const pair_result *res, size_t n, c
                r->ferry_inp2_s, r->scatter2_s, r->ferry_inp_s / r->scatter_s, r->ferry_inp2_s / r->scatter2_s,
                r->ferry_inp_s / r->ferry_inp2_s, r->scatter_s / r->scatter2_s);
     }
-    printf("\nEnd to end, seconds = bytes / link + in-place decode (one thread); lowest marked *\n\n");
+    printf("\nEnd to end, seconds = bytes / link + in-place decode (one thread); lowest marked *; ferry/low: ferry's\n"
+           "seconds over the lowest peer's\n\n");
     printf("%-*s %9s %9s", lw, "pair", "Gbit/s", "ferry");
     for (int k = 0; k < PEER_COUNT; k++) printf(" %9s", peer_formats[k].name);
-    printf("\n");
+    printf(" %9s\n", "ferry/low");
     for (size_t i = 0; i < n; i++) {
         const pair_result *r = &res[i];
-        for (int g = 0; g < 3; g++) {
+        for (int g = 0; g < E2E_LINKS; g++) {
             double v[PEER_COUNT + 1];
             int ok[PEER_COUNT + 1], low = -1;
             v[0] = e2e_s(r->ferry_size, r->ferry_inp_s, e2e_gbits[g]);
@@ -695,7 +697,10 @@ static void print_speed(const pair_spec *ps, const pair_result *res, size_t n, c
                 if (ok[k]) printf(" %8.4f%c", v[k], k == low ? '*' : ' ');
                 else printf(" %9s", "FAIL");
             }
-            printf("\n");
+            int lp = -1; /* the lowest peer */
+            for (int k = 1; k <= PEER_COUNT; k++) if (ok[k] && (lp < 0 || v[k] < v[lp])) lp = k;
+            if (ok[0] && lp > 0 && v[lp] > 0) printf(" %9.3f\n", v[0] / v[lp]);
+            else printf(" %9s\n", "-");
         }
     }
 }
