@@ -215,7 +215,12 @@ static int delta_stream(ferry_subscriber *s, ferry_store *from, const struct del
     if (rc) return rc;
     rc = ferry_store_get_stream(from, da->key, max, stream_write, &c, NULL);
     s->cnt.bytes += c.fed;
-    s->cnt.objects++;
+    if (!rc || c.fed) s->cnt.objects++;
+    if (rc == FERRY_ERR_NOMEM && c.fed < 64) { /* the buffer of the size the header declares (at most the manifest's) */
+        ferry_apply_stream_abort(c.st);
+        return ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: its manifest declares %llu bytes, more than this process can allocate",
+                           da->key, (unsigned long long)da->size);
+    }
     if (rc == FERRY_ERR_SHAPE_MISMATCH) {
         ferry_apply_stream_abort(c.st);
         ferry__clear_error();
