@@ -163,8 +163,9 @@ static bool object_error(int rc)
 static int fail(ferry_apply_stream *st, int rc)
 {
     if (st->failed) return rc;
-    snprintf(st->msg, sizeof st->msg, "%s", ferry_last_error());
+    /* the workers first: one failing now would write msg too (set_err) */
     join_workers(st, true);
+    snprintf(st->msg, sizeof st->msg, "%s", ferry_last_error());
     if (st->table) ferry__codec_dec_inplace_finish(&st->d, st->m, rc, NULL, &st->rec);
     ferry__codec_undo_free(st->rec);
     st->rec = NULL;

@@ -109,7 +109,8 @@ static int read_into(ferry_store *s, const char *key, int fd, uint64_t off, uint
         }
         if (h) XXH3_128bits_update(h, chunk, (size_t)r);
         if (sink && (rc = ferry__sink_write(sink, chunk, (size_t)r))) {
-            if (rc == FERRY_ERR_LIMIT)
+            /* (a function target's own LIMIT keeps its message) */
+            if (rc == FERRY_ERR_LIMIT && (!sink->fn || (uint64_t)r > sink->max - sink->written))
                 ferry__fail(rc, "%s/%s: object exceeds %llu bytes", s->url, key, (unsigned long long)sink->max);
             break;
         }

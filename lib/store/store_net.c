@@ -106,6 +106,9 @@ typedef struct xfer {
     int err;                 /* status set by a callback (message set) */
     int canceled;
     int stopped;             /* ended because req->group->stop was set */
+    const char *resume_etag; /* a resumed attempt: the etag of the bytes held, or "" */
+    uint64_t resume_total;   /* ... and the object's size then (0: unknown) */
+    int changed;             /* the resumed answer is of another object */
     uint64_t last_done;
     uint64_t group_counted;  /* bytes of this attempt added to req->group->done */
 } xfer;
@@ -182,6 +185,15 @@ static void decide(xfer *x)
                     (unsigned long long)r->range_start, (unsigned long long)x->sent_from);
             return;
         }
+        /* A resumed answer must be of the object whose bytes are held: a
+           store that ignores If-Match (s3rver) answers with the bytes of
+           an object replaced meanwhile, which would splice two objects. */
+        if (!q->ranged && x->resume_etag && x->resume_etag[0] &&
+            ((r->etag[0] && strcmp(r->etag, x->resume_etag)) ||
+             (x->resume_total && r->range_total && r->range_total != x->resume_total))) {
+            x->changed = 1;
+            return;
+        }
         if (q->ranged) x->want = q->range_len - k->written;
         return;
     }
@@ -229,7 +241,7 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
     }
     if (n <= 2 && (line[0] == '\r' || line[0] == '\n')) { /* end of this answer's headers */
         if (r->status >= 200 && r->status < 300 && !x->decided) decide(x);
-        return x->err ? 0 : n;
+        return x->err || x->changed ? 0 : n;
     }
     if (ieq_prefix(line, n, "ETag", &v, &vl)) {
         if (ferry__etag_clean(v, vl, r->etag)) r->etag[0] = 0; /* unusable: treated as absent */
@@ -281,7 +293,7 @@ static size_t on_body(char *data, size_t size, size_t nitems, void *ud)
         return n;
     }
     if (!x->decided) decide(x);
-    if (x->err) return 0;
+    if (x->err || x->changed) return 0;
     size_t used = 0;
     if (x->skip) {
         size_t d = x->skip < n ? (size_t)x->skip : n;
@@ -291,8 +303,10 @@ static size_t on_body(char *data, size_t size, size_t nitems, void *ud)
     if (used < n && !x->full) {
         size_t take = n - used;
         if ((uint64_t)take > x->want) take = (size_t)x->want;
-        int rc = ferry__sink_write(x->req->sink, data + used, take);
-        if (rc == FERRY_ERR_LIMIT) {
+        ferry__sink *k = x->req->sink;
+        bool over = (uint64_t)take > k->max - k->written; /* else a function target's own status */
+        int rc = ferry__sink_write(k, data + used, take);
+        if (rc == FERRY_ERR_LIMIT && over) {
             set_err(x, rc, "object exceeds the limit of %llu bytes", (unsigned long long)x->req->sink->max);
             return 0;
         }
@@ -566,6 +580,7 @@ int ferry__net_call(ferry_store *s, const ferry__req *q, ferry__resp *r)
     char errbuf[CURL_ERROR_SIZE];
     char last[400] = "";
     char resume_etag[FERRY_STORE_ETAG_MAX] = "";
+    uint64_t resume_total = 0; /* the size of the object resume_etag names (0: unknown) */
     int rc = FERRY_OK;
     unsigned attempt_no = 0;
     for (;;) {
@@ -587,7 +602,8 @@ int ferry__net_call(ferry_store *s, const ferry__req *q, ferry__resp *r)
         r->status = 0;
         r->has_length = r->has_range = 0;
         r->etag[0] = 0;
-        xfer x = {.s = s, .req = q, .resp = r, .start_written = q->sink ? q->sink->written : 0};
+        xfer x = {.s = s, .req = q, .resp = r, .start_written = q->sink ? q->sink->written : 0, .resume_etag = resume_etag,
+                  .resume_total = resume_total};
         /* Bytes of an earlier attempt are kept only if we know which object
          * they came from (etag): the next attempt then sends If-Match. */
         if (q->sink && q->sink->written && !resume_etag[0]) {
@@ -610,11 +626,22 @@ int ferry__net_call(ferry_store *s, const ferry__req *q, ferry__resp *r)
             rc = x.err;
             break;
         }
+        if (x.changed) {
+            /* The resumed answer names another etag or size: the object
+               changed between attempts (If-Match ignored): start over. */
+            snprintf(last, sizeof last, "object changed during the download (a resumed answer of another etag or size)");
+            resume_etag[0] = 0;
+            resume_total = 0;
+            if ((rc = ferry__sink_reset(q->sink))) break;
+            if (attempt_no < s->max_attempts) continue;
+            rc = ferry__fail(FERRY_ERR_STORE_NET, "%s: %s: %s, after %u attempts", q->what, q->op, last, attempt_no);
+            break;
+        }
         if (cc == CURLE_WRITE_ERROR && x.full) cc = CURLE_OK;
         if (cc == CURLE_OK) {
             if (r->status < 200 || r->status >= 300) parse_error_body(r);
             if (r->status == 416 && !q->ranged && x.asked_range && r->range_total &&
-                r->range_total == q->sink->written) {
+                r->range_total == q->sink->written && (!resume_total || resume_total == r->range_total)) {
                 /* A resumed download that had, in fact, every byte. */
                 r->status = 200;
                 r->has_length = 0;
@@ -667,8 +694,10 @@ int ferry__net_call(ferry_store *s, const ferry__req *q, ferry__resp *r)
         }
         group_undo(&x);
         /* Keep what a download got, to resume if we know which object it was. */
-        if (q->sink && q->sink->written && r->etag[0] && !resume_etag[0] && r->status >= 200 && r->status < 300)
+        if (q->sink && q->sink->written && r->etag[0] && !resume_etag[0] && r->status >= 200 && r->status < 300) {
             memcpy(resume_etag, r->etag, sizeof resume_etag);
+            resume_total = r->status == 200 && r->has_length ? r->length : r->has_range ? r->range_total : 0;
+        }
         /* Backoff: base x 2^(n-1), capped, "equal jitter" (half fixed,
          * half random) so that clients that failed together spread out. */
         uint64_t d = s->retry_base_ms;

@@ -448,6 +448,123 @@ static void test_stream_misc(void)
     teardown(&f);
 }
 
+/* Changes every tensor but "still" a little (a next version). */
+static ferry_model *next_version(const ferry_model *b)
+{
+    ferry_model *c = copy_model(b);
+    for (size_t i = 0; c && i < ferry_model_count(c); i++) {
+        const ferry_tensor *t = ferry_model_tensor(c, i);
+        if (!strcmp(t->name, "still")) continue;
+        uint8_t *w = ferry_model_data_mut(c, i);
+        for (size_t k = 0; k < t->nbytes / 200; k++) w[rnd() % t->nbytes] ^= (uint8_t)(1 + rnd() % 3);
+    }
+    return c;
+}
+
+/* The kept leaf digests (a model applied in place keeps the digests of
+ * what it became; a vouched base whose digests match takes the leaf path):
+ * a streamed apply that fails after it wrote chunks over the leaf path
+ * must leave words and digests as they were, so that the next apply over
+ * the same digests is right; a base word changed behind the digests'
+ * back is found (BASE_MISMATCH), the model put back, the digests dropped.
+ * With and without the sync layer's record (keep). */
+static void test_stream_leaf_cache(void)
+{
+    for (int keep = 0; keep < 2; keep++) {
+        ferry_model *a, *b;
+        random_pair(&a, &b, 2 * ((size_t)1 << 22) + 999);
+        ferry_model *c = next_version(b);
+        void *p1 = NULL, *p2 = NULL;
+        size_t n1 = 0, n2 = 0;
+        CHECK_OK(ferry_diff(a, b, NULL, &p1, &n1));
+        CHECK_OK(ferry_diff(b, c, NULL, &p2, &n2));
+        uint8_t ha[16], hb[16];
+        CHECK_OK(ferry_model_hash(a, ha));
+        CHECK_OK(ferry_model_hash(b, hb));
+        ferry_model *m = copy_model(a);
+        ferry_apply_options ao = {.threads = 2, .base_hash = ha};
+        CHECK_OK(ferry_apply_inplace_ex(m, p1, n1, &ao)); /* m is b, with b's digests kept */
+        CHECK(same(m, b));
+        ao.base_hash = hb;
+        /* p2 with a byte of its last chunk changed and resealed: fails late */
+        uint8_t *bad = malloc(n2);
+        for (size_t back = 20;; back += 37) { /* a byte the decoder reads (the buffered apply fails) */
+            memcpy(bad, p2, n2);
+            bad[n2 - PATCH_TRAILER_SIZE - back] ^= 0x21;
+            XXH128_canonical_t sum;
+            XXH128_canonicalFromHash(&sum, XXH3_128bits(bad, n2 - PATCH_TRAILER_SIZE));
+            memcpy(bad + n2 - PATCH_TRAILER_SIZE, &sum, 16);
+            ferry_model *out = NULL;
+            int rc = ferry_apply(b, bad, n2, &out);
+            ferry_model_free(out);
+            if (rc) break;
+        }
+        for (int piece = 0; piece < 3; piece++) {
+            ferry_apply_stream *st = NULL;
+            CHECK_OK(ferry__codec_apply_stream_begin(m, &ao, NULL, keep, &st));
+            feed(st, bad, n2, piece == 0 ? 1000 : piece == 1 ? 100000 : 0);
+            ferry__codec_undo *rec = NULL;
+            CHECK(ferry__codec_apply_stream_end(st, &rec) != FERRY_OK && rec == NULL);
+            CHECK(same(m, b));
+        }
+        /* the digests still describe m: the right patch over them */
+        ferry__codec_undo *rec = NULL;
+        ferry_apply_stream *st = NULL;
+        CHECK_OK(ferry__codec_apply_stream_begin(m, &ao, NULL, keep, &st));
+        CHECK_OK(feed(st, p2, n2, 50000));
+        CHECK_OK(ferry__codec_apply_stream_end(st, keep ? &rec : NULL));
+        CHECK(same(m, c));
+        if (keep) { /* the record puts b back (and drops the digests) */
+            CHECK(rec != NULL);
+            ferry__codec_undo_revert(rec);
+            ferry__codec_undo_free(rec);
+            CHECK(same(m, b));
+            ao.base_hash = ha; /* b's digests again, through a */
+            ferry_model_free(m);
+            m = copy_model(a);
+            CHECK_OK(ferry_apply_inplace_ex(m, p1, n1, &ao));
+            ao.base_hash = hb;
+        } else {
+            ferry_model_free(m);
+            m = copy_model(a);
+            ao.base_hash = ha;
+            CHECK_OK(ferry_apply_inplace_ex(m, p1, n1, &ao));
+            ao.base_hash = hb;
+        }
+        /* a base word changed behind the digests' back, in a leaf p2 touches */
+        size_t bi = 0;
+        while (strcmp(ferry_model_tensor(m, bi)->name, "big")) bi++;
+        uint8_t *w = (uint8_t *)m->e[bi]->t.data; /* not ferry_model_data_mut: that drops the digests */
+        const uint8_t *wc = ferry_model_tensor(c, bi)->data;
+        size_t at = ferry_model_tensor(m, bi)->nbytes / 2 & ~(size_t)1;
+        while (w[at] != wc[at] || w[at + 1] != wc[at + 1]) at -= 2; /* a word p2 leaves as it is */
+        w[at] ^= 0x40;
+        ferry_model *before = copy_model(m);
+        for (int t = 0; t < 2; t++) { /* BASE_MISMATCH over the digests; then (dropped) the result's hash */
+            CHECK_OK(ferry__codec_apply_stream_begin(m, &ao, NULL, keep, &st));
+            feed(st, p2, n2, 70000);
+            int rc = ferry__codec_apply_stream_end(st, NULL);
+            CHECK(rc == (t == 0 ? FERRY_ERR_BASE_MISMATCH : FERRY_ERR_TARGET_MISMATCH));
+            CHECK(same(m, before));
+        }
+        w[at] ^= 0x40; /* b again, without digests: the hashed path */
+        CHECK_OK(ferry__codec_apply_stream_begin(m, &ao, NULL, keep, &st));
+        CHECK_OK(feed(st, p2, n2, 70000));
+        rec = NULL;
+        CHECK_OK(ferry__codec_apply_stream_end(st, keep ? &rec : NULL));
+        ferry__codec_undo_free(rec);
+        CHECK(same(m, c));
+        ferry_model_free(before);
+        ferry_model_free(m);
+        free(bad);
+        ferry_free(p1);
+        ferry_free(p2);
+        ferry_model_free(a);
+        ferry_model_free(b);
+        ferry_model_free(c);
+    }
+}
+
 int main(void)
 {
     RUN(test_stream_equals_buffered_real);
@@ -457,5 +574,6 @@ int main(void)
     RUN(test_stream_corrupt_real);
     RUN(test_stream_corrupt_random);
     RUN(test_stream_misc);
+    RUN(test_stream_leaf_cache);
     return CHECK_SUMMARY();
 }
