@@ -268,7 +268,12 @@
            tensor */ \
     X(FERRY_ERR_SHARD_KIND, 164, "shard: sharded call on a single-rank run (or the reverse)") \
         /* a sharded call on a run whose HEAD is a single-rank version, or \
-           the reverse */
+           the reverse */ \
+    X(FERRY_ERR_SHARD_INDEX, 165, "shard: a rank object's tile index is malformed") \
+        /* the tile index at the end of a rank object: wrong magic, a tile \
+           count other than the manifest's, lengths that overflow or do not \
+           end where the index starts, a section outside its object (names \
+           the object and field) */
 
 /* FERRY_OK and every code of the list.  ferry_strerror() names any of
  * them ("unknown error" for a number not in the list). */

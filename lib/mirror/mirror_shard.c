@@ -50,6 +50,7 @@ static int spans_of(const sh_doc *m, uint32_t r, int kind, span **out, size_t *c
  * and each tile verifies. */
 static int verify_object(const char *key, const sh_doc *m, uint32_t r, int kind, const uint8_t *d, uint64_t n)
 {
+    if (m->index_form) return ferry__shard_object_check(key, m, r, kind, d, n); /* its index, against the signed root */
     span *s;
     size_t k;
     int rc = spans_of(m, r, kind, &s, &k);
@@ -137,6 +138,19 @@ int ferry__mirror_copy_shard(mirror *mr, const sh_doc *m, const void *text, size
     }
     if (rc) return rc;
     char key[FS_KEY_CAP];
+    if (m->index_form) { /* the layout record it names, checked against its digest */
+        ferry__shard_key_layout(key, mr->run, m->layout_sha);
+        void *d = NULL;
+        size_t ln = 0;
+        uint8_t sha[32];
+        if (!(rc = ferry_store_get_max(mr->src, key, SH_MANIFEST_MAX, &d, &ln, NULL)) && !(rc = ferry__sha256(d, ln, sha))) {
+            mr->cnt.bytes += ln;
+            if (memcmp(sha, m->layout_sha, 32)) rc = ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: its SHA-256 is not the manifest's", key);
+            else rc = ferry_store_put(mr->dst, key, d, ln, NULL);
+        }
+        ferry_free(d);
+        if (rc) return rc;
+    }
     ferry__sync_key_version(key, mr->run, m->version, m->id, FS_OBJ_MANIFEST);
     return ferry_store_put(mr->dst, key, text, n, NULL);
 }

@@ -205,7 +205,7 @@ int ferry__shard_token_parse(const char *text, size_t n, sh_token *t)
 
 static json_t *loc_json(const sh_loc *l) { return json_pack("[o,o,s]", jint(l->off), jint(l->size), l->sha); }
 
-static json_t *part_json(const sh_part *p, bool with_rank)
+static json_t *part_json(const sh_part *p, bool with_rank, bool with_tiles)
 {
     json_t *shape = json_array(), *rc = json_array(), *cc = json_array(), *tiles = json_array();
     for (uint32_t i = 0; i < p->ndim; i++) json_array_append_new(shape, jint(p->shape[i]));
@@ -224,8 +224,10 @@ static json_t *part_json(const sh_part *p, bool with_rank)
         if (t->loc[SH_ANCHOR].size) json_object_set_new(o, "anchor", loc_json(&t->loc[SH_ANCHOR]));
         json_array_append_new(tiles, o);
     }
-    json_t *o = json_pack("{s:s,s:s,s:o,s:[o,o],s:o,s:o,s:o}", "name", p->name, "dtype", ferry_dtype_name(p->dtype), "shape",
-                          shape, "rows", jint(p->r0), jint(p->r1), "row_cuts", rc, "col_cuts", cc, "tiles", tiles);
+    json_t *o = json_pack("{s:s,s:s,s:o,s:[o,o],s:o,s:o}", "name", p->name, "dtype", ferry_dtype_name(p->dtype), "shape", shape,
+                          "rows", jint(p->r0), jint(p->r1), "row_cuts", rc, "col_cuts", cc);
+    if (o && with_tiles) json_object_set_new(o, "tiles", tiles);
+    else json_decref(tiles);
     if (o && with_rank) json_object_set_new(o, "rank", jint(p->rank));
     return o;
 }
@@ -292,7 +294,8 @@ static void g_tile(pc *c, json_t *to, const char *name, sh_tile *t, bool need_de
 }
 
 /* One part (o: its members but 'tiles', whose array is tt[tiles]). */
-static void g_part(pc *c, json_t *o, const char *tt, fs_span tiles, sh_part *p, bool with_rank, bool need_delta, bool need_anchor)
+static void g_part(pc *c, json_t *o, const char *tt, fs_span tiles, sh_part *p, bool with_rank, bool need_delta, bool need_anchor,
+                   bool layout)
 {
     memset(p, 0, sizeof *p);
     if (!json_is_object(o)) {
@@ -334,6 +337,24 @@ static void g_part(pc *c, json_t *o, const char *tt, fs_span tiles, sh_part *p, 
     if (!c->rc) p->ccut = g_cuts(c, json_object_get(o, "col_cuts"), "col_cuts", 0, p->cols, &p->ncc);
     if (c->rc) return;
     p->ntiles = (size_t)(p->nrc - 1) * (p->ncc - 1);
+    if (layout) { /* a layout record: the grid, no tile entries */
+        if (json_object_get(o, "tiles") || tiles.len) {
+            bad(c, "tensor '%s': a layout record lists no tiles", name);
+            return;
+        }
+        if (!(p->tiles = ferry__calloc(p->ntiles, sizeof *p->tiles))) {
+            c->rc = FERRY_ERR_NOMEM;
+            return;
+        }
+        for (size_t i = 0; i < p->ntiles; i++) {
+            size_t ri = i / (p->ncc - 1), ci = i % (p->ncc - 1);
+            p->tiles[i].r0 = p->rcut[ri];
+            p->tiles[i].r1 = p->rcut[ri + 1];
+            p->tiles[i].c0 = p->ccut[ci];
+            p->tiles[i].c1 = p->ccut[ci + 1];
+        }
+        return;
+    }
     /* counted before anything is allocated for them */
     const char *ta = tt + tiles.off;
     size_t pos = 0, count = 0;
@@ -381,12 +402,12 @@ static void check_locs(pc *c, const sh_part *p, const uint64_t *obj)
 static json_t *parts_json(const sh_doc *d, bool with_rank)
 {
     json_t *a = json_array();
-    for (size_t i = 0; i < d->nparts; i++) json_array_append_new(a, part_json(&d->parts[i], with_rank));
+    for (size_t i = 0; i < d->nparts; i++) json_array_append_new(a, part_json(&d->parts[i], with_rank, true));
     return a;
 }
 
 /* The parts, from the array t[sp], one at a time. */
-static void g_parts(pc *c, const char *t, fs_span sp, sh_doc *d, bool with_rank)
+static void g_parts(pc *c, const char *t, fs_span sp, sh_doc *d, bool with_rank, bool layout)
 {
     if (!sp.len) {
         bad(c, "field 'parts' is missing or not an array");
@@ -413,24 +434,60 @@ static void g_parts(pc *c, const char *t, fs_span sp, sh_doc *d, bool with_rank)
             bad(c, "a part: %s", why);
             return;
         }
-        g_part(c, o, a + el.off, ts, p, with_rank, need_delta, need_anchor);
+        g_part(c, o, a + el.off, ts, p, with_rank, need_delta, need_anchor, layout);
         json_decref(o);
         tiles += p->ntiles;
         if (!c->rc && tiles > SH_TILES_MAX) bad(c, "more than %llu tiles", (unsigned long long)SH_TILES_MAX);
         if (!c->rc && with_rank && p->rank >= d->world) bad(c, "tensor '%s': rank %u is not below world %u", p->name, p->rank, d->world);
-        if (!c->rc) check_locs(c, p, with_rank ? d->obj_bytes + 2 * (size_t)p->rank : d->obj_bytes);
+        if (!c->rc && !layout) check_locs(c, p, with_rank ? d->obj_bytes + 2 * (size_t)p->rank : d->obj_bytes);
     }
     if (!c->rc && r < 0) bad(c, "field 'parts' is not a valid JSON array");
 }
 
 /* ---- record ---- */
 
+/* An object's index: [offset, tiles, root] or null. */
+static json_t *index_json(const sh_doc *d, size_t o)
+{
+    if (!d->obj_index || !d->obj_bytes[o]) return json_null();
+    char h[65];
+    ferry__hex(h, d->obj_root + 32 * o, 32);
+    return json_pack("[o,o,s]", jint(d->obj_index[o]), jint(d->obj_tiles[o]), h);
+}
+
+static void g_index(pc *c, json_t *a, const char *what, sh_doc *d, size_t o)
+{
+    const char *h = json_string_value(json_array_get(a, 2));
+    if (!json_is_array(a) || json_array_size(a) != 3 || !h || strlen(h) != 64 || !ferry__unhex(d->obj_root + 32 * o, h, 32)) {
+        bad(c, "%s: 'index' is not [offset, tiles, root (64 hex digits)]", what);
+        return;
+    }
+    d->obj_index[o] = g_u64v(c, json_array_get(a, 0), "an index offset");
+    d->obj_tiles[o] = g_u64v(c, json_array_get(a, 1), "an index tile count");
+    uint64_t need, end;
+    if (!c->rc && (!d->obj_tiles[o] || !ferry__shard_ix_size(d->obj_tiles[o], true, &need) ||
+                   !ferry__add_u64(d->obj_index[o], need, &end) || end != d->obj_bytes[o]))
+        bad(c, "%s: an index of %llu tiles at offset %llu does not end the object's %llu bytes", what,
+            (unsigned long long)d->obj_tiles[o], (unsigned long long)d->obj_index[o], (unsigned long long)d->obj_bytes[o]);
+}
+
+static int index_alloc(sh_doc *d, size_t n)
+{
+    d->obj_index = ferry__calloc(n, sizeof *d->obj_index);
+    d->obj_tiles = ferry__calloc(n, sizeof *d->obj_tiles);
+    d->obj_root = ferry__calloc(n, 32);
+    return d->obj_index && d->obj_tiles && d->obj_root ? FERRY_OK : FERRY_ERR_NOMEM;
+}
+
 char *ferry__shard_record_json(const sh_doc *r)
 {
-    return dump(json_pack("{s:s,s:s,s:o,s:s,s:s,s:o,s:o,s:[o,o],s:o}", "format", "ferry-shard-record-1", "run", r->run, "version",
+    json_t *o = json_pack("{s:s,s:s,s:o,s:s,s:s,s:o,s:o,s:[o,o],s:o}", "format", "ferry-shard-record-1", "run", r->run, "version",
                           jint(r->version), "id", r->id, "kind", r->kind == FERRY_SYNC_ANCHOR ? "anchor" : "delta", "rank",
                           jint(r->rank), "world", jint(r->world), "objects", jint(r->obj_bytes[0]), jint(r->obj_bytes[1]),
-                          "parts", parts_json(r, false)));
+                          "parts", parts_json(r, false));
+    /* the index form: each object's index (absent: the old form) */
+    if (o && r->index_form) json_object_set_new(o, "index", json_pack("[o,o]", index_json(r, 0), index_json(r, 1)));
+    return dump(o);
 }
 
 static void g_head(pc *c, json_t *root, const char *run, sh_doc *d)
@@ -463,8 +520,21 @@ int ferry__shard_record_parse(const char *run, const char *key, const void *text
     if (!c.rc && (!json_is_array(ob) || json_array_size(ob) != 2)) bad(&c, "field 'objects' is not [delta bytes, anchor bytes]");
     if (!c.rc && !(d->obj_bytes = ferry__calloc(2, sizeof *d->obj_bytes))) c.rc = FERRY_ERR_NOMEM;
     for (int k = 0; k < 2 && !c.rc; k++) d->obj_bytes[k] = g_u64v(&c, json_array_get(ob, k), "an object size");
+    json_t *ix = json_object_get(root, "index");
+    if (!c.rc && ix) {
+        d->index_form = true;
+        if (!json_is_array(ix) || json_array_size(ix) != 2) bad(&c, "field 'index' is not [delta index, anchor index]");
+        else if ((c.rc = index_alloc(d, 2))) {
+        } else
+            for (size_t k = 0; k < 2 && !c.rc; k++) {
+                json_t *e = json_array_get(ix, k);
+                if (json_is_null(e) != !d->obj_bytes[k]) bad(&c, "field 'index' does not match field 'objects'");
+                else if (!json_is_null(e)) g_index(&c, e, k ? "the anchor object" : "the delta object", d, k);
+            }
+    }
+    d->targets_known = true;
     c.code = FERRY_ERR_SHARD_PARTS;
-    if (!c.rc) g_parts(&c, text, sp[0], d, false);
+    if (!c.rc) g_parts(&c, text, sp[0], d, false, false);
     for (size_t i = 0; i < d->nparts; i++) d->parts[i].rank = d->rank;
     json_decref(root);
     if (c.rc) ferry__shard_doc_release(d);
@@ -481,8 +551,10 @@ char *ferry__shard_manifest_json(const sh_doc *m)
             if (!m->obj_bytes[2 * r + k]) continue;
             char key[FS_KEY_CAP];
             ferry__shard_key_object(key, m->run, m->version, m->id, r, k);
-            json_array_append_new(objs, json_pack("{s:o,s:s,s:s,s:o}", "rank", jint(r), "kind", k ? "anchor" : "delta", "key",
-                                                  key, "bytes", jint(m->obj_bytes[2 * r + k])));
+            json_t *o = json_pack("{s:o,s:s,s:s,s:o}", "rank", jint(r), "kind", k ? "anchor" : "delta", "key", key, "bytes",
+                                  jint(m->obj_bytes[2 * r + k]));
+            if (o && m->index_form) json_object_set_new(o, "index", index_json(m, 2 * (size_t)r + (size_t)k));
+            json_array_append_new(objs, o);
         }
     char h[33];
     ferry__hex(h, m->model_hash, 16);
@@ -491,7 +563,20 @@ char *ferry__shard_manifest_json(const sh_doc *m)
                           m->kind == FERRY_SYNC_ANCHOR ? "anchor" : "delta", "prev", ref_json(&m->prev), "anchor",
                           ref_json(&m->anchor), "world", jint(m->world), "tile_words", jint(m->tile_words), "model_hash", h,
                           "model_bytes", jint(m->model_bytes), "created_unix", jint(m->created), "anchor_every",
-                          jint(m->anchor_every), "publisher", m->publisher, "objects", objs, "parts", parts_json(m, true));
+                          jint(m->anchor_every), "publisher", m->publisher, "objects", objs, "parts",
+                          m->index_form ? json_array() : parts_json(m, true));
+    /* the index form: the parts are in the layout record it names, the
+       tiles in the objects' indexes */
+    if (root && m->index_form) {
+        char lk[FS_KEY_CAP], lh[65];
+        ferry__shard_key_layout(lk, m->run, m->layout_sha);
+        ferry__hex(lh, m->layout_sha, 32);
+        if (json_object_set_new(root, "index", json_string(SH_INDEX_NAME)) ||
+            json_object_set_new(root, "layout", json_pack("{s:s,s:s}", "key", lk, "sha256", lh))) {
+            json_decref(root);
+            root = NULL;
+        }
+    }
     /* the run id, signed with the rest (docs/PROTOCOL.md "Run identity") */
     if (root && m->run_id[0] && json_object_set_new(root, "run_id", json_string(m->run_id))) {
         json_decref(root);
@@ -571,6 +656,9 @@ static void g_object(pc *c, json_t *o, const char *run, sh_doc *m)
     if (m->obj_bytes[2 * r + (uint64_t)kind] && !c->rc) bad(c, "object %s listed twice", want);
     m->obj_bytes[2 * r + (uint64_t)kind] = g_u64(c, o, "bytes");
     if (!c->rc && !m->obj_bytes[2 * r + (uint64_t)kind]) bad(c, "object %s has 0 bytes", want);
+    json_t *ix = json_object_get(o, "index");
+    if (!c->rc && (ix != NULL) != m->index_form) bad(c, "object %s: 'index' %s", want, m->index_form ? "is missing" : "in the old form");
+    if (!c->rc && ix) g_index(c, ix, want, m, 2 * (size_t)r + (size_t)kind);
 }
 
 int ferry__shard_manifest_parse(const char *run, const char *key, const void *text, size_t n, sh_doc *m)
@@ -588,6 +676,19 @@ int ferry__shard_manifest_parse(const char *run, const char *key, const void *te
             bad(&c, "field 'tile_codec' is not \"%s\" (a newer ferry wrote it?)", SH_TILE_CODEC_NAME);
         m->tile_codec = SH_TC_CHUNK;
     }
+    if (!c.rc && json_object_get(root, "index")) { /* absent: every tile in 'parts' */
+        if (strcmp(g_str(&c, root, "index"), SH_INDEX_NAME) && !c.rc)
+            bad(&c, "field 'index' is not \"%s\" (a newer ferry wrote it?)", SH_INDEX_NAME);
+        json_t *l = json_object_get(root, "layout");
+        const char *lh = json_is_object(l) ? json_string_value(json_object_get(l, "sha256")) : NULL;
+        if (!c.rc && (!lh || strlen(lh) != 64 || !ferry__unhex(m->layout_sha, lh, 32)))
+            bad(&c, "field 'layout' is not {key, sha256 (64 hex digits)}");
+        char want[FS_KEY_CAP];
+        if (!c.rc) ferry__shard_key_layout(want, run, m->layout_sha);
+        if (!c.rc && strcmp(g_str(&c, l, "key"), want) && !c.rc) bad(&c, "field 'layout': key is not %s", want);
+        m->index_form = true;
+    }
+    m->targets_known = !m->index_form;
     g_ref(&c, root, "prev", &m->prev);
     g_ref(&c, root, "anchor", &m->anchor);
     m->tile_words = g_u64(&c, root, "tile_words");
@@ -603,6 +704,7 @@ int ferry__shard_manifest_parse(const char *run, const char *key, const void *te
                   (m->kind == FERRY_SYNC_ANCHOR) != (m->anchor.version == m->version && !strcmp(m->anchor.id, m->id))))
         bad(&c, "'anchor' does not name the version's nearest anchor");
     if (!c.rc && !(m->obj_bytes = ferry__calloc(2 * (size_t)m->world, sizeof *m->obj_bytes))) c.rc = FERRY_ERR_NOMEM;
+    if (!c.rc && m->index_form) c.rc = index_alloc(m, 2 * (size_t)m->world);
     if (!c.rc && !sp[0].len) bad(&c, "field 'objects' is malformed");
     const char *ot = (const char *)text + sp[0].off;
     size_t pos = 0, nobj = 0;
@@ -616,7 +718,14 @@ int ferry__shard_manifest_parse(const char *run, const char *key, const void *te
         json_decref(o);
     }
     if (!c.rc && r < 0) bad(&c, "field 'objects' is malformed");
-    if (!c.rc) g_parts(&c, text, sp[1], m, true);
+    if (!c.rc && m->index_form) {
+        if (!sp[1].len || ferry__sync_json_next((const char *)text + sp[1].off, sp[1].len, &(size_t){0}, &el) != 0)
+            bad(&c, "field 'parts' is not empty (the index form's parts are in its layout record)");
+        json_decref(root);
+        if (c.rc) ferry__shard_doc_release(m);
+        return c.rc;
+    }
+    if (!c.rc) g_parts(&c, text, sp[1], m, true, false);
     json_decref(root);
     if (!c.rc) {
         for (size_t i = 1; i < m->nparts && !c.rc; i++)
@@ -631,8 +740,114 @@ int ferry__shard_manifest_parse(const char *run, const char *key, const void *te
     return c.rc;
 }
 
+/* ---- layout record ---- */
+
+void ferry__shard_key_layout(char out[FS_KEY_CAP], const char *run, const uint8_t sha[32])
+{
+    char h[65];
+    ferry__hex(h, sha, 32);
+    snprintf(out, FS_KEY_CAP, "%s/layout/%s.json", run, h);
+}
+
+char *ferry__shard_layout_json(const sh_doc *m)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < m->nparts; i++) json_array_append_new(a, part_json(&m->parts[i], true, false));
+    return dump(json_pack("{s:s,s:s,s:o,s:o}", "format", SH_LAYOUT_FORMAT, "run", m->run, "world", jint(m->world), "parts", a));
+}
+
+void ferry__shard_lcache_release(sh_lcache *c)
+{
+    ferry_free(c->text);
+    memset(c, 0, sizeof *c);
+}
+
+int ferry__shard_layout_attach(sh_doc *m, const char *key, const void *text, size_t n)
+{
+    pc c = {key, FERRY_ERR_SYNC_MANIFEST, 0};
+    uint8_t sha[32];
+    int rc = ferry__sha256(text, n, sha);
+    if (rc) return rc;
+    if (memcmp(sha, m->layout_sha, 32)) return ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: its SHA-256 is not the manifest's", key);
+    static const char *const big[] = {"parts", NULL};
+    fs_span sp[1];
+    json_t *root = load_split(&c, text, n, SH_LAYOUT_FORMAT, big, sp);
+    if (!root) return c.rc;
+    const char *run = g_str(&c, root, "run");
+    if (!c.rc && strcmp(run, m->run)) bad(&c, "belongs to run '%.200s', not '%s'", run, m->run);
+    if (!c.rc && g_u64(&c, root, "world") != m->world && !c.rc) bad(&c, "its world is not the manifest's %u", m->world);
+    json_decref(root);
+    sh_doc d;
+    memset(&d, 0, sizeof d);
+    d.version = 2; /* no tile entries are looked for */
+    d.world = m->world;
+    if (!c.rc) g_parts(&c, text, sp[0], &d, true, true);
+    for (size_t i = 1; i < d.nparts && !c.rc; i++)
+        if (cmp_part(&d.parts[i - 1], &d.parts[i]) >= 0) bad(&c, "parts are not sorted by tensor name and first row");
+    if (!c.rc && !d.nparts) bad(&c, "no parts");
+    if (!c.rc) c.rc = ferry__shard_parts_cover(d.parts, d.nparts, FERRY_ERR_SYNC_MANIFEST, key);
+    /* leaf positions: a rank's tiles in part order, row-major */
+    uint64_t *count = c.rc ? NULL : ferry__calloc(m->world, sizeof *count);
+    if (!c.rc && !count) c.rc = FERRY_ERR_NOMEM;
+    for (size_t i = 0; i < d.nparts && !c.rc; i++)
+        for (size_t j = 0; j < d.parts[i].ntiles; j++) d.parts[i].tiles[j].leaf = count[d.parts[i].rank]++;
+    bool need[2] = {m->version > 1, m->kind == FERRY_SYNC_ANCHOR};
+    for (uint32_t r = 0; r < m->world && !c.rc; r++)
+        for (int k = 0; k < 2 && !c.rc; k++) {
+            size_t o = 2 * (size_t)r + (size_t)k;
+            if (m->obj_bytes[o] ? m->obj_tiles[o] != count[r] : count[r] && need[k])
+                bad(&c, "rank %u holds %llu tiles, its %s object's index %llu", r, (unsigned long long)count[r], k ? "anchor" : "delta",
+                    (unsigned long long)m->obj_tiles[o]);
+        }
+    free(count);
+    if (c.rc) {
+        ferry__shard_doc_release(&d);
+        return c.rc;
+    }
+    for (size_t i = 0; i < m->nparts; i++) ferry__shard_part_release(&m->parts[i]);
+    free(m->parts);
+    m->parts = d.parts;
+    m->nparts = d.nparts;
+    free(d.obj_bytes);
+    return FERRY_OK;
+}
+
+/* Reads the layout record m names (from the cache when it holds it). */
+static int layout_load(ferry_store *st, const char *run, sh_doc *m, fs_count *cnt, sh_lcache *lc)
+{
+    char key[FS_KEY_CAP];
+    ferry__shard_key_layout(key, run, m->layout_sha);
+    if (lc && lc->text && !memcmp(lc->sha, m->layout_sha, 32)) return ferry__shard_layout_attach(m, key, lc->text, lc->n);
+    void *d;
+    size_t n;
+    int rc = ferry_store_get_max(st, key, SH_MANIFEST_MAX, &d, &n, NULL);
+    if (rc == FERRY_ERR_LIMIT)
+        return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: larger than %llu bytes", key, (unsigned long long)SH_MANIFEST_MAX);
+    if (rc == FERRY_ERR_STORE_NOT_FOUND) return ferry__fail(FERRY_ERR_SYNC_GONE, "%s: the layout record is gone", key);
+    if (rc) return rc;
+    if (cnt) {
+        cnt->bytes += n;
+        cnt->manifests++;
+    }
+    if (!(rc = ferry__shard_layout_attach(m, key, d, n)) && lc) {
+        ferry__shard_lcache_release(lc);
+        lc->text = d;
+        lc->n = n;
+        memcpy(lc->sha, m->layout_sha, 32);
+        return FERRY_OK;
+    }
+    ferry_free(d);
+    return rc;
+}
+
 int ferry__shard_manifest_read(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id, fs_count *cnt,
                      sh_doc *out)
+{
+    return ferry__shard_manifest_read_lc(st, run, keys, version, id, cnt, NULL, out);
+}
+
+int ferry__shard_manifest_read_lc(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id,
+                                  fs_count *cnt, sh_lcache *lc, sh_doc *out)
 {
     char key[FS_KEY_CAP];
     ferry__sync_key_version(key, run, version, id, FS_OBJ_MANIFEST);
@@ -669,6 +884,10 @@ int ferry__shard_manifest_read(ferry_store *st, const char *run, const ferry_key
     if (!rc && (out->version != version || strcmp(out->id, id))) {
         ferry__shard_doc_release(out);
         rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s: holds the manifest of another version", key);
+    }
+    if (!rc && out->index_form && (rc = layout_load(st, run, out, cnt, lc))) {
+        ferry__shard_doc_release(out);
+        ferry__context(rc, "%s", key);
     }
     return rc;
 }

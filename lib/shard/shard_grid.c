@@ -87,8 +87,12 @@ void ferry__shard_doc_release(sh_doc *d)
     for (size_t i = 0; i < d->nparts; i++) ferry__shard_part_release(&d->parts[i]);
     free(d->parts);
     free(d->obj_bytes);
+    free(d->obj_index);
+    free(d->obj_tiles);
+    free(d->obj_root);
     d->parts = NULL;
-    d->obj_bytes = NULL;
+    d->obj_bytes = d->obj_index = d->obj_tiles = NULL;
+    d->obj_root = NULL;
     d->nparts = 0;
 }
 

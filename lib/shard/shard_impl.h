@@ -27,6 +27,7 @@ typedef struct sh_tile {
     uint8_t base[16];         /* hash of the previous version's tile (delta) */
     uint8_t target[16];       /* hash of this version's tile */
     sh_loc loc[2];            /* SH_DELTA, SH_ANCHOR */
+    uint64_t leaf;            /* its place in its rank's objects (index form) */
 } sh_tile;
 
 /* A part: rows [r0, r1) of tensor `name`, owned by `rank`, cut into
@@ -75,6 +76,15 @@ typedef struct sh_doc {
     int tile_codec;           /* SH_TC_PATCH (manifests before "tile_codec") or SH_TC_CHUNK */
     sh_part *parts;           /* manifest: sorted by (name, r0) */
     size_t nparts;
+    /* the index form (SH_INDEX_NAME): each object ends in its tile index;
+     * the manifest lists the objects, the parts are in the layout record */
+    bool index_form;
+    bool targets_known;       /* tiles carry their target/base hashes (the old
+                                 form, or the records at commit) */
+    uint64_t *obj_index;      /* like obj_bytes: where each object's index starts */
+    uint64_t *obj_tiles;      /* like obj_bytes: its tile count */
+    uint8_t *obj_root;        /* like obj_bytes, 32 bytes each: its Merkle root */
+    uint8_t layout_sha[32];   /* manifest: SHA-256 of the layout record */
 } sh_doc;
 
 /* ---- grid (shard_grid.c) ---- */
@@ -127,6 +137,13 @@ int ferry__shard_tile_new(const char *name, ferry_dtype dt, uint64_t rows, uint6
 /* The hash of a tile: the model hash of the one-tensor tile model. */
 int ferry__shard_tile_hash(const char *name, ferry_dtype dt, uint64_t rows, uint64_t cols, const void *data, uint8_t out[16]);
 
+/* A reader's copy of the last layout record it read (by digest). */
+typedef struct sh_lcache {
+    uint8_t sha[32];
+    char *text;
+    size_t n;
+} sh_lcache;
+
 /* ---- documents (shard_doc.c) ---- */
 
 char *ferry__shard_token_json(const sh_token *t);
@@ -146,14 +163,18 @@ int ferry__shard_parts_cover(const sh_part *p, size_t n, int code, const char *w
  * it is a single-rank one. */
 int ferry__shard_manifest_read(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id, fs_count *cnt,
                      sh_doc *out);
+/* As ferry__shard_manifest_read, the layout of an index-form manifest
+ * read through cache lc (NULL: none) and attached. */
+int ferry__shard_manifest_read_lc(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id,
+                                  fs_count *cnt, sh_lcache *lc, sh_doc *out);
 /* The fields of a single-rank manifest that a parsed manifest-2 has (links,
  * sizes, hash; delta_bytes and full_bytes: its ranks' objects summed). */
 void ferry__shard_manifest_view(const sh_doc *m, fs_manifest *out);
 /* Key of rank's object of a version. */
 void ferry__shard_key_object(char out[FS_KEY_CAP], const char *run, uint64_t version, const char *id, uint32_t rank, int kind);
 
-/* ---- hash tree over a rank object's tiles (shard_merkle.c; issue 24
- * item 2, not yet used by publish or pull) ---- */
+/* ---- hash tree over a rank object's tiles (shard_merkle.c; the index
+ * form's roots) ---- */
 
 /* A tile's leaf: SHA-256(0x00 || u32le len || target || SHA-256(payload)). */
 void ferry__shard_merkle_leaf(uint64_t len, const uint8_t target[16], const uint8_t payload_sha[32], uint8_t out[32]);
@@ -172,6 +193,59 @@ int ferry__shard_merkle_proof(size_t n, const size_t *idx, size_t k, size_t **po
  * node is missing. */
 int ferry__shard_merkle_verify(const char *what, size_t n, const size_t *idx, const uint8_t *leaves, size_t k, const size_t *pos,
                                const uint8_t *nodes, size_t npos, const uint8_t root[32]);
+
+/* ---- the tile index at the end of a rank object (shard_index.c) ----
+ *
+ * An object of the index form is its tiles' payloads end to end (in the
+ * rank's part order, parts sorted by (name, r0), tiles row-major), then
+ *   "FSHIDX01" | u64le n | n x (u32le length | target[16]) | n x leaf[32]
+ * whose leaves are ferry__shard_merkle_leaf(length, target,
+ * SHA-256(payload)); the manifest signs the root of their tree, the offset
+ * of the section and n. */
+#define SH_INDEX_NAME "ferry-shard-index-1"
+#define SH_LAYOUT_FORMAT "ferry-shard-layout-1"
+#define SH_INDEX_MAGIC "FSHIDX01"
+#define SH_IX_HEAD 16u
+#define SH_IX_ENTRY 20u
+#define SH_IX_LEAF 32u
+/* Test builds write the old form (every tile in the manifest) when set. */
+extern int ferry__shard_legacy_manifest;
+
+typedef struct sh_ix {
+    uint64_t n;
+    uint64_t *off;            /* n + 1: tile i is [off[i], off[i + 1]) */
+    uint8_t *target;          /* 16 x n */
+    uint8_t *leaf;            /* 32 x n, NULL when the leaves were not read */
+} sh_ix;
+
+void ferry__shard_ix_release(sh_ix *x);
+/* Bytes of the section of n tiles (with or without its leaves); false on overflow. */
+bool ferry__shard_ix_size(uint64_t n, bool leaves, uint64_t *out);
+/* Appends the index of tiles t[0..n) (their loc[kind] and targets) to obj,
+ * whose payloads they are; *index_off: where it starts; root: of its tree. */
+int ferry__shard_ix_write(ferry_buf *obj, sh_tile *const *t, size_t n, int kind, uint64_t *index_off, uint8_t root[32]);
+/* Parses a section read from object `key` (len bytes; its leaves too when
+ * `leaves`): the count must be want_n, the lengths must sum to index_off
+ * (the payloads end where the index starts).  FERRY_ERR_SHARD_INDEX naming
+ * the object and field otherwise. */
+int ferry__shard_ix_parse(const char *key, const uint8_t *sec, uint64_t len, uint64_t want_n, uint64_t index_off, bool leaves,
+                          sh_ix *out);
+/* The tree over x->leaf has root `root`, else FERRY_ERR_SYNC_CORRUPT. */
+int ferry__shard_ix_check_root(const char *key, const sh_ix *x, const uint8_t root[32]);
+/* The leaf of tile i given its payload (off[i+1] - off[i] bytes). */
+int ferry__shard_ix_leaf(const sh_ix *x, size_t i, const uint8_t *payload, uint8_t out[32]);
+/* Checks a whole object d (n bytes) of either form against manifest m
+ * (the mirror): every byte accounted for, every tile verified. */
+int ferry__shard_object_check(const char *key, const sh_doc *m, uint32_t r, int kind, const uint8_t *d, uint64_t n);
+
+/* ---- the layout record (shard_doc.c): the parts of a run, fixed for it,
+ * at RUN/layout/SHA256.json; a manifest of the index form names it ---- */
+char *ferry__shard_layout_json(const sh_doc *m);
+void ferry__shard_key_layout(char out[FS_KEY_CAP], const char *run, const uint8_t sha[32]);
+/* Parses layout text (its SHA-256 must be m->layout_sha) into m's parts
+ * and tiles (coordinates, leaf positions), checked against m's objects. */
+int ferry__shard_layout_attach(sh_doc *m, const char *key, const void *text, size_t n);
+void ferry__shard_lcache_release(sh_lcache *c);
 
 /* ---- held tiles (shard_tiles.c) ---- */
 
@@ -213,6 +287,8 @@ void ferry__shard_sub_take_tiles(ferry_shard_subscriber *s, sh_tileset *out);
 sh_tileset *ferry__shard_sub_inner(ferry_shard_subscriber *s, ferry_store **st, const char **run, const ferry_keys **keys,
                                    size_t *nregions);
 const ferry_shard_region *ferry__shard_sub_region(const ferry_shard_subscriber *s, size_t i);
-int ferry__shard_sub_resolve(ferry_shard_subscriber *s, const sh_doc *m);
+/* (index form: also fills the covering tiles' targets from their objects'
+ * index entries, as the data given back are checked against them) */
+int ferry__shard_sub_resolve(ferry_shard_subscriber *s, sh_doc *m);
 
 #endif

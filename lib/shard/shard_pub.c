@@ -438,9 +438,49 @@ static int put_parts(ferry_shard_publisher *p, const char *token, size_t token_s
         rc = FERRY_ERR_NOMEM;
         goto out;
     }
+    /* the tiles in the manifest's part order, (name, r0): the order of the
+       index's leaves an island counts from the layout record */
+    size_t *ord = ferry__calloc(r->nparts + 1, sizeof *ord);
+    if (!ord) {
+        rc = FERRY_ERR_NOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < r->nparts; i++) ord[i] = i;
+    for (size_t i = 1; i < r->nparts; i++) /* insertion sort: a rank has few parts, and they usually come sorted */
+        for (size_t j = i; j > 0; j--) {
+            const sh_part *a = &r->parts[ord[j - 1]], *b = &r->parts[ord[j]];
+            int cmp = strcmp(a->name, b->name);
+            if (cmp < 0 || (!cmp && a->r0 < b->r0)) break;
+            size_t x = ord[j];
+            ord[j] = ord[j - 1];
+            ord[j - 1] = x;
+        }
     for (size_t i = 0; i < r->nparts && !rc; i++)
-        for (size_t j = 0; j < r->parts[i].ntiles && !rc; j++)
-            rc = put_tile(p, &t, &r->parts[i], &parts[i], &r->parts[i].tiles[j], scratch, cast);
+        for (size_t j = 0; j < r->parts[ord[i]].ntiles && !rc; j++)
+            rc = put_tile(p, &t, &r->parts[ord[i]], &parts[ord[i]], &r->parts[ord[i]].tiles[j], scratch, cast);
+    /* each object ends in its tile index (the old form lists the tiles in
+       the manifest instead: tests only) */
+    if (!rc && !ferry__shard_legacy_manifest) {
+        r->index_form = true;
+        if (!(r->obj_index = ferry__calloc(2, sizeof *r->obj_index)) || !(r->obj_tiles = ferry__calloc(2, sizeof *r->obj_tiles)) ||
+            !(r->obj_root = ferry__calloc(2, 32)))
+            rc = FERRY_ERR_NOMEM;
+        size_t total = 0;
+        for (size_t i = 0; i < r->nparts; i++) total += r->parts[i].ntiles;
+        sh_tile **tl = rc ? NULL : ferry__calloc(total + 1, sizeof *tl);
+        if (!rc && !tl) rc = FERRY_ERR_NOMEM;
+        for (int k = 0; k < 2 && !rc; k++) {
+            size_t n = 0;
+            for (size_t i = 0; i < r->nparts; i++)
+                for (size_t j = 0; j < r->parts[ord[i]].ntiles; j++)
+                    if (r->parts[ord[i]].tiles[j].loc[k].size) tl[n++] = &r->parts[ord[i]].tiles[j];
+            if (!n) continue;
+            r->obj_tiles[k] = n;
+            rc = ferry__shard_ix_write(&p->obj[k], tl, n, k, &r->obj_index[k], r->obj_root + 32 * k);
+        }
+        free(tl);
+    }
+    free(ord);
     for (int k = 0; k < 2 && !rc; k++) {
         r->obj_bytes[k] = p->obj[k].size;
         if (!p->obj[k].size) continue;
@@ -560,7 +600,7 @@ static int check_against_last(const sh_doc *last, const sh_doc *m)
             return ferry__fail(FERRY_ERR_SHARD_PARTS, "version %llu: tensor '%s' rows [%llu, %llu) of rank %u: not a part of version "
                                "%llu (tensor, rows, dtype, shape or tile grid changed)", (unsigned long long)m->version, a->name,
                                (unsigned long long)a->r0, (unsigned long long)a->r1, a->rank, (unsigned long long)last->version);
-        for (size_t j = 0; j < a->ntiles; j++)
+        for (size_t j = 0; j < a->ntiles && last->targets_known; j++) /* (a manifest of the index form read back holds no targets) */
             if (memcmp(a->tiles[j].base, b->tiles[j].target, 16))
                 return ferry__fail(FERRY_ERR_SHARD_FOREIGN, "version %llu: tensor '%s' tile [%llu:%llu, %llu:%llu] of rank %u: its base "
                                    "is not version %llu's tile (a part diffed against another version)",
@@ -578,6 +618,12 @@ static int merge(const sh_token *t, sh_doc *recs, size_t n, sh_doc *m)
     for (size_t i = 0; i < n; i++) total += recs[i].nparts;
     if (!(m->parts = ferry__calloc(total + 1, sizeof *m->parts)) || !(m->obj_bytes = ferry__calloc(2 * (size_t)t->world, sizeof *m->obj_bytes)))
         return FERRY_ERR_NOMEM;
+    m->index_form = n && recs[0].index_form;
+    m->targets_known = true;
+    if (m->index_form &&
+        (!(m->obj_index = ferry__calloc(2 * (size_t)t->world, sizeof *m->obj_index)) ||
+         !(m->obj_tiles = ferry__calloc(2 * (size_t)t->world, sizeof *m->obj_tiles)) || !(m->obj_root = ferry__calloc(2 * (size_t)t->world, 32))))
+        return FERRY_ERR_NOMEM;
     for (size_t i = 0; i < n; i++) {
         memcpy(m->parts + m->nparts, recs[i].parts, recs[i].nparts * sizeof *m->parts);
         m->nparts += recs[i].nparts;
@@ -586,6 +632,16 @@ static int merge(const sh_token *t, sh_doc *recs, size_t n, sh_doc *m)
         recs[i].nparts = 0;
         m->obj_bytes[2 * recs[i].rank] = recs[i].obj_bytes[0];
         m->obj_bytes[2 * recs[i].rank + 1] = recs[i].obj_bytes[1];
+        if (recs[i].index_form != m->index_form)
+            return ferry__fail(FERRY_ERR_SHARD_FOREIGN, "version %llu: rank %u's part record is %s the index form, rank %u's %s",
+                               (unsigned long long)t->version, recs[i].rank, recs[i].index_form ? "in" : "not in", recs[0].rank,
+                               m->index_form ? "is" : "is not");
+        for (size_t k = 0; k < 2 && m->index_form; k++) {
+            size_t o = 2 * (size_t)recs[i].rank + k;
+            m->obj_index[o] = recs[i].obj_index[k];
+            m->obj_tiles[o] = recs[i].obj_tiles[k];
+            memcpy(m->obj_root + 32 * o, recs[i].obj_root + 32 * k, 32);
+        }
     }
     ferry__shard_parts_sort(m->parts, m->nparts);
     if (!m->nparts) return ferry__fail(FERRY_ERR_SHARD_PARTS, "version %llu: no rank put any part", (unsigned long long)t->version);
@@ -679,6 +735,25 @@ int ferry_shard_commit(ferry_shard_publisher *p, const char *token, size_t token
         goto out;
     }
     char key[FS_KEY_CAP];
+    if (m.index_form) { /* the layout record, once per run (named by its digest) */
+        char *lt = ferry__shard_layout_json(&m);
+        if (!lt) {
+            rc = FERRY_ERR_NOMEM;
+            goto out;
+        }
+        size_t ln = strlen(lt);
+        rc = ferry__sha256(lt, ln, m.layout_sha);
+        ferry__shard_key_layout(key, p->run, m.layout_sha);
+        if (!rc && !(p->last.version && p->last.index_form && !memcmp(p->last.layout_sha, m.layout_sha, 32)))
+            rc = ferry_store_put(p->st, key, lt, ln, NULL);
+        free(lt);
+        if (rc) goto out;
+        free(text);
+        if (!(text = ferry__shard_manifest_json(&m))) {
+            rc = FERRY_ERR_NOMEM;
+            goto out;
+        }
+    }
     ferry__sync_key_version(key, p->run, m.version, m.id, FS_OBJ_MANIFEST);
     if ((rc = ferry__sync_record_seal(p->o.keys, &text))) goto out; /* frees text on failure */
     size_t mbytes = strlen(text);

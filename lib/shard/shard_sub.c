@@ -42,6 +42,7 @@ struct ferry_shard_subscriber {
                                  yet): a HEAD of another is refused */
     ferry_model *empty;
     sh_coder *coder;          /* ferry-tile-1 decoding scratch */
+    sh_lcache lc;             /* the run's layout record (index form) */
     ferry_shard_sub_stats stats;
 };
 
@@ -103,6 +104,7 @@ void ferry_shard_subscriber_free(ferry_shard_subscriber *s)
     ferry__shard_tiles_release(&s->held);
     ferry_model_free(s->empty);
     ferry__shard_coder_free(s->coder);
+    ferry__shard_lcache_release(&s->lc);
     free(s);
 }
 
@@ -289,18 +291,21 @@ static int record_diff(step *x, const uint8_t *old, const uint8_t *nw, uint64_t 
 
 /* Verifies and decodes one fetched tile patch. */
 static int take_tile(ferry_shard_subscriber *s, const sh_doc *m, int kind, const cov *c, const want *w, const uint8_t *patch,
-                     step *x)
+                     step *x, bool verified)
 {
     char key[FS_KEY_CAP], hex[65];
     ferry__shard_key_object(key, s->run, m->version, m->id, w->part->rank, kind);
     const sh_tile *t = w->tile;
 #define TILE_FMT "%s: tile [%llu:%llu, %llu:%llu] of '%s'"
 #define TILE_ARGS key, (unsigned long long)t->r0, (unsigned long long)t->r1, (unsigned long long)t->c0, (unsigned long long)t->c1, c->name
-    int rc = ferry__sha256_hex(patch, w->size, hex);
-    if (rc) return rc;
-    if (strcmp(hex, t->loc[kind].sha)) return ferry__fail(FERRY_ERR_SYNC_CORRUPT, TILE_FMT ": SHA-256 does not match the manifest", TILE_ARGS);
+    int rc = FERRY_OK;
+    if (!verified) { /* the old form: the manifest's SHA-256 and base (the index form: the leaf, checked by the caller) */
+        if ((rc = ferry__sha256_hex(patch, w->size, hex))) return rc;
+        if (strcmp(hex, t->loc[kind].sha))
+            return ferry__fail(FERRY_ERR_SYNC_CORRUPT, TILE_FMT ": SHA-256 does not match the manifest", TILE_ARGS);
+    }
     sh_held *h = ferry__shard_tiles_find(&s->held, c->name, c->r0, c->c0);
-    if (kind == SH_DELTA && (!h || memcmp(h->hash, t->base, 16)))
+    if (kind == SH_DELTA && (!h || (!verified && memcmp(h->hash, t->base, 16))))
         return ferry__fail(FERRY_ERR_SYNC_MANIFEST, TILE_FMT ": its base is not the tile this rank holds", TILE_ARGS);
     ferry_model *out = NULL;
     if (m->tile_codec == SH_TC_CHUNK) { /* a ferry-tile-1 payload, checked against the manifest's target */
@@ -415,6 +420,10 @@ static int step_commit(ferry_shard_subscriber *s, const sh_doc *m, const covset 
 #define SH_FETCH_THREADS 8                  /* GETs of one version in flight */
 #define SH_BATCH_BYTES ((uint64_t)256 << 20) /* bytes of one version held fetched at once */
 #define SH_GAP_SHARE 50                     /* gaps fetched through: at most 1/50 of the wanted bytes */
+#define SH_GET_BYTES 8192                   /* what a GET more is worth in bytes (index form: read an
+                                               object whole or its index, then its tiles) */
+#define SH_WHOLE_SHARE 8                    /* index form: an object is read whole when the payloads
+                                               not wanted are at most 1/8 of those wanted */
 
 /* One ranged GET: the wanted tiles w[i0, i1) of one object, the bytes
  * [off, off + len) including the gaps between them. */
@@ -531,9 +540,12 @@ static int plan_ranges(const want *w, size_t n, uint64_t coalesce_gap, size_t bu
     return FERRY_OK;
 }
 
+static int apply_ix(ferry_shard_subscriber *s, sh_doc *m, int kind, const covset *cs, ferry_shard_pull_info *info);
+
 /* Applies version m (kind: SH_ANCHOR from nothing, SH_DELTA from m-1). */
-static int apply_version(ferry_shard_subscriber *s, const sh_doc *m, int kind, const covset *cs, ferry_shard_pull_info *info)
+static int apply_version(ferry_shard_subscriber *s, sh_doc *m, int kind, const covset *cs, ferry_shard_pull_info *info)
 {
+    if (m->index_form) return apply_ix(s, m, kind, cs, info);
     want *w = ferry__calloc(cs->n + 1, sizeof *w);
     if (!w) return FERRY_ERR_NOMEM;
     int rc = FERRY_OK;
@@ -573,7 +585,7 @@ static int apply_version(ferry_shard_subscriber *s, const sh_doc *m, int kind, c
             }
         for (size_t k = i; k < j && !rc; k++) {
             for (size_t t = rg[k].i0; t < rg[k].i1 && !rc; t++)
-                rc = take_tile(s, m, kind, &cs->c[w[t].ci], &w[t], rg[k].buf + (w[t].off - rg[k].off), &x);
+                rc = take_tile(s, m, kind, &cs->c[w[t].ci], &w[t], rg[k].buf + (w[t].off - rg[k].off), &x, false);
             if (!rc) info->tiles += rg[k].i1 - rg[k].i0;
         }
         for (size_t k = i; k < j; k++) {
@@ -585,6 +597,220 @@ static int apply_version(ferry_shard_subscriber *s, const sh_doc *m, int kind, c
     if (!rc) rc = step_commit(s, m, cs, &x);
     step_release(&x);
     free(rg);
+    free(w);
+    return rc;
+}
+
+/* ---- the index form: each object's tile index, then its tiles ----
+ *
+ * Per object the island holds tiles of: when the payloads it does not want
+ * are estimated at most the index's leaves plus SH_GET_BYTES, or at most
+ * 1/SH_WHOLE_SHARE of those it wants, and the object is at most
+ * SH_RANGE_MAX: one GET of the payloads and the index
+ * entries (not the leaves: it computes them); else one GET of the
+ * index section (entries and leaves, checked against the root), then the
+ * wanted tiles' ranges, planned as the old form's are.  The GETs of each
+ * round are issued in parallel. */
+
+typedef struct ixobj {
+    uint32_t rank;
+    size_t first, count;      /* its wants w[first, first + count) */
+    bool whole;
+    uint64_t off, len;        /* the first GET */
+    uint8_t *buf;
+    size_t got;
+    sh_ix ix;
+} ixobj;
+
+typedef struct ixfetch {
+    ferry_shard_subscriber *s;
+    const sh_doc *m;
+    int kind;
+    ixobj *o;
+} ixfetch;
+
+static int ix_fetch_one(void *ctx, size_t j, int worker)
+{
+    (void)worker;
+    ixfetch *f = ctx;
+    ixobj *o = &f->o[j];
+    char key[FS_KEY_CAP];
+    ferry__shard_key_object(key, f->s->run, f->m->version, f->m->id, o->rank, f->kind);
+    if (!(o->buf = ferry__malloc((size_t)o->len + 1))) return FERRY_ERR_NOMEM;
+    int rc = ferry_store_get_range(f->s->st, key, o->off, (size_t)o->len, o->buf, &o->got);
+    if (!rc && o->got != o->len)
+        rc = ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: %zu bytes at offset %llu, its manifest says %llu (truncated)", key, o->got,
+                         (unsigned long long)o->off, (unsigned long long)o->len);
+    return rc;
+}
+
+static int cmp_want_leaf(const void *a, const void *b)
+{
+    const want *x = a, *y = b;
+    if (x->part->rank != y->part->rank) return x->part->rank < y->part->rank ? -1 : 1;
+    return x->tile->leaf < y->tile->leaf ? -1 : x->tile->leaf > y->tile->leaf;
+}
+
+/* Checks the payload of want w (tile i of object o) against its leaf. */
+static int ix_check(const char *key, const ixobj *o, const want *w, const uint8_t *payload, const uint8_t *leaf)
+{
+    uint8_t l[32];
+    int rc = ferry__shard_ix_leaf(&o->ix, (size_t)w->tile->leaf, payload, l);
+    if (!rc && memcmp(l, leaf, 32))
+        rc = ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: tile %llu ([%llu:%llu, %llu:%llu]) does not hash to its index leaf", key,
+                         (unsigned long long)w->tile->leaf, (unsigned long long)w->tile->r0, (unsigned long long)w->tile->r1,
+                         (unsigned long long)w->tile->c0, (unsigned long long)w->tile->c1);
+    return rc;
+}
+
+static int apply_ix(ferry_shard_subscriber *s, sh_doc *m, int kind, const covset *cs, ferry_shard_pull_info *info)
+{
+    want *w = ferry__calloc(cs->n + 1, sizeof *w);
+    ixobj *ob = ferry__calloc(m->world + 1, sizeof *ob);
+    if (!w || !ob) {
+        free(w);
+        free(ob);
+        return FERRY_ERR_NOMEM;
+    }
+    int rc = FERRY_OK;
+    for (size_t i = 0; i < cs->n && !rc; i++) {
+        const cov *c = &cs->c[i];
+        const sh_part *p = NULL;
+        const sh_tile *t = find_tile(m, c->name, c->r0, c->r1, c->c0, c->c1, &p);
+        if (!t || p->dtype != c->dtype)
+            rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "run %s version %llu: tensor '%s' has no tile [%llu:%llu, %llu:%llu] (the tile "
+                             "grid changed)", s->run, (unsigned long long)m->version, c->name, (unsigned long long)c->r0,
+                             (unsigned long long)c->r1, (unsigned long long)c->c0, (unsigned long long)c->c1);
+        else if (!m->obj_bytes[2 * (size_t)p->rank + (size_t)kind])
+            rc = ferry__fail(FERRY_ERR_SYNC_MANIFEST, "run %s version %llu: tensor '%s': rank %u has no %s object", s->run,
+                             (unsigned long long)m->version, c->name, p->rank, kind ? "anchor" : "delta");
+        else w[i] = (want){i, p, t, 0, 0};
+    }
+    if (!rc) qsort(w, cs->n, sizeof *w, cmp_want_leaf);
+    size_t nob = 0;
+    for (size_t i = 0; i < cs->n && !rc;) {
+        size_t j = i + 1;
+        while (j < cs->n && w[j].part->rank == w[i].part->rank) j++;
+        uint32_t r = w[i].part->rank;
+        size_t o = 2 * (size_t)r + (size_t)kind;
+        uint64_t n = m->obj_tiles[o], ioff = m->obj_index[o], head = 0;
+        ferry__shard_ix_size(n, false, &head); /* checked at parse */
+        ixobj *x = &ob[nob++];
+        x->rank = r;
+        x->first = i;
+        x->count = j - i;
+        /* The payloads it does not want are estimated from the object's
+           payload bytes (ioff) by tile area.  Read whole (one GET, no
+           leaves read) unless they outweigh both the leaves and a second
+           GET (SH_GET_BYTES) and 1/SH_WHOLE_SHARE of the payloads it wants */
+        double aw = 0, at = 0; /* by tile area: the words it wants of the rank's words */
+        for (size_t k = i; k < j; k++) aw += (double)(w[k].tile->r1 - w[k].tile->r0) * (double)(w[k].tile->c1 - w[k].tile->c0);
+        for (size_t q = 0; q < m->nparts; q++)
+            if (m->parts[q].rank == r) at += (double)(m->parts[q].r1 - m->parts[q].r0) * (double)m->parts[q].cols;
+        uint64_t unwanted = at > 0 ? (uint64_t)((double)ioff * (1 - aw / at)) : 0, wanted = ioff - unwanted;
+        x->whole = ioff + head <= SH_RANGE_MAX &&
+                   (unwanted <= n * SH_IX_LEAF + SH_GET_BYTES || unwanted <= wanted / SH_WHOLE_SHARE);
+        x->off = x->whole ? 0 : ioff;
+        x->len = x->whole ? ioff + head : m->obj_bytes[o] - ioff;
+        i = j;
+    }
+    /* round 1: the indexes (with the payloads of objects read whole) */
+    if (!rc && nob) {
+        ixfetch f = {s, m, kind, ob};
+        rc = ferry__parallel(nob < SH_FETCH_THREADS ? (int)nob : SH_FETCH_THREADS, nob, ix_fetch_one, &f);
+        for (size_t k = 0; k < nob; k++)
+            if (ob[k].got) {
+                uint64_t ib = ob[k].whole ? ob[k].len - m->obj_index[2 * (size_t)ob[k].rank + (size_t)kind] : ob[k].len;
+                info->requests++;
+                info->bytes_fetched += ob[k].got;
+                info->manifest_bytes += ib;
+                info->object_bytes += ob[k].got - ib;
+            }
+    }
+    step x;
+    memset(&x, 0, sizeof x);
+    size_t npart = 0;         /* wants of the objects not read whole, moved to the front of w2 */
+    want *w2 = rc ? NULL : ferry__calloc(cs->n + 1, sizeof *w2);
+    if (!rc && !w2) rc = FERRY_ERR_NOMEM;
+    for (size_t k = 0; k < nob && !rc; k++) {
+        ixobj *o = &ob[k];
+        size_t oi = 2 * (size_t)o->rank + (size_t)kind;
+        uint64_t ioff = m->obj_index[oi];
+        char key[FS_KEY_CAP];
+        ferry__shard_key_object(key, s->run, m->version, m->id, o->rank, kind);
+        if ((rc = ferry__shard_ix_parse(key, o->buf + (o->whole ? ioff : 0), o->len - (o->whole ? ioff : 0), m->obj_tiles[oi], ioff,
+                                        !o->whole, &o->ix)))
+            break;
+        if (o->whole) { /* every leaf from the payloads read, then the root */
+            if (!(o->ix.leaf = ferry__malloc((size_t)o->ix.n * SH_IX_LEAF + 1))) rc = FERRY_ERR_NOMEM;
+            for (size_t i = 0; i < o->ix.n && !rc; i++)
+                rc = ferry__shard_ix_leaf(&o->ix, i, o->buf + o->ix.off[i], o->ix.leaf + i * SH_IX_LEAF);
+        }
+        if (!rc) rc = ferry__shard_ix_check_root(key, &o->ix, m->obj_root + 32 * oi);
+        /* the index verified: the wanted tiles' targets and places */
+        for (size_t i = o->first; i < o->first + o->count && !rc; i++) {
+            sh_tile *t = (sh_tile *)w[i].tile;
+            size_t li = (size_t)t->leaf;
+            memcpy(t->target, o->ix.target + 16 * li, 16);
+            t->loc[kind].off = w[i].off = o->ix.off[li];
+            t->loc[kind].size = w[i].size = o->ix.off[li + 1] - o->ix.off[li];
+            if (!o->whole) w2[npart++] = w[i];
+        }
+    }
+    /* tiles of the objects read whole: their leaves made the root */
+    for (size_t k = 0; k < nob && !rc; k++)
+        for (size_t i = ob[k].first; i < ob[k].first + ob[k].count && ob[k].whole && !rc; i++) {
+            rc = take_tile(s, m, kind, &cs->c[w[i].ci], &w[i], ob[k].buf + w[i].off, &x, true);
+            if (!rc) info->tiles++;
+        }
+    for (size_t k = 0; k < nob; k++) {
+        free(ob[k].buf);
+        ob[k].buf = NULL;
+    }
+    /* round 2: the wanted tiles of the other objects */
+    range *rg = NULL;
+    size_t nrg = 0, nparto = 0;
+    for (size_t k = 0; k < nob; k++) nparto += !ob[k].whole;
+    if (!rc && npart) {
+        qsort(w2, npart, sizeof *w2, cmp_want);
+        rc = plan_ranges(w2, npart, s->o.coalesce_gap, nparto, &rg, &nrg);
+    }
+    for (size_t i = 0; i < nrg && !rc;) {
+        size_t j = i + 1;
+        uint64_t bytes = rg[i].len;
+        while (j < nrg && bytes + rg[j].len <= SH_BATCH_BYTES) bytes += rg[j++].len;
+        fetch f = {s, m, kind, w2, rg + i};
+        rc = ferry__parallel(j - i < SH_FETCH_THREADS ? (int)(j - i) : SH_FETCH_THREADS, j - i, fetch_one, &f);
+        for (size_t k = i; k < j; k++)
+            if (rg[k].got) {
+                info->requests++;
+                info->object_bytes += rg[k].got;
+                info->bytes_fetched += rg[k].got;
+            }
+        for (size_t k = i; k < j && !rc; k++)
+            for (size_t t = rg[k].i0; t < rg[k].i1 && !rc; t++) {
+                const uint8_t *pl = rg[k].buf + (w2[t].off - rg[k].off);
+                const ixobj *o = NULL;
+                for (size_t q = 0; q < nob && !o; q++)
+                    if (ob[q].rank == w2[t].part->rank) o = &ob[q];
+                char key[FS_KEY_CAP];
+                ferry__shard_key_object(key, s->run, m->version, m->id, o->rank, kind);
+                rc = ix_check(key, o, &w2[t], pl, o->ix.leaf + SH_IX_LEAF * w2[t].tile->leaf);
+                if (!rc) rc = take_tile(s, m, kind, &cs->c[w2[t].ci], &w2[t], pl, &x, true);
+                if (!rc) info->tiles++;
+            }
+        for (size_t k = i; k < j; k++) {
+            free(rg[k].buf);
+            rg[k].buf = NULL;
+        }
+        i = j;
+    }
+    if (!rc) rc = step_commit(s, m, cs, &x);
+    step_release(&x);
+    for (size_t k = 0; k < nob; k++) ferry__shard_ix_release(&ob[k].ix);
+    free(rg);
+    free(ob);
+    free(w2);
     free(w);
     return rc;
 }
@@ -661,7 +887,7 @@ static int walk(ferry_shard_subscriber *s, fs_ref top, uint64_t lo, chain *out, 
     fs_ref r = top;
     for (size_t i = n; i-- > 0;) {
         fs_count cnt = {0};
-        int rc = ferry__shard_manifest_read(s->st, s->run, s->o.keys, r.version, r.id, &cnt, &out->m[i]);
+        int rc = ferry__shard_manifest_read_lc(s->st, s->run, s->o.keys, r.version, r.id, &cnt, &s->lc, &out->m[i]);
         info->bytes_fetched += cnt.bytes;
         info->manifest_bytes += cnt.bytes;
         if (rc == FERRY_ERR_STORE_NOT_FOUND)
@@ -940,10 +1166,46 @@ sh_tileset *ferry__shard_sub_inner(ferry_shard_subscriber *s, ferry_store **st, 
 
 const ferry_shard_region *ferry__shard_sub_region(const ferry_shard_subscriber *s, size_t i) { return i < s->nrg ? &s->rg[i].r : NULL; }
 
-int ferry__shard_sub_resolve(ferry_shard_subscriber *s, const sh_doc *m)
+int ferry__shard_sub_resolve(ferry_shard_subscriber *s, sh_doc *m)
 {
     covset cs = {0};
     int rc = resolve(s, m, &cs);
+    /* the index form: the covering tiles' targets from their objects'
+       index entries (one GET per object, in parallel) */
+    ixobj *ob = rc || !m->index_form ? NULL : ferry__calloc(m->world + 1, sizeof *ob);
+    if (!rc && m->index_form && !ob) rc = FERRY_ERR_NOMEM;
+    int kind = m->version > 1 ? SH_DELTA : SH_ANCHOR;
+    size_t nob = 0;
+    for (uint32_t r = 0; r < m->world && ob && !rc; r++) {
+        size_t o = 2 * (size_t)r + (size_t)kind;
+        bool any = false;
+        for (size_t i = 0; i < cs.n && !any; i++) {
+            const sh_part *p = NULL;
+            any = find_tile(m, cs.c[i].name, cs.c[i].r0, cs.c[i].r1, cs.c[i].c0, cs.c[i].c1, &p) && p->rank == r;
+        }
+        if (!any || !m->obj_bytes[o]) continue;
+        uint64_t head = 0;
+        ferry__shard_ix_size(m->obj_tiles[o], false, &head);
+        ob[nob++] = (ixobj){.rank = r, .off = m->obj_index[o], .len = head};
+    }
+    if (!rc && nob) {
+        ixfetch f = {s, m, kind, ob};
+        rc = ferry__parallel(nob < SH_FETCH_THREADS ? (int)nob : SH_FETCH_THREADS, nob, ix_fetch_one, &f);
+    }
+    for (size_t k = 0; k < nob && !rc; k++) {
+        size_t o = 2 * (size_t)ob[k].rank + (size_t)kind;
+        char key[FS_KEY_CAP];
+        ferry__shard_key_object(key, s->run, m->version, m->id, ob[k].rank, kind);
+        if ((rc = ferry__shard_ix_parse(key, ob[k].buf, ob[k].len, m->obj_tiles[o], m->obj_index[o], false, &ob[k].ix))) break;
+        for (size_t i = 0; i < m->nparts; i++)
+            for (size_t j = 0; m->parts[i].rank == ob[k].rank && j < m->parts[i].ntiles; j++)
+                memcpy(m->parts[i].tiles[j].target, ob[k].ix.target + 16 * m->parts[i].tiles[j].leaf, 16);
+    }
+    for (size_t k = 0; k < nob; k++) {
+        free(ob[k].buf);
+        ferry__shard_ix_release(&ob[k].ix);
+    }
+    free(ob);
     free(cs.c);
     return rc;
 }

@@ -149,6 +149,7 @@ bool ferry__sync_object_error(int rc)
     switch (rc) {
     case FERRY_ERR_SYNC_CORRUPT:
     case FERRY_ERR_SYNC_MANIFEST:
+    case FERRY_ERR_SHARD_INDEX: /* a sharded object's tile index */
     case FERRY_ERR_STORE_NOT_FOUND:
     case FERRY_ERR_STORE_CORRUPT:
     case FERRY_ERR_LIMIT:

@@ -63,7 +63,7 @@ static void report(const sync_common *c, const ferry_mirror_info *in, int rc)
  * object that did not verify (DST stays as it was). */
 static bool transient(int rc)
 {
-    return rc == FERRY_ERR_SYNC_NOT_YET || rc == FERRY_ERR_SYNC_CORRUPT || rc == FERRY_ERR_SYNC_MANIFEST ||
+    return rc == FERRY_ERR_SYNC_NOT_YET || rc == FERRY_ERR_SYNC_CORRUPT || rc == FERRY_ERR_SYNC_MANIFEST || rc == FERRY_ERR_SHARD_INDEX ||
            (rc >= FERRY_ERR_SIG_MISSING && rc <= FERRY_ERR_SIG_DIGEST) || /* forged upstream: may be repaired */
            (rc >= FERRY_ERR_STORE_NOT_FOUND && rc <= FERRY_ERR_STORE_CORRUPT && rc != FERRY_ERR_STORE_READONLY &&
             rc != FERRY_ERR_STORE_AUTH);

@@ -256,6 +256,7 @@ int sync_fail(const char *cmd, int rc, const char *what)
     case FERRY_ERR_STORE_NET: return SYNC_EXIT_STORE;
     case FERRY_ERR_SYNC_CORRUPT:
     case FERRY_ERR_SYNC_MANIFEST:
+    case FERRY_ERR_SHARD_INDEX:
     case FERRY_ERR_SYNC_NO_PATH: return SYNC_EXIT_CORRUPT;
     case FERRY_ERR_SIG_MISSING:
     case FERRY_ERR_SIG_MALFORMED:

@@ -120,6 +120,7 @@ ERR_SHARD_FOREIGN = 161
 ERR_SHARD_WORLD = 162
 ERR_SHARD_REGION = 163
 ERR_SHARD_KIND = 164
+ERR_SHARD_INDEX = 165
 
 # Every code by its name here ("ERR_STORE_NOT_FOUND": 62).
 CODES = {k: v for k, v in globals().items() if k.startswith("ERR_")}

@@ -21,8 +21,11 @@
 #   - issue 24 item 4: the ranged GETs per version of every island rank
 #     are counted and printed (GETS: the most for one version); row splits
 #     whose M divides R make at most R (with HEAD and the manifest, R + 2
-#     GETs per version when following); the other splits make one GET per
-#     run of wanted tiles of an object (docs/SHARDING.md "Limits").
+#     GETs per version when following);
+#   - issue 24 items 2 and 4 on rl-a and rl-b, rows and columns at M = 2,
+#     3, 4: per delta version each island rank's manifest + tile index bytes
+#     are at most max(8192, 0.02 x its object bytes), and its ranged GETs
+#     at most R (docs/SHARDING.md "The tile index").
 # Prints "N passed, N failed" last; skips without mpirun or the data.
 set -u
 TEST_NAME=shard_cost
@@ -115,6 +118,68 @@ EOF
             # not met at the default grid on rl-a (docs/SHARDING.md "Limits"): measured, not judged
             echo "note rl-a $L M=$M: tile bytes per rank against the single-rank delta: $out"
         fi
+    done
+done
+
+# --- issue 24 items 2 and 4: manifest + index bytes and GETs per island rank ----
+# rl-a (the groups above) and rl-b, rows and columns at M = 2, 3, 4: for
+# every delta version each rank's manifest_bytes (HEAD, the manifest, the
+# tile index sections it read; the layout record is read once, at the cold
+# start; the manifests above the version, which an island started after
+# the publish walks through, subtracted: what a following island reads)
+# <= max(8192, 0.02 x its object bytes), and at most R ranged GETs (HEAD
+# and the manifest besides: R + 2).
+for set in rl-a:9 rl-b:5; do
+    name=${set%%:*} nv=${set##*:}
+    for L in rows cols; do
+        for M in 2 3 4; do
+            f=$WORK/isl-$L-$M.jsonl
+            if [ $name = rl-b ]; then
+                f=$WORK/islb-$L-$M.jsonl
+                : >"$f"
+                for ((m = 0; m < M; m++)); do
+                    timeout 300 "$ISL" "$S" sh/rl-b "$L" "$M" "$m" $nv "$DATA/rl-b" 60 >>"$f" 2>"$WORK/islb-$L-$M-$m.err"
+                done
+            fi
+            out=$($PY - "$f" "$WORK/sh-$name.jsonl" $R <<'EOF'
+import json, sys
+isl = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+pub = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
+kinds = {d["version"]: d["kind"] for d in pub}
+size = {d["version"]: d["manifest_bytes"] for d in pub}
+head = max(size)
+R = int(sys.argv[3])
+n = fails = gets = getfails = 0
+worst_b, worst_share, cold = 0, 0.0, 0
+for x in isl:
+    # the islands run after the publish: a pull of version v walks the
+    # manifests down from HEAD; a following island reads only v's
+    mb = x["manifest_bytes"] - sum(size[u] for u in range(x["version"] + 1, head + 1))
+    if kinds.get(x["version"]) != "delta":
+        cold = max(cold, mb)
+        continue
+    n += 1
+    bound = max(8192, 0.02 * x["object_bytes"])
+    fails += mb > bound
+    worst_b = max(worst_b, mb)
+    worst_share = max(worst_share, mb / max(1, x["object_bytes"]))
+    gets = max(gets, x["requests"])
+    getfails += x["requests"] > R
+print("INDEX_MAX %d B (%.4f of its object bytes) COLD %d B GETS %d ROWS %d FAILS %d GETFAILS %d" % (
+    worst_b, worst_share, cold, gets, n, fails, getfails))
+EOF
+)
+            echo "  $name $L M=$M: $out"
+            nrows=$(awk '{print $15}' <<<"$out")
+            check "$name $L M=$M: manifest + index bytes per rank per delta version <= max(8192, 0.02 x its object bytes) ($out)" \
+                test "$(awk '{print $17}' <<<"$out")" = 0 -a "${nrows:-0}" -gt 0
+            check "$name $L M=$M: at most R = $R ranged GETs per rank per delta version (+ HEAD + manifest)" \
+                test "$(awk '{print $19}' <<<"$out")" = 0 -a "${nrows:-0}" -gt 0
+            if [ $name = rl-b ]; then
+                check "rl-b $L M=$M: every rank of $M holds its slices bit-identical after each of $nv versions" \
+                    test "$(grep -c '"identical": true' "$f")" = $((nv * M))
+            fi
+        done
     done
 done
 finish

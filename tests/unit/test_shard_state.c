@@ -173,7 +173,11 @@ static void t_resume(void)
     CHECK_OK(ferry_shard_pull(fresh, FERRY_SYNC_LATEST, 0, &ifr));
     CHECK(ib.from_version == 2 && ib.to_version == 3 && !strcmp(ib.path, "chain 2..3"));
     CHECK(ifr.from_version == 0 && ifr.to_version == 3);
-    CHECK(ib.object_bytes > 0 && ib.object_bytes * 4 < ifr.object_bytes);
+    /* all bytes read (HEAD, manifests, tile indexes, tiles): at this
+     * 256-word grid the index form reads the delta objects whole (their
+     * leaves would cost more than the tiles not wanted), so the tile bytes
+     * alone are not the measure */
+    CHECK(ib.object_bytes > 0 && ib.bytes_fetched * 3 < ifr.bytes_fetched);
     CHECK(same_regions(b, fresh, n));
     int all = 1;
     size_t cnt = 0;
