@@ -13,11 +13,12 @@
 #      delta version and peak RSS per trainer rank at R = 1, 2, 4
 #      (mpirun, build/ferry-shard-mpi), then pull time and peak RSS per
 #      island rank at M = 1, 2, 4 (rows), cold (anchor) and delta;
-#   3. issue 24 item 2 sizing: rl-a (steps 0..8) and rl-b (0..4) published
-#      by 4 ranks at default settings, then bench/shard_index.py: the
-#      manifest-2 bytes an island rank reads per delta version today
-#      against the manifest + index bytes of three index layouts
-#      (bench/results/shard/index-*.txt).
+#   3. issue 24 item 2: the manifest + tile index bytes and ranged GETs
+#      per island rank per delta version, rows and cols at M = 2, 3, 4 on
+#      rl-a and rl-b (the INDEX_MAX lines of part 0's shard_cost.sh run).
+#      bench/shard_index.py (the sizing that chose the index layout) reads
+#      manifests of the old form only (every tile listed; runs written
+#      before the index form).
 # Writes bench/results/shard/*.jsonl and prints the markdown tables.
 # Needs mpirun and build/ferry-shard-mpi, build/tools/shard_island,
 # build/examples/adamw_sim (make -j2).  Times are wall clock on whatever
@@ -76,16 +77,8 @@ for M in 1 2 4; do
     cat "$tmp"/isl-$M-*.jsonl >>"$out/syn_islands.jsonl"
 done
 
-# --- 3. index bytes per island rank (issue 24 item 2, sizing) -----------------
-for set in rl-a:8 rl-b:4; do
-    name=${set%%:*} last=${set##*:}
-    files=()
-    for ((i = 0; i <= last; i++)); do files+=("$(printf '%s/%s/step-%03d.safetensors' "$FERRY_DATA" "$name" "$i")"); done
-    mpirun -np 4 "$PUB" "$tmp/idx" --run "sh/$name" --json "${files[@]}" >/dev/null
-    /usr/bin/python3 bench/shard_index.py "$tmp/idx" "sh/$name" >"$out/index-$name.txt"
-    echo "$name:"
-    sed -n '/^| layout/,$p' "$out/index-$name.txt"
-done
+# --- 3. index bytes per island rank (issue 24 item 2) --------------------------
+grep -E 'INDEX_MAX' "$out/cost.txt" | grep -v '^ok' || true
 
 /usr/bin/python3 - "$out" <<'EOF'
 import json, sys

@@ -131,6 +131,8 @@ def main():
         man, before = load_manifest(path)
         if man.get("format") != "ferry-manifest-2" or man["kind"] != "delta":
             continue
+        if "index" in man:  # the index form: no tile is listed (what this sized)
+            sys.exit("%s: a manifest of the index form (%s): this sizing reads the old form only" % (path, man["index"]))
         newm = new_manifest_bytes(man)
         tensors = {p["name"]: p["shape"] for p in man["parts"]}
         byrank = {}

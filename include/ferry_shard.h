@@ -244,12 +244,14 @@ typedef struct ferry_shard_pull_info {
     uint64_t from_version, to_version, head_version;
     uint64_t bytes_fetched;       /* every byte read (HEAD, manifests, tiles) */
     uint64_t object_bytes;        /* tile bytes read (ranged GETs) */
-    uint64_t manifest_bytes;      /* HEAD and manifests */
+    uint64_t manifest_bytes;      /* HEAD, manifests, the layout record and
+                                     the tile index bytes read */
     uint64_t version_bytes;       /* all ranks' object bytes of the versions
                                      crossed (what a whole-model pull reads) */
-    uint64_t requests;            /* ranged GETs (one per run of wanted
-                                     tiles of an object, coalesced as
-                                     coalesce_gap says) */
+    uint64_t requests;            /* ranged GETs of objects (one per object
+                                     read whole with its index; else its
+                                     index, then one per run of wanted
+                                     tiles, coalesced as coalesce_gap says) */
     uint64_t tiles;               /* tile patches applied */
     char path[128];               /* "anchor 1 + chain 1..8", "chain 5..8", "none" */
 } ferry_shard_pull_info;
@@ -257,8 +259,10 @@ typedef struct ferry_shard_pull_info {
 /* Brings the regions to the target version (modes FERRY_SYNC_LATEST, _MIN,
  * _EXACT of ferry_sync.h; an older version or a cold start goes through
  * the newest anchor at or below it).  Each version is one transaction:
- * every covering tile is fetched (ranged GETs), its SHA-256 checked
- * against the manifest, decoded into a scratch tile and checked against
+ * every covering tile is fetched (ranged GETs), checked against its
+ * object's tile index (its leaf, the leaves against the root the manifest
+ * gives; old runs: its SHA-256 in the manifest), decoded into a scratch
+ * tile and checked against
  * its target hash, and its changed elements recorded, before any held
  * element is written; on failure the regions stay at the last complete
  * version (a pull over several versions may stop at an intermediate one:

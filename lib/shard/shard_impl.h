@@ -208,7 +208,8 @@ int ferry__shard_merkle_verify(const char *what, size_t n, const size_t *idx, co
 #define SH_IX_HEAD 16u
 #define SH_IX_ENTRY 20u
 #define SH_IX_LEAF 32u
-/* Test builds write the old form (every tile in the manifest) when set. */
+/* Set (by tests): put and commit write the old form (every tile in the
+ * manifest, no index), which readers still read. */
 extern int ferry__shard_legacy_manifest;
 
 typedef struct sh_ix {

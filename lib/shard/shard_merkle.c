@@ -1,6 +1,8 @@
 /* The hash tree of a rank object's tiles (issue 24 item 2; the index layout
- * sized in bench/shard_index.py, "C"): not yet used by the publish or pull
- * paths.  docs/SHARDING.md "Limits" says where it is going.
+ * sized in bench/shard_index.py, "C"): the root of each object's tile index
+ * (shard_index.c) that the manifest signs.  Proofs of a subset
+ * (ferry__shard_merkle_proof / _verify) are not used yet: the inner nodes
+ * are not stored (docs/SHARDING.md "Limits").
  *
  *   leaf  = SHA-256(0x00 || u32le length || target[16] || SHA-256(payload))
  *   node  = SHA-256(0x01 || left || right)
