@@ -185,6 +185,13 @@ static void decide(xfer *x)
                     (unsigned long long)r->range_start, (unsigned long long)x->sent_from);
             return;
         }
+        /* A resumed request asks for the rest: a part that ends before
+           the object does would leave it short. */
+        if (!q->ranged && r->range_total && r->range_end + 1 != r->range_total) {
+            set_err(x, FERRY_ERR_STORE_CORRUPT, "206 answer ends at byte %llu of %llu, asked for the rest from %llu",
+                    (unsigned long long)r->range_end, (unsigned long long)r->range_total, (unsigned long long)x->sent_from);
+            return;
+        }
         /* A resumed answer must be of the object whose bytes are held: a
            store that ignores If-Match (s3rver) answers with the bytes of
            an object replaced meanwhile, which would splice two objects. */
@@ -775,6 +782,9 @@ int ferry__net_get(ferry_store *s, const ferry__target *t, ferry__sink *sink, fe
     if (!rc && r.has_length && r.status == 200 && sink->written != r.length)
         rc = ferry__fail(FERRY_ERR_STORE_CORRUPT, "%s: GET: short read: %llu of %llu bytes", t->what,
                          (unsigned long long)sink->written, (unsigned long long)r.length);
+    if (!rc && r.status == 206 && r.has_range && r.range_total && sink->written != r.range_total) /* a resumed GET */
+        rc = ferry__fail(FERRY_ERR_STORE_CORRUPT, "%s: GET: short read: %llu of %llu bytes", t->what,
+                         (unsigned long long)sink->written, (unsigned long long)r.range_total);
     if (!rc) stat_from(&r, sink->written, st);
     ferry__resp_release(&r);
     return rc;

@@ -565,6 +565,42 @@ static void test_stream_leaf_cache(void)
     }
 }
 
+/* Two chunks corrupt at once (resealed), the patch fed whole to 4
+ * workers, so that two of them fail at about the same time: one failure
+ * reported (its message carried to the caller's thread), the model put
+ * back; run under TSan too (make OPT="-O2 -g -fsanitize=thread"). */
+static void test_stream_two_failures(void)
+{
+    fixture f;
+    setup(&f, false);
+    patch_table t;
+    CHECK_OK(ferry__codec_patch_table_parse(f.patch, f.n, &t));
+    uint8_t *p = malloc(f.n);
+    memcpy(p, f.patch, f.n);
+    int hit = 0;
+    for (size_t j = 0; j < t.n && hit < 2; j++) { /* the first chunk of the first two SPARSE entries */
+        const patch_entry *e = &t.e[j];
+        if (e->kind != PK_SPARSE) continue;
+        uint64_t off = e->payload_off + 4 * patch_chunks(e), len = ferry__le32(p + e->payload_off);
+        for (uint64_t i = off + 1; i < off + len - 8; i += 7) p[i] ^= 0x5a; /* many bytes: surely read */
+        hit++;
+    }
+    CHECK(hit == 2);
+    XXH128_canonical_t sum;
+    XXH128_canonicalFromHash(&sum, XXH3_128bits(p, f.n - PATCH_TRAILER_SIZE));
+    memcpy(p + f.n - PATCH_TRAILER_SIZE, &sum, 16);
+    for (int r = 0; r < 6; r++) {
+        ferry_apply_options ao = {.threads = 4};
+        int rc = stream_apply(f.m, p, f.n, &ao, r % 2 ? 0 : 3000, NULL);
+        CHECK(rc == FERRY_ERR_PATCH_CORRUPT || rc == FERRY_ERR_TARGET_MISMATCH);
+        CHECK(strstr(ferry_last_error(), "tensor '") != NULL);
+        CHECK(same(f.m, f.a));
+    }
+    ferry__codec_patch_table_release(&t);
+    free(p);
+    teardown(&f);
+}
+
 int main(void)
 {
     RUN(test_stream_equals_buffered_real);
@@ -575,5 +611,6 @@ int main(void)
     RUN(test_stream_corrupt_random);
     RUN(test_stream_misc);
     RUN(test_stream_leaf_cache);
+    RUN(test_stream_two_failures);
     return CHECK_SUMMARY();
 }

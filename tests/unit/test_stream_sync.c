@@ -189,6 +189,35 @@ static void test_get_stream_fault(void)
     ferry_store_free(s);
 }
 
+/* With FERRY_TEST_HTTP set, tests/scripts/stream_s3.sh runs a plain HTTP
+ * server that cuts the first GET of "obj" (2000003 bytes of a seeded
+ * generator; we only compare with what the first answer handed on) in the
+ * middle and answers the resumed request as FERRY_TEST_HTTP_MODE says (see
+ * the script): only an honest 206 may complete the call, and no byte of
+ * another object or position may be handed on. */
+static void test_get_stream_http_fault(void)
+{
+    const char *url = getenv("FERRY_TEST_HTTP"), *mode = getenv("FERRY_TEST_HTTP_MODE");
+    if (!url || !mode) SKIP("FERRY_TEST_HTTP and FERRY_TEST_HTTP_MODE not set (tests/scripts/stream_s3.sh sets them)");
+    ferry_store *s = NULL;
+    ferry_store_options o = {.deadline_ms = 20000, .retry_base_ms = 20};
+    CHECK_OK(ferry_store_open(url, &o, &s));
+    if (!s) return;
+    size_t n = 2000003, half = n / 2;
+    sink k = {0};
+    int rc = ferry_store_get_stream(s, "obj", 0, sink_write, &k, NULL);
+    fprintf(stderr, "    (%s: rc %d, %zu bytes handed on: %s)\n", mode, rc, k.n, rc ? ferry_last_error() : "");
+    if (!strcmp(mode, "honest")) {
+        CHECK_OK(rc);
+        CHECK(k.n == n);
+    } else {
+        CHECK_RC(rc, !strcmp(mode, "wrong_start") || !strcmp(mode, "short206") ? FERRY_ERR_STORE_CORRUPT : FERRY_ERR_STORE_NET);
+        CHECK(k.n <= half); /* nothing but the first answer's bytes */
+    }
+    free(k.buf);
+    ferry_store_free(s);
+}
+
 /* ---- the subscriber ---- */
 
 static ferry_model *open_step(int step)
@@ -424,6 +453,7 @@ int main(void)
     RUN(test_get_stream_file);
     RUN(test_get_stream_s3);
     RUN(test_get_stream_fault);
+    RUN(test_get_stream_http_fault);
     RUN(test_subscriber_s3);
     rm_rf(g_root);
     return CHECK_SUMMARY();
