@@ -6,7 +6,8 @@ Measures (synthetic BF16 models of two sizes, R = 4 trainer ranks under
 mpirun BUILD/ferry-shard-mpi, an island rank of M = 4 row slices pulled
 with BUILD/ferry shard-pull --out, steady state):
   - part bytes per changed BF16 word at 1% and at 0.05% of words changed,
-    and the fixed bytes per rank object (a version with no change);
+    and the fixed bytes per tile (a version with no change: each tile's
+    SAME byte and its tile index entry and leaf), projected by tiles;
   - words per tile of the grid the current build lays out (default
     settings) and MANIFEST/INDEX BYTES PER TILE as the island rank reads
     them per delta version (the sharded manifest/index is being reworked by
@@ -193,7 +194,9 @@ def rates(ms):
     """The per-GB, per-tile and per-request rates of the measurements."""
     big = ms[-1]
     fixed = big["pub"][3]["delta_bytes"] / R_MEAS      # v4: nothing changed
-    out = dict(fixed_bytes_per_rank=fixed)
+    # a version with no change costs per TILE (its SAME code byte and its
+    # tile index entry and leaf), not per rank: projected by tiles
+    out = dict(fixed_bytes_per_rank=fixed, fixed_bytes_per_tile=big["pub"][3]["delta_bytes"] / big["pub"][3]["tiles"])
     for i, dens in enumerate(DENSITIES):
         p = big["pub"][1 + i]
         out["bytes_per_changed_word@%g" % dens] = (p["delta_bytes"] - fixed * R_MEAS) / big["changed"][i]
@@ -226,8 +229,8 @@ def project(rt):
     for name, words, expert_words, rowpar in GEOMETRIES:
         for dens in DENSITIES:
             changed = dens * words
-            parts = rt["bytes_per_changed_word@%g" % dens] * changed + rt["fixed_bytes_per_rank"] * R_PROJ
             tiles = words / rt["words_per_tile"]
+            parts = rt["bytes_per_changed_word@%g" % dens] * changed + rt["fixed_bytes_per_tile"] * tiles
             index = rt["index_bytes_per_tile"] * tiles
             island = parts / M_PROJ * rt["island_overfetch"]
             shard_gib = words * 2 / R_PROJ / 2 ** 30
