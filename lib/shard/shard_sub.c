@@ -714,11 +714,20 @@ static int apply_ix(ferry_shard_subscriber *s, sh_doc *m, int kind, const covset
         x->len = x->whole ? ioff + head : m->obj_bytes[o] - ioff;
         i = j;
     }
-    /* round 1: the indexes (with the payloads of objects read whole) */
-    if (!rc && nob) {
-        ixfetch f = {s, m, kind, ob};
-        rc = ferry__parallel(nob < SH_FETCH_THREADS ? (int)nob : SH_FETCH_THREADS, nob, ix_fetch_one, &f);
-        for (size_t k = 0; k < nob; k++)
+    /* round 1: the indexes (with the payloads of objects read whole), in
+       batches of at most SH_BATCH_BYTES (at least one object) */
+    step x;
+    memset(&x, 0, sizeof x);
+    size_t npart = 0;         /* wants of the objects not read whole, in w2 */
+    want *w2 = rc ? NULL : ferry__calloc(cs->n + 1, sizeof *w2);
+    if (!rc && !w2) rc = FERRY_ERR_NOMEM;
+    for (size_t b0 = 0; b0 < nob && !rc;) {
+        size_t b1 = b0 + 1;
+        uint64_t bytes = ob[b0].len;
+        while (b1 < nob && bytes + ob[b1].len <= SH_BATCH_BYTES) bytes += ob[b1++].len;
+        ixfetch f = {s, m, kind, ob + b0};
+        rc = ferry__parallel(b1 - b0 < SH_FETCH_THREADS ? (int)(b1 - b0) : SH_FETCH_THREADS, b1 - b0, ix_fetch_one, &f);
+        for (size_t k = b0; k < b1; k++)
             if (ob[k].got) {
                 uint64_t ib = ob[k].whole ? ob[k].len - m->obj_index[2 * (size_t)ob[k].rank + (size_t)kind] : ob[k].len;
                 info->requests++;
@@ -726,46 +735,46 @@ static int apply_ix(ferry_shard_subscriber *s, sh_doc *m, int kind, const covset
                 info->manifest_bytes += ib;
                 info->object_bytes += ob[k].got - ib;
             }
-    }
-    step x;
-    memset(&x, 0, sizeof x);
-    size_t npart = 0;         /* wants of the objects not read whole, moved to the front of w2 */
-    want *w2 = rc ? NULL : ferry__calloc(cs->n + 1, sizeof *w2);
-    if (!rc && !w2) rc = FERRY_ERR_NOMEM;
-    for (size_t k = 0; k < nob && !rc; k++) {
-        ixobj *o = &ob[k];
-        size_t oi = 2 * (size_t)o->rank + (size_t)kind;
-        uint64_t ioff = m->obj_index[oi];
-        char key[FS_KEY_CAP];
-        ferry__shard_key_object(key, s->run, m->version, m->id, o->rank, kind);
-        if ((rc = ferry__shard_ix_parse(key, o->buf + (o->whole ? ioff : 0), o->len - (o->whole ? ioff : 0), m->obj_tiles[oi], ioff,
-                                        !o->whole, &o->ix)))
-            break;
-        if (o->whole) { /* every leaf from the payloads read, then the root */
-            if (!(o->ix.leaf = ferry__malloc((size_t)o->ix.n * SH_IX_LEAF + 1))) rc = FERRY_ERR_NOMEM;
-            for (size_t i = 0; i < o->ix.n && !rc; i++)
-                rc = ferry__shard_ix_leaf(&o->ix, i, o->buf + o->ix.off[i], o->ix.leaf + i * SH_IX_LEAF);
+        for (size_t k = b0; k < b1 && !rc; k++) {
+            ixobj *o = &ob[k];
+            size_t oi = 2 * (size_t)o->rank + (size_t)kind;
+            uint64_t ioff = m->obj_index[oi];
+            char key[FS_KEY_CAP];
+            ferry__shard_key_object(key, s->run, m->version, m->id, o->rank, kind);
+            if ((rc = ferry__shard_ix_parse(key, o->buf + (o->whole ? ioff : 0), o->len - (o->whole ? ioff : 0), m->obj_tiles[oi],
+                                            ioff, !o->whole, &o->ix)))
+                break;
+            if (o->whole) { /* every leaf from the payloads read, then the root */
+                if (!(o->ix.leaf = ferry__malloc((size_t)o->ix.n * SH_IX_LEAF + 1))) rc = FERRY_ERR_NOMEM;
+                for (size_t i = 0; i < o->ix.n && !rc; i++)
+                    rc = ferry__shard_ix_leaf(&o->ix, i, o->buf + o->ix.off[i], o->ix.leaf + i * SH_IX_LEAF);
+            }
+            if (!rc) rc = ferry__shard_ix_check_root(key, &o->ix, m->obj_root + 32 * oi);
+            /* the index verified: the wanted tiles' targets and places;
+               the tiles of an object read whole made its root */
+            for (size_t i = o->first; i < o->first + o->count && !rc; i++) {
+                sh_tile *t = (sh_tile *)w[i].tile;
+                size_t li = (size_t)t->leaf;
+                memcpy(t->target, o->ix.target + 16 * li, 16);
+                t->loc[kind].off = w[i].off = o->ix.off[li];
+                t->loc[kind].size = w[i].size = o->ix.off[li + 1] - o->ix.off[li];
+                if (!o->whole) {
+                    w2[npart++] = w[i];
+                    continue;
+                }
+                rc = take_tile(s, m, kind, &cs->c[w[i].ci], &w[i], o->buf + w[i].off, &x, true);
+                if (!rc) info->tiles++;
+            }
         }
-        if (!rc) rc = ferry__shard_ix_check_root(key, &o->ix, m->obj_root + 32 * oi);
-        /* the index verified: the wanted tiles' targets and places */
-        for (size_t i = o->first; i < o->first + o->count && !rc; i++) {
-            sh_tile *t = (sh_tile *)w[i].tile;
-            size_t li = (size_t)t->leaf;
-            memcpy(t->target, o->ix.target + 16 * li, 16);
-            t->loc[kind].off = w[i].off = o->ix.off[li];
-            t->loc[kind].size = w[i].size = o->ix.off[li + 1] - o->ix.off[li];
-            if (!o->whole) w2[npart++] = w[i];
+        for (size_t k = b0; k < b1; k++) {
+            free(ob[k].buf);
+            ob[k].buf = NULL;
+            if (ob[k].whole) { /* its leaves are not needed again */
+                free(ob[k].ix.leaf);
+                ob[k].ix.leaf = NULL;
+            }
         }
-    }
-    /* tiles of the objects read whole: their leaves made the root */
-    for (size_t k = 0; k < nob && !rc; k++)
-        for (size_t i = ob[k].first; i < ob[k].first + ob[k].count && ob[k].whole && !rc; i++) {
-            rc = take_tile(s, m, kind, &cs->c[w[i].ci], &w[i], ob[k].buf + w[i].off, &x, true);
-            if (!rc) info->tiles++;
-        }
-    for (size_t k = 0; k < nob; k++) {
-        free(ob[k].buf);
-        ob[k].buf = NULL;
+        b0 = b1;
     }
     /* round 2: the wanted tiles of the other objects */
     range *rg = NULL;
