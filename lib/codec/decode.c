@@ -14,6 +14,9 @@
 #include "undo.h"
 #include "decode_impl.h"
 
+/* chunks decode on separate workers, each hashing its own leaves */
+_Static_assert(((uint64_t)1 << SP_CHUNK_LOG2_MIN) >= FERRY_HASH_BLOCK, "a chunk covers whole hash leaves");
+
 /* Default undo budget of ferry_apply_inplace: 64 MiB + 16 x the patch, and
  * never more than a quarter of the model on top (dense changes would need
  * 4 bytes per changed BF16 word: twice the model itself). */

@@ -17,8 +17,11 @@
 #include "rc.h"
 
 /* Chunk size: each chunk of a tensor is coded independently (parallel
- * coding, bounded memory).  Positions inside a chunk fit in 32 bits. */
-#define SP_CHUNK_LOG2_MIN 10
+ * coding, bounded memory).  Positions inside a chunk fit in 32 bits.  A
+ * chunk of 2^22 words of at least one byte covers whole 4 MiB hash leaves
+ * (FERRY_HASH_BLOCK), so the workers decoding two chunks never share a
+ * leaf digest: smaller chunks are refused (ferry always wrote 2^22). */
+#define SP_CHUNK_LOG2_MIN 22
 #define SP_CHUNK_LOG2_MAX 28
 #define SP_CHUNK_LOG2_DEFAULT 22
 #define SP_NCLASS 8   /* exponent buckets of float dtypes (positions) */
