@@ -107,7 +107,8 @@ typedef struct ferry_shard_options {
 
 /* Opens the publisher of one rank on RUN; sends no request.  The handle
  * keeps this rank's previous BF16 tiles (never another rank's) to diff
- * against.  A handle without them (a new process, a restart after a
+ * against, in an unlinked temporary file in $TMPDIR (else /tmp; the
+ * shard's size of disk, not of memory).  A handle without them (a new process, a restart after a
  * crash) gets them back at its first put: it pulls its own parts of the
  * token's base version through the island path (ranged GETs of its own
  * tiles only, each verified).

@@ -257,6 +257,10 @@ typedef struct sh_held {
     uint8_t hash[16];
     uint8_t *changed;         /* bitmap of elements the current pull changed */
     bool fresh;               /* replaced whole by the current pull */
+    /* a publisher's previous tile kept in its tile file (m NULL): its
+       bytes at offset `at`, of dtype `dtype` (shard_pub.c) */
+    uint64_t at;
+    ferry_dtype dtype;
 } sh_held;
 
 typedef struct sh_tileset {

@@ -6,14 +6,21 @@
  * visible until rank 0 has checked every record and written the manifest
  * and then HEAD, by compare-and-swap.  A rank's kept patches become its
  * next base only when the caller reports the commit (finish), by applying
- * them in place (each verified) to its previous tiles: memory stays at one
- * copy of the shard plus this version's patches. */
+ * them in place (each verified) to its previous tiles.  The previous tiles
+ * live in the rank's tile file, not on the heap: a temporary file in
+ * $TMPDIR (else /tmp), created with mkstemp and unlinked at once (nothing
+ * is left behind on any exit, a crash included), read and written one
+ * tile at a time with pread/pwrite.  Memory stays at the caller's rows,
+ * this version's objects and a few tile-sized scratch buffers. */
 #include "shard_impl.h"
 
 #include "ferry_quant.h"
 #include "quant.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 struct ferry_shard_publisher {
     ferry_store *st;
@@ -21,7 +28,10 @@ struct ferry_shard_publisher {
     char pubid[FERRY_SYNC_PUBLISHER_MAX];
     ferry_shard_options o;
     ferry_model *empty;
-    sh_tileset prev;          /* this rank's tiles of version prev.version */
+    sh_tileset prev;          /* this rank's tiles of version prev.version
+                                 (m NULL: their bytes in the tile file) */
+    int fd;                   /* the tile file (unlinked), -1 = none yet */
+    uint64_t fd_end;          /* bytes of it in use */
     /* after put, until finish */
     bool pending;
     sh_token ptok;
@@ -61,6 +71,7 @@ int ferry_shard_publisher_open(ferry_store *store, const char *run, const ferry_
     ferry_shard_publisher *p = ferry__calloc(1, sizeof *p);
     if (!p) return FERRY_ERR_NOMEM;
     p->st = store;
+    p->fd = -1;
     snprintf(p->run, sizeof p->run, "%s", run);
     p->o = *opts;
     p->o.publisher_id = NULL;
@@ -98,6 +109,7 @@ void ferry_shard_publisher_free(ferry_shard_publisher *p)
     if (!p) return;
     drop_pending(p);
     ferry__shard_tiles_release(&p->prev);
+    if (p->fd >= 0) close(p->fd);
     ferry__shard_doc_release(&p->last);
     ferry_model_free(p->empty);
     ferry__shard_coder_free(p->coder);
@@ -105,6 +117,85 @@ void ferry_shard_publisher_free(ferry_shard_publisher *p)
 }
 
 uint64_t ferry_shard_publisher_version(const ferry_shard_publisher *p) { return p ? p->prev.version : 0; }
+
+/* ---- the tile file: this rank's previous tiles ---- */
+
+/* Empties the tile file, creating it first if needed (mkstemp in the tmp
+ * directory, unlinked at once: only the descriptor names it). */
+static int tiles_file_reset(ferry_shard_publisher *p)
+{
+    p->fd_end = 0;
+    if (p->fd >= 0) {
+        if (!ftruncate(p->fd, 0)) return FERRY_OK;
+        return ferry__fail(FERRY_ERR_IO, "run %s rank %u: emptying its tile file: %s", p->run, p->o.rank, strerror(errno));
+    }
+    const char *dir = ferry__sync_tmp_dir(NULL);
+    size_t n = strlen(dir) + 40;
+    char *path = ferry__malloc(n);
+    if (!path) return FERRY_ERR_NOMEM;
+    snprintf(path, n, "%s/ferry-shard-tiles.XXXXXX", dir);
+    int fd = mkstemp(path);
+    int rc = FERRY_OK;
+    if (fd < 0) rc = ferry__fail(FERRY_ERR_IO, "run %s rank %u: creating its tile file %s: %s", p->run, p->o.rank, path, strerror(errno));
+    else if (unlink(path)) {
+        rc = ferry__fail(FERRY_ERR_IO, "run %s rank %u: unlinking its tile file %s: %s", p->run, p->o.rank, path, strerror(errno));
+        close(fd);
+    } else {
+        p->fd = fd;
+    }
+    free(path);
+    return rc;
+}
+
+static uint64_t held_bytes(const sh_held *h) { return (h->r1 - h->r0) * (h->c1 - h->c0) * ferry__shard_esize(h->dtype); }
+
+/* n bytes at off of the tile file: written from src (dst NULL) or read
+ * into dst. */
+static int tiles_file_io(ferry_shard_publisher *p, const uint8_t *src, uint8_t *dst, uint64_t n, uint64_t off)
+{
+    while (n) {
+        size_t c = n > ((size_t)1 << 30) ? (size_t)1 << 30 : (size_t)n;
+        ssize_t k = dst ? pread(p->fd, dst, c, (off_t)off) : pwrite(p->fd, src, c, (off_t)off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0)
+            return ferry__fail(FERRY_ERR_IO, "run %s rank %u: %s its tile file at %llu: %s", p->run, p->o.rank,
+                               dst ? "reading" : "writing", (unsigned long long)off, k < 0 ? strerror(errno) : "short file");
+        if (dst) dst += k;
+        else src += k;
+        n -= (uint64_t)k;
+        off += (uint64_t)k;
+    }
+    return FERRY_OK;
+}
+
+/* Appends a tile's bytes to the tile file; h->at and h->dtype are set. */
+static int tiles_file_append(ferry_shard_publisher *p, sh_held *h, ferry_dtype dt, const uint8_t *data)
+{
+    h->dtype = dt;
+    h->at = p->fd_end;
+    uint64_t n = held_bytes(h);
+    int rc = tiles_file_io(p, data, NULL, n, h->at);
+    if (!rc) p->fd_end += n;
+    return rc;
+}
+
+/* Moves the held tiles' bytes (a subscriber's, in models) into the tile
+ * file, freeing each model as it is written. */
+static int tiles_spill(ferry_shard_publisher *p, sh_tileset *s)
+{
+    int rc = tiles_file_reset(p);
+    for (size_t i = 0; i < s->n && !rc; i++) {
+        sh_held *h = &s->t[i];
+        const ferry_tensor *ht = h->m ? ferry_model_tensor(h->m, 0) : NULL;
+        if (!ht || ht->nbytes != (h->r1 - h->r0) * (h->c1 - h->c0) * ferry__shard_esize(ht->dtype))
+            return ferry__fail(FERRY_ERR_SHARD_PARTS, "tensor '%s': a held tile without its data", h->name);
+        if (!(rc = tiles_file_append(p, h, ht->dtype, ht->data))) {
+            ferry_model_free(h->m);
+            h->m = NULL;
+        }
+    }
+    return rc;
+}
 
 /* ---- begin ---- */
 
@@ -242,6 +333,7 @@ static int resume(ferry_shard_publisher *p, const sh_token *t, const sh_doc *rec
         memcpy(p->prev.id, t->base.id, FS_ID_CAP);
     }
     ferry_shard_subscriber_free(s);
+    if (!rc) rc = tiles_spill(p, &p->prev);
     free(rg);
     if (rc) {
         ferry__shard_tiles_release(&p->prev);
@@ -264,7 +356,7 @@ static int locate(const ferry_buf *b, size_t at, sh_loc *l)
  * locations.  F32 rows under cast_bf16 are cast first: the BF16 cast is
  * what is published (the gate). */
 static int put_tile(ferry_shard_publisher *p, const sh_token *t, const sh_part *q, const ferry_shard_part *a, sh_tile *tile,
-                    uint8_t *scratch, uint16_t *cast)
+                    uint8_t *scratch, uint16_t *cast, uint8_t *base)
 {
     size_t es = ferry__shard_esize(a->dtype);
     uint64_t tr = tile->r1 - tile->r0, tc = tile->c1 - tile->c0, nw = tr * tc;
@@ -278,15 +370,15 @@ static int put_tile(ferry_shard_publisher *p, const sh_token *t, const sh_part *
     if (rc) return rc;
     if (t->base.version) {
         sh_held *h = ferry__shard_tiles_find(&p->prev, q->name, tile->r0, tile->c0);
-        const ferry_tensor *ht = h ? ferry_model_tensor(h->m, 0) : NULL;
-        if (!h || h->r1 != tile->r1 || h->c1 != tile->c1 || ht->dtype != q->dtype)
+        if (!h || h->r1 != tile->r1 || h->c1 != tile->c1 || h->dtype != q->dtype)
             return ferry__fail(FERRY_ERR_SHARD_PARTS, "tensor '%s' tile [%llu:%llu, %llu:%llu]: not a tile of rank %u in version %llu "
                                "(the part layout or dtype changed)", q->name, (unsigned long long)tile->r0,
                                (unsigned long long)tile->r1, (unsigned long long)tile->c0, (unsigned long long)tile->c1, p->o.rank,
                                (unsigned long long)t->base.version);
         memcpy(tile->base, h->hash, 16);
+        if ((rc = tiles_file_io(p, NULL, base, held_bytes(h), h->at))) return rc;
         size_t at = p->obj[SH_DELTA].size;
-        if ((rc = ferry__shard_tile_encode(p->coder, q->dtype, ht->data, tgt, nw, p->o.level, &p->obj[SH_DELTA])) ||
+        if ((rc = ferry__shard_tile_encode(p->coder, q->dtype, base, tgt, nw, p->o.level, &p->obj[SH_DELTA])) ||
             (rc = locate(&p->obj[SH_DELTA], at, &tile->loc[SH_DELTA])))
             return ferry__context(rc, "tensor '%s' tile [%llu:%llu, %llu:%llu]", q->name, (unsigned long long)tile->r0,
                                   (unsigned long long)tile->r1, (unsigned long long)tile->c0, (unsigned long long)tile->c1);
@@ -422,7 +514,7 @@ static int put_parts(ferry_shard_publisher *p, const char *token, size_t token_s
     r->kind = t.kind;
     r->world = t.world;
     r->rank = p->o.rank;
-    uint8_t *scratch = NULL;
+    uint8_t *scratch = NULL, *base = NULL;
     uint16_t *cast = NULL;
     if (!(r->obj_bytes = ferry__calloc(2, sizeof *r->obj_bytes))) return FERRY_ERR_NOMEM;
     if ((rc = make_parts(p, &t, parts, nparts, r))) goto out;
@@ -434,7 +526,7 @@ static int put_parts(ferry_shard_publisher *p, const char *token, size_t token_s
             uint64_t w = (x->r1 - x->r0) * (x->c1 - x->c0);
             if (w > most) most = w;
         }
-    if (!(scratch = ferry__malloc(most * 8 + 8)) || !(cast = ferry__malloc(most * 2 + 2))) {
+    if (!(scratch = ferry__malloc(most * 8 + 8)) || !(cast = ferry__malloc(most * 2 + 2)) || !(base = ferry__malloc(most * 8 + 8))) {
         rc = FERRY_ERR_NOMEM;
         goto out;
     }
@@ -457,7 +549,7 @@ static int put_parts(ferry_shard_publisher *p, const char *token, size_t token_s
         }
     for (size_t i = 0; i < r->nparts && !rc; i++)
         for (size_t j = 0; j < r->parts[ord[i]].ntiles && !rc; j++)
-            rc = put_tile(p, &t, &r->parts[ord[i]], &parts[ord[i]], &r->parts[ord[i]].tiles[j], scratch, cast);
+            rc = put_tile(p, &t, &r->parts[ord[i]], &parts[ord[i]], &r->parts[ord[i]].tiles[j], scratch, cast, base);
     /* each object ends in its tile index (the old form lists the tiles in
        the manifest instead: tests only) */
     if (!rc && !ferry__shard_legacy_manifest) {
@@ -514,6 +606,7 @@ static int put_parts(ferry_shard_publisher *p, const char *token, size_t token_s
 out:
     free(scratch);
     free(cast);
+    free(base);
     if (rc) {
         drop_pending(p);
         ferry__context(rc, "run %s rank %u: putting version %llu", p->run, p->o.rank, (unsigned long long)t.version);
@@ -537,26 +630,40 @@ int ferry_shard_finish(ferry_shard_publisher *p, int committed)
     }
     const sh_token *t = &p->ptok;
     int kind = t->base.version ? SH_DELTA : SH_ANCHOR;
-    sh_tileset next;
-    memset(&next, 0, sizeof next);
-    int rc = FERRY_OK;
+    uint64_t most = 0, ntiles = 0;
+    for (size_t i = 0; i < p->rec.nparts; i++)
+        for (size_t j = 0; j < p->rec.parts[i].ntiles; j++) {
+            const sh_tile *x = &p->rec.parts[i].tiles[j];
+            uint64_t b = (x->r1 - x->r0) * (x->c1 - x->c0) * ferry__shard_esize(p->rec.parts[i].dtype);
+            if (b > most) most = b;
+            ntiles++;
+        }
+    /* a delta is applied in place in the tile file (the tiles keep their
+       places); an anchor's tiles fill it anew */
+    sh_tileset fresh;
+    memset(&fresh, 0, sizeof fresh);
+    uint8_t *d = ferry__malloc((size_t)most + 1);
+    int rc = d ? FERRY_OK : FERRY_ERR_NOMEM;
+    if (!rc && kind == SH_ANCHOR) {
+        ferry__shard_tiles_release(&p->prev);
+        rc = tiles_file_reset(p);
+    }
+    if (!rc && kind == SH_DELTA && ntiles != p->prev.n)
+        rc = ferry__fail(FERRY_ERR_SHARD_PARTS, "%llu tiles put, %zu held of version %llu", (unsigned long long)ntiles, p->prev.n,
+                         (unsigned long long)p->prev.version);
     for (size_t i = 0; i < p->rec.nparts && !rc; i++) {
         const sh_part *q = &p->rec.parts[i];
         for (size_t j = 0; j < q->ntiles && !rc; j++) {
             const sh_tile *x = &q->tiles[j];
             const uint8_t *pl = p->obj[kind].data + x->loc[kind].off;
             uint64_t tr = x->r1 - x->r0, tc = x->c1 - x->c0;
-            ferry_model *m = NULL;
-            uint8_t *d = NULL;
+            sh_held *h = NULL;
             if (kind == SH_DELTA) { /* in place on the previous tile */
-                sh_held *h = ferry__shard_tiles_find(&p->prev, q->name, x->r0, x->c0);
-                d = ferry_model_data_mut(h->m, 0);
-                m = h->m;
-                h->m = NULL;
-            } else {
-                rc = ferry__shard_tile_new(q->name, q->dtype, tr, tc, &m, &d);
+                h = ferry__shard_tiles_find(&p->prev, q->name, x->r0, x->c0);
+                if (!h || h->r1 != x->r1 || h->c1 != x->c1 || h->dtype != q->dtype)
+                    rc = ferry__fail(FERRY_ERR_SHARD_PARTS, "tensor '%s': a tile put that is not held", q->name);
+                else rc = tiles_file_io(p, NULL, d, held_bytes(h), h->at);
             }
-            if (!rc && !d) rc = ferry__fail(FERRY_ERR_SHARD_PARTS, "tensor '%s': a tile without writable data", q->name);
             if (!rc) rc = ferry__shard_tile_decode(p->coder, q->dtype, kind == SH_DELTA ? d : NULL, tr * tc, pl, (size_t)x->loc[kind].size, d);
             uint8_t hash[16];
             if (!rc) rc = ferry__shard_tile_hash(q->name, q->dtype, tr, tc, d, hash);
@@ -564,20 +671,28 @@ int ferry_shard_finish(ferry_shard_publisher *p, int committed)
                 rc = ferry__fail(FERRY_ERR_TARGET_MISMATCH, "tensor '%s' tile [%llu:%llu, %llu:%llu]: its payload does not make the tile",
                                  q->name, (unsigned long long)x->r0, (unsigned long long)x->r1, (unsigned long long)x->c0,
                                  (unsigned long long)x->c1);
-            if (rc) ferry_model_free(m);
-            else if ((rc = ferry__shard_tiles_add(&next, q->name, x, m))) ferry_model_free(m);
+            if (rc) break;
+            if (kind == SH_DELTA) {
+                if (memcmp(h->hash, x->target, 16)) rc = tiles_file_io(p, d, NULL, held_bytes(h), h->at); /* SAME tiles stay */
+                memcpy(h->hash, x->target, 16);
+            } else if (!(rc = ferry__shard_tiles_add(&fresh, q->name, x, NULL))) {
+                rc = tiles_file_append(p, &fresh.t[fresh.n - 1], q->dtype, d);
+            }
         }
     }
-    ferry__shard_tiles_release(&p->prev);
-    if (rc) {
-        ferry__shard_tiles_release(&next);
+    free(d);
+    if (rc) { /* the tile file is no version's now: the next put gets the tiles back */
+        ferry__shard_tiles_release(&p->prev);
+        ferry__shard_tiles_release(&fresh);
         drop_pending(p);
         return ferry__context(rc, "run %s rank %u: taking version %llu as its base", p->run, p->o.rank, (unsigned long long)t->version);
     }
-    ferry__shard_tiles_sort(&next);
-    next.version = t->version;
-    memcpy(next.id, t->id, FS_ID_CAP);
-    p->prev = next;
+    if (kind == SH_ANCHOR) {
+        ferry__shard_tiles_sort(&fresh);
+        p->prev = fresh;
+    }
+    p->prev.version = t->version;
+    memcpy(p->prev.id, t->id, FS_ID_CAP);
     drop_pending(p);
     return FERRY_OK;
 }

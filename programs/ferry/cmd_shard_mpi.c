@@ -27,7 +27,7 @@ static void help(void)
            "every tensor (dim 0; 1-D tensors by element), diffs and uploads only those,\n"
            "and rank 0 commits the version (manifest, then HEAD by compare-and-swap) once\n"
            "every rank's object is durable.  Prints one line per version (rank 0), with\n"
-           "the peak RSS of every rank.\n\n"
+           "the peak RSS of every rank during that version's publish.\n\n"
            "  --cast-bf16       publish F32 tensors as their BF16 cast (FP32 masters)\n"
            "  --tile-words N    smallest tile of the grid, in elements (default 65536;\n"
            "                    the run's first version fixes it)\n"
@@ -122,6 +122,12 @@ int main(int argc, char **argv)
     }
 #endif
     for (int f = 0; f < nfiles && !ret; f++) {
+        /* peak RSS per version: Linux resets VmHWM on "5" to clear_refs */
+        FILE *cr = fopen("/proc/self/clear_refs", "w");
+        if (cr) {
+            fputs("5", cr);
+            fclose(cr);
+        }
         ferry_model *m = NULL;
         int rc = ferry_model_open(files[f], &m);
         size_t n = 0;
