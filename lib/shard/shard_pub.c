@@ -140,6 +140,9 @@ static int tiles_file_reset(ferry_shard_publisher *p)
     else if (unlink(path)) {
         rc = ferry__fail(FERRY_ERR_IO, "run %s rank %u: unlinking its tile file %s: %s", p->run, p->o.rank, path, strerror(errno));
         close(fd);
+    } else if (fcntl(fd, F_SETFD, FD_CLOEXEC)) { /* (a child process would keep its disk space) */
+        rc = ferry__fail(FERRY_ERR_IO, "run %s rank %u: its tile file: %s", p->run, p->o.rank, strerror(errno));
+        close(fd);
     } else {
         p->fd = fd;
     }
