@@ -1180,7 +1180,12 @@ int ferry__shard_sub_resolve(ferry_shard_subscriber *s, sh_doc *m)
     covset cs = {0};
     int rc = resolve(s, m, &cs);
     /* the index form: the covering tiles' targets from their objects'
-       index entries (one GET per object, in parallel) */
+       index entries.  An entry's target is bound to the signed root only
+       through its leaf, H(length, target, SHA-256 of the payload): the
+       leaves alone hash to the root whatever the entries say, so each
+       object is read whole and every leaf recomputed from its payload
+       (ferry__shard_object_check) before a target is believed.  One object
+       at a time: at most one object's bytes held. */
     ixobj *ob = rc || !m->index_form ? NULL : ferry__calloc(m->world + 1, sizeof *ob);
     if (!rc && m->index_form && !ob) rc = FERRY_ERR_NOMEM;
     int kind = m->version > 1 ? SH_DELTA : SH_ANCHOR;
@@ -1193,22 +1198,23 @@ int ferry__shard_sub_resolve(ferry_shard_subscriber *s, sh_doc *m)
             any = find_tile(m, cs.c[i].name, cs.c[i].r0, cs.c[i].r1, cs.c[i].c0, cs.c[i].c1, &p) && p->rank == r;
         }
         if (!any || !m->obj_bytes[o]) continue;
-        uint64_t head = 0;
-        ferry__shard_ix_size(m->obj_tiles[o], false, &head);
-        ob[nob++] = (ixobj){.rank = r, .off = m->obj_index[o], .len = head};
-    }
-    if (!rc && nob) {
-        ixfetch f = {s, m, kind, ob};
-        rc = ferry__parallel(nob < SH_FETCH_THREADS ? (int)nob : SH_FETCH_THREADS, nob, ix_fetch_one, &f);
+        ob[nob++] = (ixobj){.rank = r, .off = 0, .len = m->obj_bytes[o]};
     }
     for (size_t k = 0; k < nob && !rc; k++) {
         size_t o = 2 * (size_t)ob[k].rank + (size_t)kind;
+        ixfetch f = {s, m, kind, ob + k};
         char key[FS_KEY_CAP];
         ferry__shard_key_object(key, s->run, m->version, m->id, ob[k].rank, kind);
-        if ((rc = ferry__shard_ix_parse(key, ob[k].buf, ob[k].len, m->obj_tiles[o], m->obj_index[o], false, &ob[k].ix))) break;
+        if ((rc = ferry__parallel(1, 1, ix_fetch_one, &f))) break;
+        if ((rc = ferry__shard_object_check(key, m, ob[k].rank, kind, ob[k].buf, ob[k].len))) break;
+        if ((rc = ferry__shard_ix_parse(key, ob[k].buf + m->obj_index[o], ob[k].len - m->obj_index[o], m->obj_tiles[o],
+                                        m->obj_index[o], true, &ob[k].ix)))
+            break;
         for (size_t i = 0; i < m->nparts; i++)
             for (size_t j = 0; m->parts[i].rank == ob[k].rank && j < m->parts[i].ntiles; j++)
                 memcpy(m->parts[i].tiles[j].target, ob[k].ix.target + 16 * m->parts[i].tiles[j].leaf, 16);
+        free(ob[k].buf);
+        ob[k].buf = NULL;
     }
     for (size_t k = 0; k < nob; k++) {
         free(ob[k].buf);

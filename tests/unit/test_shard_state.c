@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <glob.h>
 #include <unistd.h>
 
 #ifndef FERRY_NO_NET /* a core build (NO_NET=1) has no store: the case skips */
@@ -192,14 +193,102 @@ static void t_resume(void)
     ferry_store_free(st);
 }
 
+/* The tile index section at the end of the object file matching pattern
+ * under g_root (its data, size, and where the index starts); 0 or -1. */
+static int ix_load(const char *pattern, uint8_t **d, size_t *n, size_t *at, char path[1024])
+{
+    char pat[1400];
+    snprintf(pat, sizeof pat, "%s/%s", g_root, pattern);
+    glob_t gl;
+    if (glob(pat, 0, NULL, &gl) || gl.gl_pathc != 1) {
+        globfree(&gl);
+        return -1;
+    }
+    snprintf(path, 1024, "%s", gl.gl_pathv[0]);
+    globfree(&gl);
+    void *dv;
+    if (ferry_file_read(path, (size_t)1 << 30, &dv, n)) return -1;
+    *d = dv;
+    for (*at = *n; (*at)-- > 0;)
+        if (*at + 16 <= *n && !memcmp(*d + *at, "FSHIDX01", 8)) return 0;
+    ferry_free(dv);
+    return -1;
+}
+
+/* Resume trusts no unsigned byte of a tile index: a store that puts
+ * version 1's tile targets into version 2's index entries (lengths and
+ * leaves kept) so that version 1's data pass for version 2's is refused
+ * (the leaves no longer hash to the signed root), nothing held. */
+static void t_resume_hostile_index(void)
+{
+    SKIP_UNLESS_DATA("rl-a");
+    ferry_store_options so = {.create = 1};
+    ferry_store *st = NULL;
+    CHECK_OK(ferry_store_open(g_root, &so, &st));
+    const char *run = "t/state-ix";
+    ferry_shard_publisher *p[2] = {0};
+    for (uint32_t r = 0; r < 2; r++) {
+        ferry_shard_options o = {.rank = r, .world = 2, .min_tile_words = 256, .publisher_id = "test-state"};
+        CHECK_OK(ferry_shard_publisher_open(st, run, &o, &p[r]));
+    }
+    const ferry_shard_region rg[] = {{"model.layers.0.self_attn.q_proj.weight", 0, 0, 0, 0}, {"lm_head.weight", 0, 0, 0, 0}};
+    size_t n = sizeof rg / sizeof rg[0];
+    ferry_model *m0 = step(0), *m1 = step(1);
+    CHECK_OK(publish2(p, m0));
+    ferry_shard_subscriber *a = NULL, *b = NULL, *c = NULL;
+    CHECK_OK(ferry_shard_subscriber_open(st, run, rg, n, NULL, &a));
+    CHECK_OK(ferry_shard_pull(a, FERRY_SYNC_LATEST, 0, NULL));
+    uint8_t *v1[8] = {0};
+    size_t ks[8] = {0};
+    CHECK_OK(copy_out(a, n, v1, ks));
+    CHECK_OK(publish2(p, m1));
+    CHECK_OK(ferry_shard_subscriber_open(st, run, rg, n, NULL, &c));
+    CHECK_OK(ferry_shard_pull(c, FERRY_SYNC_LATEST, 0, NULL));
+    char id[FERRY_SYNC_ID_LEN + 1];
+    ferry_shard_subscriber_held_id(c, id);
+    CHECK(!same_regions(a, c, n)); /* version 1's data are not version 2's */
+    for (int r = 0; r < 2; r++) {
+        char pa[64], pd[64], fa[1024], fd[1024];
+        snprintf(pa, sizeof pa, "t/state-ix/v/*1-*-r%06d.anchor", r);
+        snprintf(pd, sizeof pd, "t/state-ix/v/*2-*-r%06d.patch", r);
+        uint8_t *da = NULL, *dd = NULL;
+        size_t na = 0, nd = 0, xa = 0, xd = 0;
+        CHECK(ix_load(pa, &da, &na, &xa, fa) == 0 && ix_load(pd, &dd, &nd, &xd, fd) == 0);
+        if (!da || !dd) continue;
+        CHECK(!memcmp(da + xa + 8, dd + xd + 8, 8)); /* one grid: as many tiles */
+        uint64_t cnt = 0;
+        for (int i = 0; i < 8; i++) cnt |= (uint64_t)dd[xd + 8 + i] << (8 * i);
+        for (uint64_t i = 0; i < cnt; i++) memcpy(dd + xd + 16 + 20 * i + 4, da + xa + 16 + 20 * i + 4, 16);
+        CHECK(ferry_file_write(fd, dd, nd) == 0);
+        ferry_free(da);
+        ferry_free(dd);
+    }
+    const void *data[8];
+    for (size_t i = 0; i < n; i++) data[i] = v1[i];
+    CHECK_OK(ferry_shard_subscriber_open(st, run, rg, n, NULL, &b));
+    CHECK_RC(ferry_shard_subscriber_resume(b, 2, id, data, ks, NULL), FERRY_ERR_SYNC_CORRUPT);
+    CHECK(strstr(ferry_last_error(), "index leaf") != NULL && strstr(ferry_last_error(), ".patch") != NULL);
+    CHECK(ferry_shard_subscriber_version(b) == 0);
+    for (size_t i = 0; i < n; i++) free(v1[i]);
+    ferry_model_free(m0);
+    ferry_model_free(m1);
+    ferry_shard_subscriber_free(a);
+    ferry_shard_subscriber_free(b);
+    ferry_shard_subscriber_free(c);
+    for (int r = 0; r < 2; r++) ferry_shard_publisher_free(p[r]);
+    ferry_store_free(st);
+}
+
 #else
 static void t_resume(void) { SKIP("no store layer in a core build (NO_NET=1)"); }
+static void t_resume_hostile_index(void) { SKIP("no store layer in a core build (NO_NET=1)"); }
 #endif
 
 int main(void)
 {
 #ifdef FERRY_NO_NET
     RUN(t_resume);
+    RUN(t_resume_hostile_index);
     return CHECK_SUMMARY();
 #else
     snprintf(g_root, sizeof g_root, "%s/ferry-test-shard-state-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -208,6 +297,7 @@ int main(void)
         return 1;
     }
     RUN(t_resume);
+    RUN(t_resume_hostile_index);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_root);
