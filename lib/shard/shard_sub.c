@@ -305,6 +305,15 @@ static int take_tile(ferry_shard_subscriber *s, const sh_doc *m, int kind, const
             return ferry__fail(FERRY_ERR_SYNC_CORRUPT, TILE_FMT ": SHA-256 does not match the manifest", TILE_ARGS);
     }
     sh_held *h = ferry__shard_tiles_find(&s->held, c->name, c->r0, c->c0);
+    /* the held tile at this corner has this tile's extent and dtype: it is
+       decoded against, diffed with and written into as tr x tc words (the
+       base hash that implies it is not checked in the index form, and an
+       unsigned manifest's is the store's word) */
+    const ferry_tensor *hel = h ? ferry_model_tensor(h->m, 0) : NULL;
+    if (h && (!hel || h->r1 != t->r1 || h->c1 != t->c1 || hel->dtype != c->dtype || hel->ndim != 2 ||
+              hel->shape[0] != t->r1 - t->r0 || hel->shape[1] != t->c1 - t->c0))
+        return ferry__fail(FERRY_ERR_SYNC_MANIFEST, TILE_FMT ": the tile grid changed (this rank holds [%llu:%llu, %llu:%llu])", TILE_ARGS,
+                           (unsigned long long)h->r0, (unsigned long long)h->r1, (unsigned long long)h->c0, (unsigned long long)h->c1);
     if (kind == SH_DELTA && (!h || (!verified && memcmp(h->hash, t->base, 16))))
         return ferry__fail(FERRY_ERR_SYNC_MANIFEST, TILE_FMT ": its base is not the tile this rank holds", TILE_ARGS);
     ferry_model *out = NULL;
