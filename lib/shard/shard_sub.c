@@ -1191,10 +1191,10 @@ int ferry__shard_sub_resolve(ferry_shard_subscriber *s, sh_doc *m)
     /* the index form: the covering tiles' targets from their objects'
        index entries.  An entry's target is bound to the signed root only
        through its leaf, H(length, target, SHA-256 of the payload): the
-       leaves alone hash to the root whatever the entries say, so each
-       object is read whole and every leaf recomputed from its payload
-       (ferry__shard_object_check) before a target is believed.  One object
-       at a time: at most one object's bytes held. */
+       stored leaves hash to the root whatever the entries say, so each
+       object's index section is read whole (leaves checked against the
+       root), then the covering tiles' payloads, and each of their leaves
+       recomputed (ix_check) before a target is believed. */
     ixobj *ob = rc || !m->index_form ? NULL : ferry__calloc(m->world + 1, sizeof *ob);
     if (!rc && m->index_form && !ob) rc = FERRY_ERR_NOMEM;
     int kind = m->version > 1 ? SH_DELTA : SH_ANCHOR;
@@ -1207,24 +1207,65 @@ int ferry__shard_sub_resolve(ferry_shard_subscriber *s, sh_doc *m)
             any = find_tile(m, cs.c[i].name, cs.c[i].r0, cs.c[i].r1, cs.c[i].c0, cs.c[i].c1, &p) && p->rank == r;
         }
         if (!any || !m->obj_bytes[o]) continue;
-        ob[nob++] = (ixobj){.rank = r, .off = 0, .len = m->obj_bytes[o]};
+        ob[nob++] = (ixobj){.rank = r, .off = m->obj_index[o], .len = m->obj_bytes[o] - m->obj_index[o]};
+    }
+    if (!rc && nob) {
+        ixfetch f = {s, m, kind, ob};
+        rc = ferry__parallel(nob < SH_FETCH_THREADS ? (int)nob : SH_FETCH_THREADS, nob, ix_fetch_one, &f);
     }
     for (size_t k = 0; k < nob && !rc; k++) {
         size_t o = 2 * (size_t)ob[k].rank + (size_t)kind;
-        ixfetch f = {s, m, kind, ob + k};
         char key[FS_KEY_CAP];
         ferry__shard_key_object(key, s->run, m->version, m->id, ob[k].rank, kind);
-        if ((rc = ferry__parallel(1, 1, ix_fetch_one, &f))) break;
-        if ((rc = ferry__shard_object_check(key, m, ob[k].rank, kind, ob[k].buf, ob[k].len))) break;
-        if ((rc = ferry__shard_ix_parse(key, ob[k].buf + m->obj_index[o], ob[k].len - m->obj_index[o], m->obj_tiles[o],
-                                        m->obj_index[o], true, &ob[k].ix)))
-            break;
-        for (size_t i = 0; i < m->nparts; i++)
-            for (size_t j = 0; m->parts[i].rank == ob[k].rank && j < m->parts[i].ntiles; j++)
-                memcpy(m->parts[i].tiles[j].target, ob[k].ix.target + 16 * m->parts[i].tiles[j].leaf, 16);
+        if ((rc = ferry__shard_ix_parse(key, ob[k].buf, ob[k].len, m->obj_tiles[o], m->obj_index[o], true, &ob[k].ix))) break;
+        rc = ferry__shard_ix_check_root(key, &ob[k].ix, m->obj_root + 32 * o);
         free(ob[k].buf);
         ob[k].buf = NULL;
     }
+    /* the covering tiles' payloads, planned and batched as a pull's */
+    want *w = rc || !nob ? NULL : ferry__calloc(cs.n + 1, sizeof *w);
+    if (!rc && nob && !w) rc = FERRY_ERR_NOMEM;
+    size_t nw = 0, nrg = 0;
+    range *rg = NULL;
+    for (size_t i = 0; i < cs.n && w && !rc; i++) {
+        const sh_part *p = NULL;
+        const sh_tile *t = find_tile(m, cs.c[i].name, cs.c[i].r0, cs.c[i].r1, cs.c[i].c0, cs.c[i].c1, &p);
+        const ixobj *x = NULL;
+        for (size_t q = 0; t && q < nob && !x; q++)
+            if (ob[q].rank == p->rank) x = &ob[q];
+        if (!x) continue; /* no object of this kind: resolve's callers refuse the tile */
+        uint64_t li = t->leaf;
+        w[nw++] = (want){i, p, t, x->ix.off[li], x->ix.off[li + 1] - x->ix.off[li]};
+    }
+    if (!rc && nw) {
+        qsort(w, nw, sizeof *w, cmp_want);
+        rc = plan_ranges(w, nw, s->o.coalesce_gap, nob, &rg, &nrg);
+    }
+    for (size_t i = 0; i < nrg && !rc;) {
+        size_t j = i + 1;
+        uint64_t bytes = rg[i].len;
+        while (j < nrg && bytes + rg[j].len <= SH_BATCH_BYTES) bytes += rg[j++].len;
+        fetch f = {s, m, kind, w, rg + i};
+        rc = ferry__parallel(j - i < SH_FETCH_THREADS ? (int)(j - i) : SH_FETCH_THREADS, j - i, fetch_one, &f);
+        for (size_t k = i; k < j && !rc; k++)
+            for (size_t t = rg[k].i0; t < rg[k].i1 && !rc; t++) {
+                const ixobj *x = NULL;
+                for (size_t q = 0; q < nob && !x; q++)
+                    if (ob[q].rank == w[t].part->rank) x = &ob[q];
+                char key[FS_KEY_CAP];
+                ferry__shard_key_object(key, s->run, m->version, m->id, x->rank, kind);
+                uint64_t li = w[t].tile->leaf;
+                rc = ix_check(key, x, &w[t], rg[k].buf + (w[t].off - rg[k].off), x->ix.leaf + SH_IX_LEAF * li);
+                if (!rc) memcpy(((sh_tile *)w[t].tile)->target, x->ix.target + 16 * li, 16);
+            }
+        for (size_t k = i; k < j; k++) {
+            free(rg[k].buf);
+            rg[k].buf = NULL;
+        }
+        i = j;
+    }
+    free(rg);
+    free(w);
     for (size_t k = 0; k < nob; k++) {
         free(ob[k].buf);
         ferry__shard_ix_release(&ob[k].ix);
