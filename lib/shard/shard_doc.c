@@ -687,6 +687,9 @@ int ferry__shard_manifest_parse(const char *run, const char *key, const void *te
         if (!c.rc) ferry__shard_key_layout(want, run, m->layout_sha);
         if (!c.rc && strcmp(g_str(&c, l, "key"), want) && !c.rc) bad(&c, "field 'layout': key is not %s", want);
         m->index_form = true;
+        /* its tiles are ferry-tile-1 payloads: a standalone patch's base
+           hash has no place in a tile index (no writer makes the pair) */
+        if (!c.rc && m->tile_codec != SH_TC_CHUNK) bad(&c, "field 'index' without 'tile_codec' \"%s\"", SH_TILE_CODEC_NAME);
     }
     m->targets_known = !m->index_form;
     g_ref(&c, root, "prev", &m->prev);
