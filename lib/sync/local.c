@@ -75,6 +75,25 @@ static int write_state(const char *path, const char *run, const fs_state *cur, c
     return rc;
 }
 
+/* Whether process pid has ended: kill() still finds a zombie (ended, not
+ * yet reaped: `timeout -s KILL` kills itself with its child, which then
+ * waits for init, or forever in a container whose PID 1 never reaps), so a
+ * process found is also asked whether /proc says it is one. */
+static bool process_gone(long pid)
+{
+    if (kill((pid_t)pid, 0) != 0) return errno == ESRCH; /* EPERM: someone else's, alive */
+    char p[64], buf[512];
+    snprintf(p, sizeof p, "/proc/%ld/stat", pid);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = 0;
+    const char *r = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold anything but the last ')' */
+    return r && r[1] == ' ' && (r[2] == 'Z' || r[2] == 'X');
+}
+
 /* A process killed while it wrote PATH leaves PATH.tmp.PID.RANDOM (ferry_model_save),
  * PATH.ferry.json.tmp.PID.RANDOM (the state file) or PATH.ferry-anchor.PID.ID (a
  * staged anchor) beside it.  They are never
@@ -109,7 +128,7 @@ static void remove_stale(const char *path, bool downloads, const char *keep_id)
             char *end;
             long pid = strtol(rest, &end, 10);
             if (end == rest || pid <= 0 || (*end && *end != '.')) continue;
-            if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours to judge) */
+            if (!process_gone(pid)) continue; /* alive (or not ours to judge) */
         }
         char full[8300];
         snprintf(full, sizeof full, "%s/%s", dir, n);

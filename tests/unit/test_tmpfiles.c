@@ -7,12 +7,17 @@
  * the output must be complete.  And ferry__tmp_create itself never opens
  * through a link: a name taken by a link is skipped for another. */
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "helpers.h"
 #include "common.h"
+#ifndef FERRY_NO_NET
+#include "ferry_sync.h"
+#endif
 
 static char g_dir[128], g_victim[200];
 
@@ -86,6 +91,44 @@ static void test_tmp_create_skips_links(void)
     victim_intact();
 }
 
+#ifndef FERRY_NO_NET /* the sync layer */
+static bool exists(const char *p)
+{
+    struct stat sb;
+    return lstat(p, &sb) == 0;
+}
+
+/* ferry_sync_local_clean removes the temp files of writers that ended, a
+ * zombie included (killed, not yet reaped: `timeout -s KILL` leaves its
+ * child so), and keeps those of living processes. */
+static void test_clean_zombie(void)
+{
+    char path[200], live[400], zombie[400], reaped[400];
+    snprintf(path, sizeof path, "%s/island.safetensors", g_dir);
+    pid_t z = fork();
+    if (z == 0) _exit(0);
+    pid_t r = fork();
+    if (r == 0) _exit(0);
+    CHECK(z > 0 && r > 0);
+    CHECK(waitpid(r, NULL, 0) == r); /* r is gone; z stays a zombie until waited for */
+    siginfo_t si;
+    CHECK(waitid(P_PID, (id_t)z, &si, WEXITED | WNOWAIT) == 0); /* z has ended, still unreaped */
+    snprintf(live, sizeof live, "%s.tmp.%ld.00", path, (long)getpid());
+    snprintf(zombie, sizeof zombie, "%s.tmp.%ld.00", path, (long)z);
+    snprintf(reaped, sizeof reaped, "%s.ferry.json.tmp.%ld", path, (long)r);
+    CHECK_OK(ferry_file_write(live, "x", 1));
+    CHECK_OK(ferry_file_write(zombie, "x", 1));
+    CHECK_OK(ferry_file_write(reaped, "x", 1));
+    CHECK(kill(z, 0) == 0); /* kill() alone would call the zombie alive */
+    ferry_sync_local_clean(path);
+    CHECK(exists(live));
+    CHECK(!exists(zombie));
+    CHECK(!exists(reaped));
+    unlink(live);
+    waitpid(z, NULL, 0);
+}
+#endif
+
 int main(void)
 {
     if (tmpdir_make(g_dir, sizeof g_dir, "ferry-tmpfiles")) return 1;
@@ -93,6 +136,9 @@ int main(void)
     if (ferry_file_write(g_victim, "precious", 8)) return 1;
     RUN(test_planted_links);
     RUN(test_tmp_create_skips_links);
+#ifndef FERRY_NO_NET
+    RUN(test_clean_zombie);
+#endif
     rm_rf(g_dir);
     return CHECK_SUMMARY();
 }
