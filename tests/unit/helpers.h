@@ -6,6 +6,9 @@
  *   ramp_model(fill)           (with check.h included first) a one-tensor
  *                              model: BF16 "w" of 4096 words, fill plus a
  *                              ramp on every 7th word
+ *   model_copy(m)              (check.h first) a writable copy of a model
+ *   models_same(a, b)          (check.h first) the same tensors bit for bit
+ *   open_step(set, step)       (check.h first) DATA/set/step-NNN.safetensors
  *   NOT_BUILT_MAIN(why)        the whole program of a test whose subject
  *                              this build leaves out (make NO_NET=1): it
  *                              prints why and one skipped case, e.g.
@@ -20,8 +23,10 @@
 #ifndef FERRY_TESTS_HELPERS_H
 #define FERRY_TESTS_HELPERS_H
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Makes the directory $TMPDIR/NAME.XXXXXX (mkdtemp) into buf; 0 on
  * success, else prints why and returns 1. */
@@ -66,6 +71,51 @@ static inline ferry_model *ramp_model(uint16_t fill)
     uint64_t shape[1] = {4096};
     CHECK_OK(ferry_model_create(&m));
     CHECK_OK(ferry_model_add(m, "w", FERRY_BF16, 1, shape, w, sizeof w, FERRY_ADD_COPY));
+    return m;
+}
+
+/* A writable copy of src: its tensors and metadata owned (NULL on failure). */
+static inline ferry_model *model_copy(const ferry_model *src)
+{
+    ferry_model *m = NULL;
+    if (ferry_model_create(&m)) return NULL;
+    for (size_t i = 0; i < ferry_model_count(src); i++) {
+        const ferry_tensor *t = ferry_model_tensor(src, i);
+        if (ferry_model_add(m, t->name, t->dtype, t->ndim, t->shape, t->data, t->nbytes, FERRY_ADD_COPY)) {
+            ferry_model_free(m);
+            return NULL;
+        }
+    }
+    for (size_t i = 0; i < ferry_model_metadata_count(src); i++) {
+        const char *k, *v;
+        ferry_model_metadata(src, i, &k, &v);
+        if (ferry_model_set_metadata(m, k, v)) {
+            ferry_model_free(m);
+            return NULL;
+        }
+    }
+    return m;
+}
+
+/* The same tensors, names and bytes, bit for bit and in the same order. */
+static inline bool models_same(const ferry_model *a, const ferry_model *b)
+{
+    if (ferry_model_count(a) != ferry_model_count(b)) return false;
+    for (size_t i = 0; i < ferry_model_count(a); i++) {
+        const ferry_tensor *x = ferry_model_tensor(a, i), *y = ferry_model_tensor(b, i);
+        if (x->nbytes != y->nbytes || strcmp(x->name, y->name) || memcmp(x->data, y->data, x->nbytes)) return false;
+    }
+    return true;
+}
+
+/* The shared checkpoint SET/step-NNN.safetensors (data_path), opened; a
+ * failure is a failed check and NULL. */
+static inline ferry_model *open_step(const char *set, int step)
+{
+    char rel[64], path[512];
+    snprintf(rel, sizeof rel, "%s/step-%03d.safetensors", set, step);
+    ferry_model *m = NULL;
+    CHECK_OK(ferry_model_open(data_path(path, sizeof path, rel), &m));
     return m;
 }
 #endif

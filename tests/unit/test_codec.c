@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <unistd.h>
 #include "check.h"
+#include "helpers.h"
 #include "model.h"
 #include "codec/patch.h"
 #include "codec/sparse.h"
@@ -27,22 +28,6 @@ static bool same_model(const ferry_model *a, const ferry_model *b)
     return memcmp(ha, hb, 16) == 0;
 }
 
-static ferry_model *clone(const ferry_model *m)
-{
-    ferry_model *c;
-    if (ferry_model_create(&c)) return NULL;
-    for (size_t i = 0; i < ferry_model_count(m); i++) {
-        const ferry_tensor *t = ferry_model_tensor(m, i);
-        if (ferry_model_add(c, t->name, t->dtype, t->ndim, t->shape, t->data, t->nbytes, FERRY_ADD_COPY)) return NULL;
-    }
-    for (size_t i = 0; i < ferry_model_metadata_count(m); i++) {
-        const char *k, *v;
-        ferry_model_metadata(m, i, &k, &v);
-        ferry_model_set_metadata(c, k, v);
-    }
-    return c;
-}
-
 /* diff a->b, apply (copy and in place when possible), compare to b. */
 static void round_trip(const ferry_model *a, const ferry_model *b, size_t *patch_size)
 {
@@ -56,7 +41,7 @@ static void round_trip(const ferry_model *a, const ferry_model *b, size_t *patch
     CHECK_OK(ferry_patch_inspect(p, n, &pi));
     CHECK(ferry_patch_info_format(pi) >= 1 && ferry_patch_info_format(pi) <= 3); /* 2: codec 3, 3: codec 4 in use */
     ferry_patch_info_free(pi);
-    ferry_model *c = clone(a);
+    ferry_model *c = model_copy(a);
     int rc = ferry_apply_inplace(c, p, n);
     CHECK(rc == FERRY_OK || rc == FERRY_ERR_SHAPE_MISMATCH);
     if (rc == FERRY_OK) CHECK(same_model(c, b));
@@ -65,15 +50,6 @@ static void round_trip(const ferry_model *a, const ferry_model *b, size_t *patch
     ferry_model_free(c);
     ferry_model_free(out);
     ferry_free(p);
-}
-
-static ferry_model *open_step(const char *set, int step)
-{
-    char rel[64], path[512];
-    snprintf(rel, sizeof rel, "%s/step-%03d.safetensors", set, step);
-    ferry_model *m = NULL;
-    CHECK_OK(ferry_model_open(data_path(path, sizeof path, rel), &m));
-    return m;
 }
 
 static void test_real_consecutive(void)
@@ -584,7 +560,7 @@ static void test_inplace_reuse(void)
     for (int round = 0; round < 3; round++) {
         for (int th = 1; th <= 2; th++) {
             ferry_apply_options o = {.threads = th};
-            ferry_model *c1 = clone(a1), *c2 = clone(a2);
+            ferry_model *c1 = model_copy(a1), *c2 = model_copy(a2);
             CHECK_OK(ferry_apply_inplace_ex(c1, p1, n1, &o));
             CHECK(same_model(c1, b1));
             CHECK(ferry_apply_inplace_ex(c2, q2, n2, &o) != FERRY_OK);
@@ -592,18 +568,18 @@ static void test_inplace_reuse(void)
             CHECK_OK(ferry_apply_inplace_ex(c2, p2, n2, &o));
             CHECK(same_model(c2, b2));
             ferry_model_free(c1);
-            c1 = clone(a1);
+            c1 = model_copy(a1);
             CHECK(ferry_apply_inplace_ex(c1, p2, n2, &o) == FERRY_ERR_BASE_MISMATCH);
             CHECK(same_model(c1, a1));
             ferry_model_free(c1);
             ferry_model_free(c2);
         }
         /* records: a1 -> b1 kept, then other applies, then revert */
-        ferry_model *c = clone(a1);
+        ferry_model *c = model_copy(a1);
         ferry__codec_undo *r = NULL;
         CHECK_OK(ferry__codec_apply_inplace_undo(c, p1, n1, NULL, &r));
         CHECK(r != NULL && same_model(c, b1));
-        ferry_model *c2 = clone(a2);
+        ferry_model *c2 = model_copy(a2);
         CHECK_OK(ferry_apply_inplace_ex(c2, p2, n2, NULL));
         CHECK(same_model(c2, b2));
         ferry__codec_undo_revert(r);
@@ -759,7 +735,7 @@ static void test_wrong_base(void)
     CHECK_RC(ferry_apply(b, p, n, &out), FERRY_ERR_BASE_MISMATCH);
     CHECK(out == NULL);
     CHECK(strstr(ferry_last_error(), "base model hash") != NULL);
-    ferry_model *c = clone(b);
+    ferry_model *c = model_copy(b);
     CHECK_RC(ferry_apply_inplace(c, p, n), FERRY_ERR_BASE_MISMATCH);
     CHECK(same_model(c, b));
     ferry_model_free(c);
@@ -792,7 +768,7 @@ static void test_damaged_patches(void)
     }
     /* flipped bits behind a recomputed checksum reach the inner checks:
      * they must fail cleanly too (or, by chance, decode to the same bits) */
-    ferry_model *c = clone(a);
+    ferry_model *c = model_copy(a);
     for (size_t i = 16; i + 16 < n; i++) {
         memcpy(q, p, n);
         q[i] ^= (uint8_t)(1u << (rnd() % 8));
@@ -805,7 +781,7 @@ static void test_damaged_patches(void)
         }
         rc = ferry_apply_inplace(c, q, n);
         CHECK(same_model(c, rc == FERRY_OK ? b : a));
-        if (rc == FERRY_OK) { ferry_model_free(c); c = clone(a); }
+        if (rc == FERRY_OK) { ferry_model_free(c); c = model_copy(a); }
     }
     ferry_model_free(c);
     free(q);
@@ -901,7 +877,7 @@ static void test_inplace_undo(void)
     for (int li = 0; li < 3; li++) {
         for (int th = 1; th <= 2; th++) {
             ferry_apply_options o = {.threads = th, .undo_limit = limits[li]};
-            ferry_model *c = clone(a);
+            ferry_model *c = model_copy(a);
             CHECK_OK(ferry_apply_inplace_ex(c, p, n, &o));
             CHECK(same_model(c, b));
             ferry_model_free(c);
@@ -909,7 +885,7 @@ static void test_inplace_undo(void)
         /* damage the last tensor's payload (the checksum resealed): the
          * big tensor's chunks come first and may already be written */
         int refused = 0;
-        ferry_model *c = clone(a);
+        ferry_model *c = model_copy(a);
         for (size_t i = n - 16 - 64; i < n - 16; i += 3) {
             memcpy(q, p, n);
             q[i] ^= (uint8_t)(1u << (i % 8));
@@ -917,7 +893,7 @@ static void test_inplace_undo(void)
             ferry_apply_options o = {.threads = 1, .undo_limit = limits[li]};
             int rc = ferry_apply_inplace_ex(c, q, n, &o);
             CHECK(same_model(c, rc == FERRY_OK ? b : a));
-            if (rc == FERRY_OK) { ferry_model_free(c); c = clone(a); }
+            if (rc == FERRY_OK) { ferry_model_free(c); c = model_copy(a); }
             else refused++;
         }
         CHECK(refused > 0);
@@ -968,7 +944,7 @@ static void test_clean_vector_state(void)
     CHECK((xinuse() & upper) == 0);
     CHECK_OK(ferry_diff(a, b, NULL, &p, &n));
     CHECK((xinuse() & upper) == 0);
-    ferry_model *c = clone(a);
+    ferry_model *c = model_copy(a);
     CHECK_OK(ferry_apply_inplace(c, p, n));
     CHECK((xinuse() & upper) == 0);
     CHECK(same_model(c, b));

@@ -6,6 +6,7 @@
  * SHA-256, it must fail and leave the model bit for bit as it was. */
 #include <stdint.h>
 #include "check.h"
+#include "helpers.h"
 #include "model.h"
 #include "codec/patch.h"
 #include "codec/undo.h"
@@ -18,37 +19,6 @@ static uint64_t rnd(void)
     rng_state ^= rng_state >> 7;
     rng_state ^= rng_state << 17;
     return rng_state;
-}
-
-/* A writable copy of m (its tensors owned, metadata too). */
-static ferry_model *copy_model(const ferry_model *src)
-{
-    ferry_model *m = NULL;
-    if (ferry_model_create(&m)) return NULL;
-    for (size_t i = 0; i < ferry_model_count(src); i++) {
-        const ferry_tensor *t = ferry_model_tensor(src, i);
-        if (ferry_model_add(m, t->name, t->dtype, t->ndim, t->shape, t->data, t->nbytes, FERRY_ADD_COPY)) {
-            ferry_model_free(m);
-            return NULL;
-        }
-    }
-    for (size_t i = 0; i < ferry_model_metadata_count(src); i++) {
-        const char *k, *v;
-        ferry_model_metadata(src, i, &k, &v);
-        ferry_model_set_metadata(m, k, v);
-    }
-    return m;
-}
-
-/* Bit for bit the same tensors. */
-static bool same(const ferry_model *a, const ferry_model *b)
-{
-    if (ferry_model_count(a) != ferry_model_count(b)) return false;
-    for (size_t i = 0; i < ferry_model_count(a); i++) {
-        const ferry_tensor *x = ferry_model_tensor(a, i), *y = ferry_model_tensor(b, i);
-        if (x->nbytes != y->nbytes || strcmp(x->name, y->name) || memcmp(x->data, y->data, x->nbytes)) return false;
-    }
-    return true;
 }
 
 /* Feeds patch [0, cut) in pieces: 1 byte each (piece 1), random sizes up
@@ -137,17 +107,17 @@ static void one_pair(const ferry_model *a, const ferry_model *b, int threads)
     size_t n = 0;
     ferry_diff_options dopt = {.threads = 2};
     CHECK_OK(ferry_diff(a, b, &dopt, &patch, &n));
-    ferry_model *x = copy_model(a), *y = copy_model(a);
+    ferry_model *x = model_copy(a), *y = model_copy(a);
     CHECK(x && y);
     ferry_apply_options ao = {.threads = threads};
     CHECK_OK(ferry_apply_inplace_ex(x, patch, n, &ao));
-    CHECK(same(x, b));
+    CHECK(models_same(x, b));
     /* random pieces, then 1-byte pieces, then all at once */
     const size_t pieces[3] = {65536, 1, 0};
     for (int k = 0; k < 3; k++) {
-        ferry_model *z = copy_model(a);
+        ferry_model *z = model_copy(a);
         CHECK_OK(stream_apply(z, patch, n, &ao, pieces[k], NULL));
-        CHECK(same(z, x));
+        CHECK(models_same(z, x));
         ferry_model_free(z);
     }
     /* vouched base, twice in a row (the second over kept leaf digests) */
@@ -155,19 +125,10 @@ static void one_pair(const ferry_model *a, const ferry_model *b, int threads)
     CHECK_OK(ferry_model_hash(a, ha));
     ao.base_hash = ha;
     CHECK_OK(stream_apply(y, patch, n, &ao, 4096, NULL));
-    CHECK(same(y, x));
+    CHECK(models_same(y, x));
     ferry_model_free(x);
     ferry_model_free(y);
     ferry_free(patch);
-}
-
-static ferry_model *open_step(const char *set, int step)
-{
-    char rel[64], path[512];
-    snprintf(rel, sizeof rel, "%s/step-%03d.safetensors", set, step);
-    ferry_model *m = NULL;
-    CHECK_OK(ferry_model_open(data_path(path, sizeof path, rel), &m));
-    return m;
 }
 
 static void test_stream_equals_buffered_real(void)
@@ -226,10 +187,10 @@ static void test_stream_equals_buffered_random(void)
         void *patch;
         size_t n;
         CHECK_OK(ferry_diff(a, b, NULL, &patch, &n));
-        ferry_model *z = copy_model(a);
+        ferry_model *z = model_copy(a);
         ferry_apply_options ao = {.threads = 2, .undo_limit = 1};
         CHECK_OK(stream_apply(z, patch, n, &ao, 10000, NULL));
-        CHECK(same(z, b));
+        CHECK(models_same(z, b));
         ferry_model_free(z);
         ferry_free(patch);
         ferry_model_free(a);
@@ -251,15 +212,15 @@ static void setup(fixture *f, bool real)
     memset(f, 0, sizeof *f);
     if (real) {
         ferry_model *a = open_step("rl-a", 2), *b = open_step("rl-a", 3);
-        f->a = copy_model(a);
-        f->b = copy_model(b);
+        f->a = model_copy(a);
+        f->b = model_copy(b);
         ferry_model_free(a);
         ferry_model_free(b);
     } else {
         random_pair(&f->a, &f->b, ((size_t)1 << 22) + 777);
     }
     CHECK_OK(ferry_diff(f->a, f->b, NULL, &f->patch, &f->n));
-    f->m = copy_model(f->a);
+    f->m = model_copy(f->a);
     patch_points(f->patch, f->n, &f->pts);
 }
 
@@ -290,13 +251,13 @@ static void cuts(bool real)
             int rc = ferry_apply_stream_end(st);
             if (rc == FERRY_OK || (!frc && rc != FERRY_ERR_PATCH_TRUNCATED)) bad++;
         }
-        if (!same(f.m, f.a)) bad++;
+        if (!models_same(f.m, f.a)) bad++;
     }
     if (bad) fprintf(stderr, "%d of %zu cuts left the model changed or were not refused\n", bad, f.pts.n);
     CHECK(bad == 0);
     /* after all that, the whole patch still applies */
     CHECK_OK(stream_apply(f.m, f.patch, f.n, NULL, 100000, NULL));
-    CHECK(same(f.m, f.b));
+    CHECK(models_same(f.m, f.b));
     teardown(&f);
 }
 
@@ -337,15 +298,15 @@ static void corrupt(bool real)
                 /* a bit no decoder reads (a coder's flush, padding), the
                    trailer made to match: the verified target all the same,
                    as the buffered apply finds */
-                ferry_model *y = copy_model(f.a);
-                if (!reseal || !same(f.m, f.b) || ferry_apply_inplace(y, p, f.n) || !same(y, f.b)) {
+                ferry_model *y = model_copy(f.a);
+                if (!reseal || !models_same(f.m, f.b) || ferry_apply_inplace(y, p, f.n) || !models_same(y, f.b)) {
                     fprintf(stderr, "byte %zu (of %zu, resealed %d): applied\n", at, f.n, reseal);
                     bad++;
                 }
                 ferry_model_free(y);
                 ferry_model_free(f.m); /* the base again for the next case */
-                f.m = copy_model(f.a);
-            } else if (!same(f.m, f.a)) {
+                f.m = model_copy(f.a);
+            } else if (!models_same(f.m, f.a)) {
                 fprintf(stderr, "byte %zu (of %zu, resealed %d): rc %d, model CHANGED\n", at, f.n, reseal, rc);
                 bad++;
             }
@@ -354,7 +315,7 @@ static void corrupt(bool real)
 #endif
             /* the signed digest: every corrupt byte is a replaced object */
             rc = stream_apply(f.m, p, f.n, &ao, 30000, sha);
-            if (rc != FERRY_ERR_SIG_DIGEST || !same(f.m, f.a)) {
+            if (rc != FERRY_ERR_SIG_DIGEST || !models_same(f.m, f.a)) {
                 fprintf(stderr, "byte %zu with digest: rc %d (%s)\n", at, rc, ferry_last_error());
                 digest_bad++;
             }
@@ -368,7 +329,7 @@ static void corrupt(bool real)
 #else
     CHECK_OK(stream_apply(f.m, f.patch, f.n, NULL, 50000, sha));
 #endif
-    CHECK(same(f.m, f.b));
+    CHECK(models_same(f.m, f.b));
     free(p);
     teardown(&f);
 }
@@ -395,13 +356,13 @@ static void test_stream_misc(void)
     memcpy(wrong, sha, 32);
     wrong[7] ^= 1;
     CHECK_RC(stream_apply(f.m, f.patch, f.n, NULL, 40000, wrong), FERRY_ERR_SIG_DIGEST);
-    CHECK(same(f.m, f.a));
+    CHECK(models_same(f.m, f.a));
     /* truncated, with the right digest of the whole: not these bytes */
     ferry_apply_stream_options so = {.sha256 = sha};
     CHECK_OK(ferry_apply_stream_begin(f.m, NULL, &so, &st));
     CHECK_OK(feed(st, f.patch, f.n - 100, 5000));
     CHECK_RC(ferry_apply_stream_end(st), FERRY_ERR_SIG_DIGEST);
-    CHECK(same(f.m, f.a));
+    CHECK(models_same(f.m, f.a));
 #endif
     /* one byte more than declared */
     uint8_t *p = malloc(f.n + 1);
@@ -410,13 +371,13 @@ static void test_stream_misc(void)
     CHECK_OK(ferry_apply_stream_begin(f.m, NULL, NULL, &st));
     CHECK_RC(feed(st, p, f.n + 1, 0), FERRY_ERR_PATCH_CORRUPT);
     CHECK_RC(ferry_apply_stream_end(st), FERRY_ERR_PATCH_CORRUPT);
-    CHECK(same(f.m, f.a));
+    CHECK(models_same(f.m, f.a));
     /* a bound under the declared size */
     ferry_apply_stream_options small = {.max_size = f.n - 1};
     CHECK_OK(ferry_apply_stream_begin(f.m, NULL, &small, &st));
     CHECK_RC(feed(st, f.patch, f.n, 0), FERRY_ERR_LIMIT);
     ferry_apply_stream_abort(st);
-    CHECK(same(f.m, f.a));
+    CHECK(models_same(f.m, f.a));
     /* the header's hashes, once 64 bytes are in */
     uint8_t hb[16], ht[16], ha[16], hbb[16];
     CHECK_OK(ferry_apply_stream_begin(f.m, NULL, NULL, &st));
@@ -428,11 +389,11 @@ static void test_stream_misc(void)
     CHECK(!memcmp(hb, ha, 16) && !memcmp(ht, hbb, 16));
     ferry_apply_stream_abort(st);
     /* a wrong base: refused before a word is written */
-    ferry_model *other = copy_model(f.b);
+    ferry_model *other = model_copy(f.b);
     CHECK_OK(ferry_apply_stream_begin(other, NULL, NULL, &st));
     CHECK_RC(feed(st, f.patch, f.n, 3000), FERRY_ERR_BASE_MISMATCH);
     CHECK_RC(ferry_apply_stream_end(st), FERRY_ERR_BASE_MISMATCH);
-    CHECK(same(other, f.b));
+    CHECK(models_same(other, f.b));
     ferry_model_free(other);
     /* the record of the sync layer: reverted, the base again */
     CHECK_OK(ferry__codec_apply_stream_begin(f.m, NULL, NULL, true, &st));
@@ -440,10 +401,10 @@ static void test_stream_misc(void)
     ferry__codec_undo *rec = NULL;
     CHECK_OK(ferry__codec_apply_stream_end(st, &rec));
     CHECK(rec != NULL);
-    CHECK(same(f.m, f.b));
+    CHECK(models_same(f.m, f.b));
     ferry__codec_undo_revert(rec);
     ferry__codec_undo_free(rec);
-    CHECK(same(f.m, f.a));
+    CHECK(models_same(f.m, f.a));
     free(p);
     teardown(&f);
 }
@@ -451,7 +412,7 @@ static void test_stream_misc(void)
 /* Changes every tensor but "still" a little (a next version). */
 static ferry_model *next_version(const ferry_model *b)
 {
-    ferry_model *c = copy_model(b);
+    ferry_model *c = model_copy(b);
     for (size_t i = 0; c && i < ferry_model_count(c); i++) {
         const ferry_tensor *t = ferry_model_tensor(c, i);
         if (!strcmp(t->name, "still")) continue;
@@ -481,10 +442,10 @@ static void test_stream_leaf_cache(void)
         uint8_t ha[16], hb[16];
         CHECK_OK(ferry_model_hash(a, ha));
         CHECK_OK(ferry_model_hash(b, hb));
-        ferry_model *m = copy_model(a);
+        ferry_model *m = model_copy(a);
         ferry_apply_options ao = {.threads = 2, .base_hash = ha};
         CHECK_OK(ferry_apply_inplace_ex(m, p1, n1, &ao)); /* m is b, with b's digests kept */
-        CHECK(same(m, b));
+        CHECK(models_same(m, b));
         ao.base_hash = hb;
         /* p2 with a byte of its last chunk changed and resealed: fails late */
         uint8_t *bad = malloc(n2);
@@ -505,7 +466,7 @@ static void test_stream_leaf_cache(void)
             feed(st, bad, n2, piece == 0 ? 1000 : piece == 1 ? 100000 : 0);
             ferry__codec_undo *rec = NULL;
             CHECK(ferry__codec_apply_stream_end(st, &rec) != FERRY_OK && rec == NULL);
-            CHECK(same(m, b));
+            CHECK(models_same(m, b));
         }
         /* the digests still describe m: the right patch over them */
         ferry__codec_undo *rec = NULL;
@@ -513,20 +474,20 @@ static void test_stream_leaf_cache(void)
         CHECK_OK(ferry__codec_apply_stream_begin(m, &ao, NULL, keep, &st));
         CHECK_OK(feed(st, p2, n2, 50000));
         CHECK_OK(ferry__codec_apply_stream_end(st, keep ? &rec : NULL));
-        CHECK(same(m, c));
+        CHECK(models_same(m, c));
         if (keep) { /* the record puts b back (and drops the digests) */
             CHECK(rec != NULL);
             ferry__codec_undo_revert(rec);
             ferry__codec_undo_free(rec);
-            CHECK(same(m, b));
+            CHECK(models_same(m, b));
             ao.base_hash = ha; /* b's digests again, through a */
             ferry_model_free(m);
-            m = copy_model(a);
+            m = model_copy(a);
             CHECK_OK(ferry_apply_inplace_ex(m, p1, n1, &ao));
             ao.base_hash = hb;
         } else {
             ferry_model_free(m);
-            m = copy_model(a);
+            m = model_copy(a);
             ao.base_hash = ha;
             CHECK_OK(ferry_apply_inplace_ex(m, p1, n1, &ao));
             ao.base_hash = hb;
@@ -539,13 +500,13 @@ static void test_stream_leaf_cache(void)
         size_t at = ferry_model_tensor(m, bi)->nbytes / 2 & ~(size_t)1;
         while (w[at] != wc[at] || w[at + 1] != wc[at + 1]) at -= 2; /* a word p2 leaves as it is */
         w[at] ^= 0x40;
-        ferry_model *before = copy_model(m);
+        ferry_model *before = model_copy(m);
         for (int t = 0; t < 2; t++) { /* BASE_MISMATCH over the digests; then (dropped) the result's hash */
             CHECK_OK(ferry__codec_apply_stream_begin(m, &ao, NULL, keep, &st));
             feed(st, p2, n2, 70000);
             int rc = ferry__codec_apply_stream_end(st, NULL);
             CHECK(rc == (t == 0 ? FERRY_ERR_BASE_MISMATCH : FERRY_ERR_TARGET_MISMATCH));
-            CHECK(same(m, before));
+            CHECK(models_same(m, before));
         }
         w[at] ^= 0x40; /* b again, without digests: the hashed path */
         CHECK_OK(ferry__codec_apply_stream_begin(m, &ao, NULL, keep, &st));
@@ -553,7 +514,7 @@ static void test_stream_leaf_cache(void)
         rec = NULL;
         CHECK_OK(ferry__codec_apply_stream_end(st, keep ? &rec : NULL));
         ferry__codec_undo_free(rec);
-        CHECK(same(m, c));
+        CHECK(models_same(m, c));
         ferry_model_free(before);
         ferry_model_free(m);
         free(bad);
@@ -595,7 +556,7 @@ static void test_stream_two_failures(void)
         CHECK(rc == FERRY_ERR_PATCH_CORRUPT || rc == FERRY_ERR_TARGET_MISMATCH);
         CHECK(strstr(ferry_last_error(), "tensor '") != NULL);
 
-        CHECK(same(f.m, f.a));
+        CHECK(models_same(f.m, f.a));
     }
     /* the caller's own failure (a byte past the declared end) while the
        workers may still decode a corrupt chunk: the failure reported, by
@@ -622,7 +583,7 @@ static void test_stream_two_failures(void)
         CHECK(strstr(ferry_last_error(), "more than") != NULL);
         CHECK_RC(ferry_apply_stream_end(st), FERRY_ERR_PATCH_CORRUPT);
         CHECK(strstr(ferry_last_error(), "more than") != NULL);
-        CHECK(same(f.m, f.a));
+        CHECK(models_same(f.m, f.a));
     }
     ferry__codec_patch_table_release(&t);
     free(p);

@@ -220,41 +220,6 @@ static void test_get_stream_http_fault(void)
 
 /* ---- the subscriber ---- */
 
-static ferry_model *open_step(int step)
-{
-    char rel[64], path[512];
-    snprintf(rel, sizeof rel, "rl-a/step-%03d.safetensors", step);
-    ferry_model *m = NULL;
-    CHECK_OK(ferry_model_open(data_path(path, sizeof path, rel), &m));
-    return m;
-}
-
-static ferry_model *copy_model(const ferry_model *src)
-{
-    ferry_model *m = NULL;
-    if (ferry_model_create(&m)) return NULL;
-    for (size_t i = 0; i < ferry_model_count(src); i++) {
-        const ferry_tensor *t = ferry_model_tensor(src, i);
-        ferry_model_add(m, t->name, t->dtype, t->ndim, t->shape, t->data, t->nbytes, FERRY_ADD_COPY);
-    }
-    for (size_t i = 0; i < ferry_model_metadata_count(src); i++) {
-        const char *k, *v;
-        ferry_model_metadata(src, i, &k, &v);
-        ferry_model_set_metadata(m, k, v);
-    }
-    return m;
-}
-
-static bool same(const ferry_model *a, const ferry_model *b)
-{
-    if (ferry_model_count(a) != ferry_model_count(b)) return false;
-    for (size_t i = 0; i < ferry_model_count(a); i++) {
-        const ferry_tensor *x = ferry_model_tensor(a, i), *y = ferry_model_tensor(b, i);
-        if (x->nbytes != y->nbytes || memcmp(x->data, y->data, x->nbytes)) return false;
-    }
-    return true;
-}
-
 #define NV 6 /* versions: rl-a steps 0..5, version v = step v - 1 */
 
 /* The key of version v's delta in run r (listed: its id is random). */
@@ -332,7 +297,7 @@ static void publish(world *w, bool is_signed)
  * step), plus further stores. */
 static ferry_subscriber *island(world *w, ferry_store *s, ferry_model **m, int at, ferry_store *also)
 {
-    *m = copy_model(w->steps[at - 1]);
+    *m = model_copy(w->steps[at - 1]);
     ferry_subscriber_options so = {.model = *m, .model_version = (uint64_t)at, .threads = 2, .no_compactions = 1, .keys = w->sub};
     ferry_subscriber *sub = NULL;
     CHECK_OK(ferry_subscriber_open(s, w->run, &so, &sub));
@@ -377,11 +342,11 @@ static void subscriber_changes_case(world *w, const char *key4)
     ferry_sync_info info;
     if (!sub) return;
     CHECK_OK(ferry_subscriber_sync(sub, FERRY_SYNC_EXACT, 3, &info));
-    CHECK(same(m, w->steps[2]));
+    CHECK(models_same(m, w->steps[2]));
     CHECK(changes_match(sub, w->steps[0], m));
     /* the mirror's delta 4 is still bad: nothing changes */
     CHECK(ferry_subscriber_sync(sub, FERRY_SYNC_LATEST, 0, &info) != FERRY_OK);
-    CHECK(ferry_subscriber_version(sub) == 3 && same(m, w->steps[2]));
+    CHECK(ferry_subscriber_version(sub) == 3 && models_same(m, w->steps[2]));
     CHECK(changes_match(sub, w->steps[2], m));
     int all = 1;
     const int64_t *pos;
@@ -400,7 +365,7 @@ static void subscriber_changes_case(world *w, const char *key4)
     ferry_model_free(m);
     if (!(sub = island(w, w->mirror, &m, 3, NULL))) return;
     CHECK_OK(ferry_subscriber_sync(sub, FERRY_SYNC_LATEST, 0, &info));
-    CHECK(info.to_version == NV && same(m, w->steps[NV - 1]));
+    CHECK(info.to_version == NV && models_same(m, w->steps[NV - 1]));
     CHECK(changes_match(sub, w->steps[2], m));
     ferry_subscriber_free(sub);
     ferry_model_free(m);
@@ -416,7 +381,7 @@ static void subscriber_cases(world *w, bool is_signed)
         ferry_sync_info info;
         CHECK_OK(ferry_subscriber_sync(sub, FERRY_SYNC_EXACT, (uint64_t)v, &info));
         CHECK(info.to_version == (uint64_t)v && info.rejected == 0);
-        CHECK(same(m, w->steps[v - 1]));
+        CHECK(models_same(m, w->steps[v - 1]));
     }
     ferry_subscriber_free(sub);
     ferry_model_free(m);
@@ -429,7 +394,7 @@ static void subscriber_cases(world *w, bool is_signed)
     sub = island(w, w->mirror, &m, 2, w->origin);
     ferry_sync_info info;
     CHECK_OK(ferry_subscriber_sync(sub, FERRY_SYNC_LATEST, 0, &info));
-    CHECK(info.to_version == NV && same(m, w->steps[NV - 1]));
+    CHECK(info.to_version == NV && models_same(m, w->steps[NV - 1]));
     CHECK(ferry_subscriber_objects_refetched(sub) == 1);
     ferry_subscriber_free(sub);
     ferry_model_free(m);
@@ -439,7 +404,7 @@ static void subscriber_cases(world *w, bool is_signed)
      *    bit for bit (version 4's chunks were written, then put back) */
     sub = island(w, w->mirror, &m, 3, NULL);
     CHECK(ferry_subscriber_sync(sub, FERRY_SYNC_LATEST, 0, &info) != FERRY_OK);
-    CHECK(same(m, w->steps[2]));
+    CHECK(models_same(m, w->steps[2]));
     CHECK(ferry_subscriber_version(sub) == 3);
     ferry_subscriber_stats ss;
     ferry_subscriber_get_stats(sub, &ss);
@@ -454,7 +419,7 @@ static void subscriber_cases(world *w, bool is_signed)
     tamper(w->mirror, key, cut_tail);
     sub = island(w, w->mirror, &m, 3, NULL);
     CHECK(ferry_subscriber_sync(sub, FERRY_SYNC_LATEST, 0, &info) != FERRY_OK);
-    CHECK(same(m, w->steps[2]));
+    CHECK(models_same(m, w->steps[2]));
     ferry_subscriber_get_stats(sub, &ss);
     fprintf(stderr, "    (truncated: %s)\n", ss.last_rejection);
     ferry_subscriber_free(sub);
@@ -473,7 +438,7 @@ static void subscriber_cases(world *w, bool is_signed)
     ferry_free(d);
     sub = island(w, w->mirror, &m, 3, NULL);
     CHECK(ferry_subscriber_sync(sub, FERRY_SYNC_LATEST, 0, &info) != FERRY_OK);
-    CHECK(same(m, w->steps[2]));
+    CHECK(models_same(m, w->steps[2]));
     ferry_subscriber_get_stats(sub, &ss);
     fprintf(stderr, "    (another version's delta: %s)\n", ss.last_rejection);
     CHECK(strstr(ss.last_rejection, is_signed ? "SHA-256" : "another version") != NULL);
@@ -482,7 +447,7 @@ static void subscriber_cases(world *w, bool is_signed)
     /* ... and with the origin as a second store, the version all the same */
     sub = island(w, w->mirror, &m, 3, w->origin);
     CHECK_OK(ferry_subscriber_sync(sub, FERRY_SYNC_LATEST, 0, &info));
-    CHECK(same(m, w->steps[NV - 1]));
+    CHECK(models_same(m, w->steps[NV - 1]));
     ferry_subscriber_free(sub);
     ferry_model_free(m);
     /* 5. change lists over streamed steps, and after a failed one */
@@ -500,8 +465,8 @@ static void test_subscriber_s3(void)
     w.origin = open_s3("origin");
     w.mirror = open_s3("mirror");
     for (int i = 0; i < NV; i++) {
-        ferry_model *s = open_step(i);
-        w.steps[i] = copy_model(s);
+        ferry_model *s = open_step("rl-a", i);
+        w.steps[i] = model_copy(s);
         ferry_model_free(s);
     }
     if (w.origin && w.mirror) {
