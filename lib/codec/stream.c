@@ -176,6 +176,16 @@ static int fail(ferry_apply_stream *st, int rc)
 
 static int refail(const ferry_apply_stream *st) { return ferry__fail(st->failed, "%s", st->msg); }
 
+/* fail() from a feed: a stream that drains (a digest to check) takes the
+ * rest of the object, so that end() can tell a replaced object (its
+ * SHA-256) from a damaged one whichever chunk failed first; the caller
+ * sees the failure at end(). */
+static int feed_fail(ferry_apply_stream *st, int rc)
+{
+    rc = fail(st, rc);
+    return st->draining ? FERRY_OK : rc;
+}
+
 int ferry__codec_apply_stream_begin(ferry_model *model, const ferry_apply_options *opts, const ferry_apply_stream_options *so,
                                     bool keep, ferry_apply_stream **out)
 {
@@ -289,11 +299,11 @@ int ferry_apply_stream_feed(ferry_apply_stream *st, const void *bytes, size_t n)
         st->hdr_have += take;
         p += take;
         n -= take;
-        if (st->hdr_have == PATCH_HEADER_SIZE && (rc = on_header(st))) return fail(st, rc);
+        if (st->hdr_have == PATCH_HEADER_SIZE && (rc = on_header(st))) return feed_fail(st, rc);
     }
     if (n) {
         if (n > st->size - st->have)
-            return fail(st, ferry__fail(FERRY_ERR_PATCH_CORRUPT, "patch stream: more than the %llu bytes its header declares",
+            return feed_fail(st, ferry__fail(FERRY_ERR_PATCH_CORRUPT, "patch stream: more than the %llu bytes its header declares",
                                         (unsigned long long)st->size));
         memcpy(st->buf + st->have, p, n);
         uint64_t body_end = st->size - PATCH_TRAILER_SIZE;
@@ -302,14 +312,14 @@ int ferry_apply_stream_feed(ferry_apply_stream *st, const void *bytes, size_t n)
     }
     if (!st->table && st->hdr_have == PATCH_HEADER_SIZE && st->have >= PATCH_HEADER_SIZE + (uint64_t)st->zsize &&
         (rc = on_table(st)))
-        return fail(st, rc);
+        return feed_fail(st, rc);
     if (!st->table) return FERRY_OK;
     pthread_mutex_lock(&st->mu);
     st->avail = st->have;
     if (st->avail >= st->need) pthread_cond_broadcast(&st->cv);
     rc = st->err;
     pthread_mutex_unlock(&st->mu);
-    if (rc) return fail(st, ferry__fail(rc, "%s", st->msg));
+    if (rc) return feed_fail(st, ferry__fail(rc, "%s", st->msg));
     return FERRY_OK;
 }
 

@@ -47,6 +47,7 @@ static int stream_apply(ferry_model *m, const void *patch, size_t n, const ferry
     int frc = feed(st, patch, n, piece);
     rc = ferry_apply_stream_end(st);
     if (frc && !rc) return FERRY_ERR_INTERNAL; /* a failed feed must fail the end */
+    if (frc && sha) return FERRY_ERR_INTERNAL; /* with a digest, the object's bytes never fail feed (include/ferry.h) */
     return rc;
 }
 
