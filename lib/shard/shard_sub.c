@@ -466,6 +466,36 @@ static int fetch_one(void *ctx, size_t j, int worker)
     return rc;
 }
 
+/* Fetches the batch of ranges that starts at rg[i] (up to SH_BATCH_BYTES,
+ * at least one range) in parallel; *end: the range after it.  With info,
+ * the GETs and bytes are counted.  The caller uses the buffers, then
+ * batch_free. */
+static int fetch_batch(ferry_shard_subscriber *s, const sh_doc *m, int kind, const want *w, range *rg, size_t nrg, size_t i,
+                       size_t *end, ferry_shard_pull_info *info)
+{
+    size_t j = i + 1;
+    uint64_t bytes = rg[i].len;
+    while (j < nrg && bytes + rg[j].len <= SH_BATCH_BYTES) bytes += rg[j++].len;
+    *end = j;
+    fetch f = {s, m, kind, w, rg + i};
+    int rc = ferry__parallel(j - i < SH_FETCH_THREADS ? (int)(j - i) : SH_FETCH_THREADS, j - i, fetch_one, &f);
+    for (size_t k = i; info && k < j; k++)
+        if (rg[k].got) {
+            info->requests++;
+            info->object_bytes += rg[k].got;
+            info->bytes_fetched += rg[k].got;
+        }
+    return rc;
+}
+
+static void batch_free(range *rg, size_t i, size_t j)
+{
+    for (size_t k = i; k < j; k++) {
+        free(rg[k].buf);
+        rg[k].buf = NULL;
+    }
+}
+
 static int cmp_gap(const void *a, const void *b)
 {
     const uint64_t *x = a, *y = b; /* {gap bytes, index} */
@@ -579,29 +609,14 @@ static int apply_version(ferry_shard_subscriber *s, sh_doc *m, int kind, const c
     if (!rc) rc = plan_ranges(w, cs->n, s->o.coalesce_gap, (size_t)m->world, &rg, &nrg);
     step x;
     memset(&x, 0, sizeof x);
-    for (size_t i = 0; i < nrg && !rc;) {
-        /* a batch: up to SH_BATCH_BYTES (at least one GET) fetched at once */
-        size_t j = i + 1;
-        uint64_t bytes = rg[i].len;
-        while (j < nrg && bytes + rg[j].len <= SH_BATCH_BYTES) bytes += rg[j++].len;
-        fetch f = {s, m, kind, w, rg + i};
-        rc = ferry__parallel(j - i < SH_FETCH_THREADS ? (int)(j - i) : SH_FETCH_THREADS, j - i, fetch_one, &f);
-        for (size_t k = i; k < j; k++)
-            if (rg[k].got) {
-                info->requests++;
-                info->object_bytes += rg[k].got;
-                info->bytes_fetched += rg[k].got;
-            }
+    for (size_t i = 0, j; i < nrg && !rc; i = j) {
+        rc = fetch_batch(s, m, kind, w, rg, nrg, i, &j, info);
         for (size_t k = i; k < j && !rc; k++) {
             for (size_t t = rg[k].i0; t < rg[k].i1 && !rc; t++)
                 rc = take_tile(s, m, kind, &cs->c[w[t].ci], &w[t], rg[k].buf + (w[t].off - rg[k].off), &x, false);
             if (!rc) info->tiles += rg[k].i1 - rg[k].i0;
         }
-        for (size_t k = i; k < j; k++) {
-            free(rg[k].buf);
-            rg[k].buf = NULL;
-        }
-        i = j;
+        batch_free(rg, i, j);
     }
     if (!rc) rc = step_commit(s, m, cs, &x);
     step_release(&x);
@@ -793,18 +808,8 @@ static int apply_ix(ferry_shard_subscriber *s, sh_doc *m, int kind, const covset
         qsort(w2, npart, sizeof *w2, cmp_want);
         rc = plan_ranges(w2, npart, s->o.coalesce_gap, nparto, &rg, &nrg);
     }
-    for (size_t i = 0; i < nrg && !rc;) {
-        size_t j = i + 1;
-        uint64_t bytes = rg[i].len;
-        while (j < nrg && bytes + rg[j].len <= SH_BATCH_BYTES) bytes += rg[j++].len;
-        fetch f = {s, m, kind, w2, rg + i};
-        rc = ferry__parallel(j - i < SH_FETCH_THREADS ? (int)(j - i) : SH_FETCH_THREADS, j - i, fetch_one, &f);
-        for (size_t k = i; k < j; k++)
-            if (rg[k].got) {
-                info->requests++;
-                info->object_bytes += rg[k].got;
-                info->bytes_fetched += rg[k].got;
-            }
+    for (size_t i = 0, j; i < nrg && !rc; i = j) {
+        rc = fetch_batch(s, m, kind, w2, rg, nrg, i, &j, info);
         for (size_t k = i; k < j && !rc; k++)
             for (size_t t = rg[k].i0; t < rg[k].i1 && !rc; t++) {
                 const uint8_t *pl = rg[k].buf + (w2[t].off - rg[k].off);
@@ -817,11 +822,7 @@ static int apply_ix(ferry_shard_subscriber *s, sh_doc *m, int kind, const covset
                 if (!rc) rc = take_tile(s, m, kind, &cs->c[w2[t].ci], &w2[t], pl, &x, true);
                 if (!rc) info->tiles++;
             }
-        for (size_t k = i; k < j; k++) {
-            free(rg[k].buf);
-            rg[k].buf = NULL;
-        }
-        i = j;
+        batch_free(rg, i, j);
     }
     if (!rc) rc = step_commit(s, m, cs, &x);
     step_release(&x);
@@ -1241,12 +1242,8 @@ int ferry__shard_sub_resolve(ferry_shard_subscriber *s, sh_doc *m)
         qsort(w, nw, sizeof *w, cmp_want);
         rc = plan_ranges(w, nw, s->o.coalesce_gap, nob, &rg, &nrg);
     }
-    for (size_t i = 0; i < nrg && !rc;) {
-        size_t j = i + 1;
-        uint64_t bytes = rg[i].len;
-        while (j < nrg && bytes + rg[j].len <= SH_BATCH_BYTES) bytes += rg[j++].len;
-        fetch f = {s, m, kind, w, rg + i};
-        rc = ferry__parallel(j - i < SH_FETCH_THREADS ? (int)(j - i) : SH_FETCH_THREADS, j - i, fetch_one, &f);
+    for (size_t i = 0, j; i < nrg && !rc; i = j) {
+        rc = fetch_batch(s, m, kind, w, rg, nrg, i, &j, NULL);
         for (size_t k = i; k < j && !rc; k++)
             for (size_t t = rg[k].i0; t < rg[k].i1 && !rc; t++) {
                 const ixobj *x = NULL;
@@ -1258,11 +1255,7 @@ int ferry__shard_sub_resolve(ferry_shard_subscriber *s, sh_doc *m)
                 rc = ix_check(key, x, &w[t], rg[k].buf + (w[t].off - rg[k].off), x->ix.leaf + SH_IX_LEAF * li);
                 if (!rc) memcpy(((sh_tile *)w[t].tile)->target, x->ix.target + 16 * li, 16);
             }
-        for (size_t k = i; k < j; k++) {
-            free(rg[k].buf);
-            rg[k].buf = NULL;
-        }
-        i = j;
+        batch_free(rg, i, j);
     }
     free(rg);
     free(w);
