@@ -451,19 +451,28 @@ typedef struct fetch {
     range *rg;
 } fetch;
 
+/* One ranged GET of [off, off + len) of rank's object of kind: *buf (the
+ * caller frees it, also on failure), *got; fewer bytes than asked is a
+ * truncated object. */
+static int get_exact(const ferry_shard_subscriber *s, const sh_doc *m, int kind, uint32_t rank, uint64_t off, uint64_t len,
+                     uint8_t **buf, size_t *got)
+{
+    char key[FS_KEY_CAP];
+    ferry__shard_key_object(key, s->run, m->version, m->id, rank, kind);
+    if (!(*buf = ferry__malloc((size_t)len + 1))) return FERRY_ERR_NOMEM;
+    int rc = ferry_store_get_range(s->st, key, off, (size_t)len, *buf, got);
+    if (!rc && *got != len)
+        rc = ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: %zu bytes at offset %llu, its manifest says %llu (truncated)", key, *got,
+                         (unsigned long long)off, (unsigned long long)len);
+    return rc;
+}
+
 static int fetch_one(void *ctx, size_t j, int worker)
 {
     (void)worker;
     fetch *f = ctx;
     range *r = &f->rg[j];
-    char key[FS_KEY_CAP];
-    ferry__shard_key_object(key, f->s->run, f->m->version, f->m->id, f->w[r->i0].part->rank, f->kind);
-    if (!(r->buf = ferry__malloc((size_t)r->len + 1))) return FERRY_ERR_NOMEM;
-    int rc = ferry_store_get_range(f->s->st, key, r->off, (size_t)r->len, r->buf, &r->got);
-    if (!rc && r->got != r->len)
-        rc = ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: %zu bytes at offset %llu, its manifest says %llu (truncated)", key, r->got,
-                         (unsigned long long)r->off, (unsigned long long)r->len);
-    return rc;
+    return get_exact(f->s, f->m, f->kind, f->w[r->i0].part->rank, r->off, r->len, &r->buf, &r->got);
 }
 
 /* Fetches the batch of ranges that starts at rg[i] (up to SH_BATCH_BYTES,
@@ -658,14 +667,7 @@ static int ix_fetch_one(void *ctx, size_t j, int worker)
     (void)worker;
     ixfetch *f = ctx;
     ixobj *o = &f->o[j];
-    char key[FS_KEY_CAP];
-    ferry__shard_key_object(key, f->s->run, f->m->version, f->m->id, o->rank, f->kind);
-    if (!(o->buf = ferry__malloc((size_t)o->len + 1))) return FERRY_ERR_NOMEM;
-    int rc = ferry_store_get_range(f->s->st, key, o->off, (size_t)o->len, o->buf, &o->got);
-    if (!rc && o->got != o->len)
-        rc = ferry__fail(FERRY_ERR_SYNC_CORRUPT, "%s: %zu bytes at offset %llu, its manifest says %llu (truncated)", key, o->got,
-                         (unsigned long long)o->off, (unsigned long long)o->len);
-    return rc;
+    return get_exact(f->s, f->m, f->kind, o->rank, o->off, o->len, &o->buf, &o->got);
 }
 
 static int cmp_want_leaf(const void *a, const void *b)
