@@ -149,6 +149,17 @@ static int parse_table(ferry_rd *r, patch_table *t, uint64_t payload_start, uint
     return FERRY_OK;
 }
 
+/* The header's format version and flags (both ends: buffered and streamed). */
+static int version_flags(const uint8_t *p)
+{
+    uint32_t version = ferry__le32(p + 8);
+    if (version < PATCH_VERSION || version > PATCH_VERSION_MAX)
+        return ferry__fail(FERRY_ERR_PATCH_VERSION, "patch format version %u (this build reads %d to %d)", version, PATCH_VERSION,
+                           PATCH_VERSION_MAX);
+    if (ferry__le32(p + 12) != 0) return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "patch header: unknown flags 0x%x", ferry__le32(p + 12));
+    return FERRY_OK;
+}
+
 int ferry__codec_patch_table_parse(const uint8_t *p, size_t size, patch_table *t)
 {
     memset(t, 0, sizeof *t);
@@ -156,11 +167,8 @@ int ferry__codec_patch_table_parse(const uint8_t *p, size_t size, patch_table *t
         return ferry__fail(FERRY_ERR_PATCH_MAGIC, "not a ferry patch (magic bytes differ)");
     if (size < PATCH_HEADER_SIZE + PATCH_TRAILER_SIZE)
         return ferry__fail(FERRY_ERR_PATCH_TRUNCATED, "patch of %zu bytes is shorter than header and trailer", size);
-    t->version = ferry__le32(p + 8);
-    if (t->version < PATCH_VERSION || t->version > PATCH_VERSION_MAX)
-        return ferry__fail(FERRY_ERR_PATCH_VERSION, "patch format version %u (this build reads %d to %d)", t->version,
-                           PATCH_VERSION, PATCH_VERSION_MAX);
-    if (ferry__le32(p + 12) != 0) return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "patch header: unknown flags 0x%x", ferry__le32(p + 12));
+    int rc = version_flags(p);
+    if (rc) return rc;
     uint64_t declared = ferry__le64(p + 48);
     if (declared > size)
         return ferry__fail(FERRY_ERR_PATCH_TRUNCATED, "patch is %zu bytes, header declares %llu", size, (unsigned long long)declared);
@@ -176,11 +184,8 @@ int ferry__codec_patch_table_parse(const uint8_t *p, size_t size, patch_table *t
 int ferry__codec_patch_header(const uint8_t *p, uint64_t *declared, uint32_t *zsize)
 {
     if (memcmp(p, PATCH_MAGIC, 8) != 0) return ferry__fail(FERRY_ERR_PATCH_MAGIC, "not a ferry patch (magic bytes differ)");
-    uint32_t version = ferry__le32(p + 8);
-    if (version < PATCH_VERSION || version > PATCH_VERSION_MAX)
-        return ferry__fail(FERRY_ERR_PATCH_VERSION, "patch format version %u (this build reads %d to %d)", version, PATCH_VERSION,
-                           PATCH_VERSION_MAX);
-    if (ferry__le32(p + 12) != 0) return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "patch header: unknown flags 0x%x", ferry__le32(p + 12));
+    int rc = version_flags(p);
+    if (rc) return rc;
     uint64_t size = ferry__le64(p + 48);
     if (size < PATCH_HEADER_SIZE + PATCH_TRAILER_SIZE)
         return ferry__fail(FERRY_ERR_PATCH_CORRUPT, "patch header declares %llu bytes, less than header and trailer",
