@@ -155,6 +155,30 @@ struct delta_arg {
     const fs_state *to;
 };
 
+/* A patch whose header names other models than the step's base and
+ * target: an object of another version (of a signed one: replaced). */
+static int other_version(const uint8_t pb[16], const uint8_t pt[16], const uint8_t base[16], const uint8_t target[16],
+                         uint64_t version, bool is_signed)
+{
+    char a[33], b[33], x[33], y[33];
+    ferry__hex(a, pb, 16), ferry__hex(b, pt, 16), ferry__hex(x, base, 16), ferry__hex(y, target, 16);
+    return ferry__fail(is_signed ? FERRY_ERR_SIG_DIGEST : FERRY_ERR_SYNC_CORRUPT,
+                       "the patch turns model %.12s.. into %.12s.., but version %llu needs %.12s.. into %.12s.. "
+                       "(an object of another version?%s)",
+                       a, b, (unsigned long long)version, x, y,
+                       is_signed ? " its SHA-256 cannot be the one its signed manifest gives: replaced" : "");
+}
+
+/* Room for one more undo record of a held model (none needed otherwise). */
+static int undo_room(sub_work *w)
+{
+    if (!w->held) return FERRY_OK;
+    ferry__codec_undo **more = ferry__realloc(w->undo, (w->nundo + 1) * sizeof *more);
+    if (!more) return FERRY_ERR_NOMEM;
+    w->undo = more;
+    return FERRY_OK;
+}
+
 /* A delta streamed into the model (docs/PROTOCOL.md, "Streamed deltas"):
  * the store hands the bytes on as they arrive, the header's hashes are
  * checked against the manifest's as soon as its first 64 bytes are in,
@@ -184,16 +208,9 @@ static int stream_write(void *ctx, const void *data, size_t n)
         n -= take;
         uint8_t pb[16], pt[16];
         if (c->fed >= 64) c->checked = true;
-        if (c->fed >= 64 && !ferry_apply_stream_hashes(c->st, pb, pt) && (memcmp(pb, c->base, 16) || memcmp(pt, c->target, 16))) {
-            char a[33], b[33], x[33], y[33];
-            ferry__hex(a, pb, 16), ferry__hex(b, pt, 16), ferry__hex(x, c->base, 16), ferry__hex(y, c->target, 16);
-            /* the signed object names the manifest's hashes: these bytes are not it */
-            return ferry__fail(c->want ? FERRY_ERR_SIG_DIGEST : FERRY_ERR_SYNC_CORRUPT,
-                               "the patch turns model %.12s.. into %.12s.., but version %llu needs %.12s.. into %.12s.. "
-                               "(an object of another version?%s)",
-                               a, b, (unsigned long long)c->version, x, y,
-                               c->want ? " its SHA-256 cannot be the one its signed manifest gives: replaced" : "");
-        }
+        /* the signed object names the manifest's hashes: these bytes are not it */
+        if (c->fed >= 64 && !ferry_apply_stream_hashes(c->st, pb, pt) && (memcmp(pb, c->base, 16) || memcmp(pt, c->target, 16)))
+            return other_version(pb, pt, c->base, c->target, c->version, c->want != NULL);
     }
     c->fed += n;
     return ferry_apply_stream_feed(c->st, p, n);
@@ -204,15 +221,13 @@ static int stream_write(void *ctx, const void *data, size_t n)
 static int delta_stream(ferry_subscriber *s, ferry_store *from, const struct delta_arg *da)
 {
     sub_work *w = da->w;
-    ferry__codec_undo **more = w->held ? ferry__realloc(w->undo, (w->nundo + 1) * sizeof *more) : NULL;
-    if (w->held && !more) return FERRY_ERR_NOMEM;
-    if (more) w->undo = more;
+    int rc = undo_room(w);
+    if (rc) return rc;
     uint64_t max = da->size ? da->size : 1;
     ferry_apply_options ao = {.threads = s->threads, .base_hash = w->st.hash};
     ferry_apply_stream_options so = {.max_size = max, .sha256 = da->want};
     struct stream_ctx c = {.base = w->st.hash, .target = da->target, .want = da->want, .version = da->to->version};
-    int rc = ferry__codec_apply_stream_begin(w->m, &ao, &so, w->held, &c.st);
-    if (rc) return rc;
+    if ((rc = ferry__codec_apply_stream_begin(w->m, &ao, &so, w->held, &c.st))) return rc;
     rc = ferry_store_get_stream(from, da->key, max, stream_write, &c, NULL);
     s->cnt.bytes += c.fed;
     if (!rc || c.fed) s->cnt.objects++;
@@ -274,13 +289,8 @@ static int delta_from(ferry_subscriber *s, ferry_store *from, void *arg)
     ferry_patch_info_hashes(pi, pb, pt);
     ferry_patch_info_free(pi);
     if (memcmp(pb, w->st.hash, 16) || memcmp(pt, target, 16)) {
-        char a[33], b[33], c[33], d[33];
-        ferry__hex(a, pb, 16), ferry__hex(b, pt, 16), ferry__hex(c, w->st.hash, 16), ferry__hex(d, target, 16);
-        ferry_free(patch);
-        return ferry__fail(FERRY_ERR_SYNC_CORRUPT,
-                           "%s: the patch turns model %.12s.. into %.12s.., but version %llu needs %.12s.. into %.12s.. "
-                           "(an object of another version?)",
-                           key, a, b, (unsigned long long)to->version, c, d);
+        ferry_free(patch); /* the digest, where signed, was checked on download: another version's object */
+        return ferry__context(other_version(pb, pt, w->st.hash, target, to->version, false), "%s", key);
     }
     /* the result may not exceed the model size its manifest declares */
     ferry_apply_options ao = {.threads = s->threads, .base_hash = w->st.hash, .max_output_bytes = max_out ? max_out : 1};
@@ -288,12 +298,10 @@ static int delta_from(ferry_subscriber *s, ferry_store *from, void *arg)
         /* the exposed model keeps a record of what it lost (a later step
            may fail); a model this sync built needs none */
         ferry__codec_undo *rec = NULL;
-        ferry__codec_undo **more = w->held ? ferry__realloc(w->undo, (w->nundo + 1) * sizeof *more) : NULL;
-        if (w->held && !more) {
+        if ((rc = undo_room(w))) {
             ferry_free(patch);
-            return FERRY_ERR_NOMEM;
+            return rc;
         }
-        if (more) w->undo = more;
         rc = ferry__codec_apply_inplace_undo(w->m, patch, n, &ao, w->held ? &rec : NULL);
         if (rc != FERRY_ERR_SHAPE_MISMATCH) {
             ferry_free(patch);
