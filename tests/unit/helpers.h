@@ -9,6 +9,10 @@
  *   model_copy(m)              (check.h first) a writable copy of a model
  *   models_same(a, b)          (check.h first) the same tensors bit for bit
  *   open_step(set, step)       (check.h first) DATA/set/step-NNN.safetensors
+ *   each_real_pair(stride, fn, ctx)  (check.h first) fn(a, b, i, ctx) on
+ *                              the consecutive steps i, i + 1 of rl-a (0..8)
+ *                              and rl-b (0..4), i stepping by stride; skips
+ *                              the case without the data
  *   NOT_BUILT_MAIN(why)        the whole program of a test whose subject
  *                              this build leaves out (make NO_NET=1): it
  *                              prints why and one skipped case, e.g.
@@ -118,6 +122,23 @@ static inline ferry_model *open_step(const char *set, int step)
     CHECK_OK(ferry_model_open(data_path(path, sizeof path, rel), &m));
     return m;
 }
+
+/* The real consecutive pairs of the shared data, the loop written once
+ * (test_codec, test_stream): fn sees both steps opened, or is not called
+ * when one fails to open (a failed check already). */
+#define each_real_pair(stride, fn, ctx)                                                         \
+    do {                                                                                        \
+        SKIP_UNLESS_DATA("rl-a/step-008.safetensors");                                          \
+        SKIP_UNLESS_DATA("rl-b/step-004.safetensors");                                          \
+        const struct { const char *set; int last; } sets_[] = {{"rl-a", 8}, {"rl-b", 4}};       \
+        for (int s_ = 0; s_ < 2; s_++)                                                          \
+            for (int i_ = 0; i_ < sets_[s_].last; i_ += (stride)) {                             \
+                ferry_model *a_ = open_step(sets_[s_].set, i_), *b_ = open_step(sets_[s_].set, i_ + 1); \
+                if (a_ && b_) fn(a_, b_, i_, ctx);                                              \
+                ferry_model_free(a_);                                                           \
+                ferry_model_free(b_);                                                           \
+            }                                                                                   \
+    } while (0)
 #endif
 
 #define NOT_BUILT_MAIN(why)                                                             \
