@@ -48,10 +48,11 @@ struct ferry_subscriber {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool woken;
-    /* the HEAD the last ferry_subscriber_wait returned on (single store
-       only), reused by the next sync if read less than poll_ms ago */
-    fs_head polled;
-    uint64_t polled_ms;         /* when (ferry__mono_ms); 0 = none to reuse */
+    /* when the last ferry_subscriber_wait returned on a new HEAD
+       (ferry__mono_ms; single store only; 0 = none to reuse): that HEAD,
+       poll_head[0], is reused by the next sync if read less than poll_ms
+       ago */
+    uint64_t polled_ms;
     /* per store of the list (home first): the HEAD the last wait poll read
        and its etag ("" : none), for the next poll's conditional GET */
     fs_head poll_head[FERRY_SYNC_STORES_MAX];

@@ -200,7 +200,7 @@ static int read_head(ferry_subscriber *s, fs_head *h, bool allow_below)
     bool reuse = s->polled_ms && ferry__mono_ms() - s->polled_ms < s->poll_ms;
     s->polled_ms = 0;
     int rc = FERRY_OK;
-    if (reuse) *h = s->polled;
+    if (reuse) *h = s->poll_head[0];
     else rc = ferry__sync_head_read(s->st, s->run, s->keys, &s->cnt, h, NULL);
     if (rc == FERRY_ERR_STORE_NOT_FOUND)
         return ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: no version published yet (no %s/HEAD)", s->run, s->run);
@@ -479,10 +479,7 @@ int ferry_subscriber_wait(ferry_subscriber *s, uint64_t after_version, uint64_t 
         else return rc;
         if (head) *head = hv;
         if (hv > after_version) {
-            if (!s->nalt) { /* with a store list another store may be the one synced from */
-                s->polled = h;
-                s->polled_ms = ferry__mono_ms();
-            }
+            if (!s->nalt) s->polled_ms = ferry__mono_ms(); /* h is poll_head[0]; with a store list another store may be the one synced from */
             return FERRY_OK;
         }
         pthread_mutex_lock(&s->mu);
