@@ -122,6 +122,18 @@ static int g_kind(pc *c, json_t *o)
     return 0;
 }
 
+/* root, if its field 'format' is format; else NULL, root released */
+static json_t *with_format(pc *c, json_t *root, const char *format)
+{
+    const char *f = g_str(c, root, "format");
+    if (!c->rc && strcmp(f, format)) bad(c, "format \"%.40s\" is not \"%s\"", f, format);
+    if (c->rc) {
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
 static json_t *load(pc *c, const void *text, size_t n, const char *format)
 {
     if (n > SH_MANIFEST_MAX) {
@@ -134,16 +146,12 @@ static json_t *load(pc *c, const void *text, size_t n, const char *format)
         bad(c, "not valid JSON (line %d: %s)", err.line, err.text);
         return NULL;
     }
-    if (!json_is_object(root)) bad(c, "not a JSON object");
-    else {
-        const char *f = g_str(c, root, "format");
-        if (!c->rc && strcmp(f, format)) bad(c, "format \"%.40s\" is not \"%s\"", f, format);
-    }
-    if (c->rc) {
+    if (!json_is_object(root)) {
+        bad(c, "not a JSON object");
         json_decref(root);
         return NULL;
     }
-    return root;
+    return with_format(c, root, format);
 }
 
 /* load() for a document with large lists: the lists named in big are
@@ -160,13 +168,7 @@ static json_t *load_split(pc *c, const void *text, size_t n, const char *format,
         bad(c, "%s", why);
         return NULL;
     }
-    const char *f = g_str(c, root, "format");
-    if (!c->rc && strcmp(f, format)) bad(c, "format \"%.40s\" is not \"%s\"", f, format);
-    if (c->rc) {
-        json_decref(root);
-        return NULL;
-    }
-    return root;
+    return with_format(c, root, format);
 }
 
 /* ---- token ---- */
