@@ -26,7 +26,8 @@
 #     3, 4: per delta version each island rank's manifest + tile index bytes
 #     are at most max(8192, 0.02 x its object bytes), and its ranged GETs
 #     at most R (docs/SHARDING.md "The tile index").
-# Prints "N passed, N failed" last; skips without mpirun or the data.
+# The judging is tests/tools/shard_judge.py's (bench/shard_unseen.sh runs the
+# same on other sequences). Prints "N passed, N failed" last; skips without mpirun or the data.
 set -u
 TEST_NAME=shard_cost
 source tests/tools/sync_env.sh
@@ -48,24 +49,7 @@ for set in rl-a:8 rl-b:4; do
     check "$name: $R ranks publish $((last + 1)) versions at default settings" test $? = 0
     : >"$WORK/one-$name.jsonl"
     for f in "${files[@]}"; do fy publish "$S" --run "one/$name" --json "$f" >>"$WORK/one-$name.jsonl" || bad "$name: ferry publish $f"; done
-    out=$($PY - "$WORK/sh-$name.jsonl" "$WORK/one-$name.jsonl" $R <<'EOF'
-import json, sys
-sh = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-one = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
-R = int(sys.argv[3])
-worst, fails = 0.0, 0
-for a, b in zip(sh, one):
-    if a["kind"] != "delta":
-        continue
-    r = a["delta_bytes"] / b["delta_bytes"]
-    worst = max(worst, r)
-    ok = a["delta_bytes"] <= 1.05 * b["delta_bytes"] + 4096 * R
-    fails += not ok
-    print("  version %d: parts %d B, single-rank delta %d B, ratio %.4f, manifest %d B%s" % (
-        a["version"], a["delta_bytes"], b["delta_bytes"], r, a["manifest_bytes"], "" if ok else "  OVER"))
-print("WORST %.4f FAILS %d N %d" % (worst, fails, sum(1 for a in sh if a["kind"] == "delta")))
-EOF
-)
+    out=$($PY tests/tools/shard_judge.py parts "$WORK/sh-$name.jsonl" "$WORK/one-$name.jsonl" $R)
     echo "$out"
     tail=$(tail -n 1 <<<"$out")
     nd=$(awk '{print $6}' <<<"$tail")
@@ -82,27 +66,7 @@ for L in rows cols fused; do
             # its exit status also judges 1/M of the sharded objects; judged below against the single-rank delta
             timeout 300 "$ISL" "$S" sh/rl-a "$L" "$M" "$m" 9 "$DATA/rl-a" 60 >>"$WORK/isl-$L-$M.jsonl" 2>"$WORK/isl-$L-$M-$m.err"
         done
-        out=$($PY - "$WORK/isl-$L-$M.jsonl" "$WORK/one-rl-a.jsonl" "$M" $R <<'EOF'
-import json, sys
-isl = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-one = {d["version"]: d for d in (json.loads(l) for l in open(sys.argv[2]) if l.startswith("{"))}
-M, R = int(sys.argv[3]), int(sys.argv[4])
-fails, worst, man, n, req, reqfails = 0, 0.0, 0, 0, 0, 0
-for x in isl:
-    fails += x["identical"] is not True
-    req = max(req, x["requests"])
-    reqfails += x["requests"] > R
-    d = one[x["version"]]
-    if d["kind"] != "delta":
-        continue
-    n += 1
-    s = x["object_bytes"] / d["delta_bytes"]
-    worst = max(worst, s)
-    man = max(man, x["manifest_bytes"])
-    fails += not (x["object_bytes"] <= (1 / M + 0.05) * d["delta_bytes"])
-print("WORST %.4f LIMIT %.4f FAILS %d ROWS %d MANIFEST %d GETS %d GETFAILS %d" % (worst, 1 / M + 0.05, fails, n, man, req, reqfails))
-EOF
-)
+        out=$($PY tests/tools/shard_judge.py tiles "$WORK/isl-$L-$M.jsonl" "$WORK/one-rl-a.jsonl" "$M" $R)
         nrows=$(awk '{print $8}' <<<"$out")
         check "rl-a $L M=$M: every rank of $M holds its slices bit-identical after each of 9 versions" \
             test "$(grep -c '"identical": true' "$WORK/isl-$L-$M.jsonl")" = $((9 * M))
@@ -141,34 +105,7 @@ for set in rl-a:9 rl-b:5; do
                     timeout 300 "$ISL" "$S" sh/rl-b "$L" "$M" "$m" $nv "$DATA/rl-b" 60 >>"$f" 2>"$WORK/islb-$L-$M-$m.err"
                 done
             fi
-            out=$($PY - "$f" "$WORK/sh-$name.jsonl" $R <<'EOF'
-import json, sys
-isl = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-pub = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
-kinds = {d["version"]: d["kind"] for d in pub}
-size = {d["version"]: d["manifest_bytes"] for d in pub}
-head = max(size)
-R = int(sys.argv[3])
-n = fails = gets = getfails = 0
-worst_b, worst_share, cold = 0, 0.0, 0
-for x in isl:
-    # the islands run after the publish: a pull of version v walks the
-    # manifests down from HEAD; a following island reads only v's
-    mb = x["manifest_bytes"] - sum(size[u] for u in range(x["version"] + 1, head + 1))
-    if kinds.get(x["version"]) != "delta":
-        cold = max(cold, mb)
-        continue
-    n += 1
-    bound = max(8192, 0.02 * x["object_bytes"])
-    fails += mb > bound
-    worst_b = max(worst_b, mb)
-    worst_share = max(worst_share, mb / max(1, x["object_bytes"]))
-    gets = max(gets, x["requests"])
-    getfails += x["requests"] > R
-print("INDEX_MAX %d B (%.4f of its object bytes) COLD %d B GETS %d ROWS %d FAILS %d GETFAILS %d" % (
-    worst_b, worst_share, cold, gets, n, fails, getfails))
-EOF
-)
+            out=$($PY tests/tools/shard_judge.py index "$f" "$WORK/sh-$name.jsonl" $R)
             echo "  $name $L M=$M: $out"
             nrows=$(awk '{print $15}' <<<"$out")
             check "$name $L M=$M: manifest + index bytes per rank per delta version <= max(8192, 0.02 x its object bytes) ($out)" \
