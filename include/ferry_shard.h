@@ -320,6 +320,46 @@ typedef struct ferry_shard_sub_stats {
 FERRY_API void ferry_shard_subscriber_get_stats(const ferry_shard_subscriber *s, ferry_shard_sub_stats *out);
 
 /* ======================================================================
+ * Compaction of a sharded run (docs/SHARDING.md "Compaction").
+ * ====================================================================== */
+
+/* What ferry_shard_compact did. */
+typedef struct ferry_shard_compact_info {
+    uint64_t from, to;            /* the objects turn version `from` into `to` */
+    uint32_t world;               /* R: one compacted object per trainer rank */
+    uint64_t tiles;               /* tiles of all ranks */
+    uint64_t bytes;               /* the compacted objects, all ranks */
+    uint64_t chain_bytes;         /* the delta objects of versions from+1..to
+                                     they replace, all ranks */
+    uint64_t anchor_bytes;        /* the anchor objects of the newest anchor at
+                                     or below `to` (what a cold island reads) */
+    uint64_t read_bytes;          /* bytes the compaction read (its islands) */
+    char id[FERRY_SYNC_ID_LEN + 1];
+    char key[FERRY_STORE_KEY_MAX + 1]; /* rank 0's object; rank r's ends in -rRRRRRR.patch */
+} ferry_shard_compact_info;
+
+/* The sharded ferry_compact (options as there; from = 0: the newest anchor
+ * below `to`, to = 0: HEAD).  For each trainer rank r in turn it pulls
+ * rank r's tiles of `from` and then of `to` through an island of its own
+ * (every byte verified as ferry_shard_pull verifies it; memory: one rank's
+ * tiles twice), codes each tile of `to` against the same tile of `from`
+ * (ferry-tile-1), and uploads RUN/c/FROM-TO-ID-rRANK.patch: the payloads
+ * in the rank's tile order, then its tile index (the index form of
+ * docs/PROTOCOL.md "Sharded versions").  Only then is the compaction added
+ * to RUN/compactions.json by compare-and-swap (signed with a signing key):
+ * from, to, their ids, the shard hashes, and per rank object its size,
+ * index offset, tile count and Merkle root.  ferry_shard_pull uses it when
+ * an island holds exactly `from` and it is cheaper than the chain.
+ * It changes no version and can run beside a publisher.  info may be NULL.
+ * Returns FERRY_ERR_SHARD_KIND (a single-rank run: use ferry_compact),
+ * FERRY_ERR_UNSUPPORTED (`from` or `to` of the old form, which lists its
+ * tiles in the manifest; the tile layout or the rank count changed in the
+ * range; a rank without tiles), FERRY_ERR_ARG (an empty range),
+ * FERRY_ERR_SYNC_NOT_YET / _GONE, and the errors of ferry_shard_pull. */
+FERRY_API int ferry_shard_compact(ferry_store *store, const char *run, const ferry_compact_options *opts,
+                                  ferry_shard_compact_info *info);
+
+/* ======================================================================
  * MPI convenience (build/libferry_shard_mpi.a, built with mpicc; link it
  * before libferry.a).  Declared when FERRY_SHARD_MPI is defined before
  * this header (it needs <mpi.h>).

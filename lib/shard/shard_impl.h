@@ -85,6 +85,11 @@ typedef struct sh_doc {
     uint64_t *obj_tiles;      /* like obj_bytes: its tile count */
     uint8_t *obj_root;        /* like obj_bytes, 32 bytes each: its Merkle root */
     uint8_t layout_sha[32];   /* manifest: SHA-256 of the layout record */
+    /* a reader's view of a sharded compaction comp_from..version (shard_sub.c):
+       the objects are RUN/c/COMP_FROM-VERSION-COMP_ID-rRANK.patch ("" = the
+       version's own) */
+    uint64_t comp_from;
+    char comp_id[FS_ID_CAP];
 } sh_doc;
 
 /* ---- grid (shard_grid.c) ---- */

@@ -289,12 +289,19 @@ static int record_diff(step *x, const uint8_t *old, const uint8_t *nw, uint64_t 
     return FERRY_OK;
 }
 
+/* Key of rank's object of kind of m: the version's, or a compaction's. */
+static void object_key(char key[FS_KEY_CAP], const ferry_shard_subscriber *s, const sh_doc *m, uint32_t rank, int kind)
+{
+    if (m->comp_id[0]) ferry__sync_key_compact_rank(key, s->run, m->comp_from, m->version, m->comp_id, rank);
+    else ferry__shard_key_object(key, s->run, m->version, m->id, rank, kind);
+}
+
 /* Verifies and decodes one fetched tile patch. */
 static int take_tile(ferry_shard_subscriber *s, const sh_doc *m, int kind, const cov *c, const want *w, const uint8_t *patch,
                      step *x, bool verified)
 {
     char key[FS_KEY_CAP], hex[65];
-    ferry__shard_key_object(key, s->run, m->version, m->id, w->part->rank, kind);
+    object_key(key, s, m, w->part->rank, kind);
     const sh_tile *t = w->tile;
 #define TILE_FMT "%s: tile [%llu:%llu, %llu:%llu] of '%s'"
 #define TILE_ARGS key, (unsigned long long)t->r0, (unsigned long long)t->r1, (unsigned long long)t->c0, (unsigned long long)t->c1, c->name
@@ -458,7 +465,7 @@ static int get_exact(const ferry_shard_subscriber *s, const sh_doc *m, int kind,
                      uint8_t **buf, size_t *got)
 {
     char key[FS_KEY_CAP];
-    ferry__shard_key_object(key, s->run, m->version, m->id, rank, kind);
+    object_key(key, s, m, rank, kind);
     if (!(*buf = ferry__malloc((size_t)len + 1))) return FERRY_ERR_NOMEM;
     int rc = ferry_store_get_range(s->st, key, off, (size_t)len, *buf, got);
     if (!rc && *got != len)
@@ -766,7 +773,7 @@ static int apply_ix(ferry_shard_subscriber *s, sh_doc *m, int kind, const covset
             size_t oi = 2 * (size_t)o->rank + (size_t)kind;
             uint64_t ioff = m->obj_index[oi];
             char key[FS_KEY_CAP];
-            ferry__shard_key_object(key, s->run, m->version, m->id, o->rank, kind);
+            object_key(key, s, m, o->rank, kind);
             if ((rc = ferry__shard_ix_parse(key, o->buf + (o->whole ? ioff : 0), o->len - (o->whole ? ioff : 0), m->obj_tiles[oi],
                                             ioff, !o->whole, &o->ix)))
                 break;
@@ -819,7 +826,7 @@ static int apply_ix(ferry_shard_subscriber *s, sh_doc *m, int kind, const covset
                 for (size_t q = 0; q < nob && !o; q++)
                     if (ob[q].rank == w2[t].part->rank) o = &ob[q];
                 char key[FS_KEY_CAP];
-                ferry__shard_key_object(key, s->run, m->version, m->id, o->rank, kind);
+                object_key(key, s, m, o->rank, kind);
                 rc = ix_check(key, o, &w2[t], pl, o->ix.leaf + SH_IX_LEAF * w2[t].tile->leaf);
                 if (!rc) rc = take_tile(s, m, kind, &cs->c[w2[t].ci], &w2[t], pl, &x, true);
                 if (!rc) info->tiles++;
@@ -919,6 +926,96 @@ static int walk(ferry_shard_subscriber *s, fs_ref top, uint64_t lo, chain *out, 
     return FERRY_OK;
 }
 
+/* A sharded compaction (docs/SHARDING.md "Compaction") the island at cur
+ * (the version held) takes instead of the chain's first k versions
+ * ch->m[0, k) (cur+1..B, B <= the target): from exactly cur and its id to
+ * B and its id, of B's rank count and shard hash, one object per rank with
+ * B's tile count (the layout's leaves index it), and fewer bytes in the
+ * objects of the ranks the cover touches than the chain's delta objects of
+ * those ranks; the largest saving wins.  Returns k (0: none) and *cm: B's
+ * manifest reading the compaction's objects (its own arrays; the parts are
+ * B's, borrowed).  A broken, unsigned or foreign index only costs the
+ * shortcut. */
+static size_t pick_compaction(ferry_shard_subscriber *s, const chain *ch, const covset *cs, const char *run_id,
+                              ferry_shard_pull_info *in, sh_doc *cm)
+{
+    fs_index ix;
+    fs_count cnt = {0};
+    int rc = ferry__sync_index_read(s->st, s->run, s->o.keys, &cnt, &ix, NULL);
+    in->bytes_fetched += cnt.bytes;
+    in->manifest_bytes += cnt.bytes;
+    if (!rc && (rc = ferry__sync_run_id_agree(s->run, "the compaction index", run_id, ix.run_id))) ferry__sync_index_release(&ix);
+    if (rc) {
+        ferry__clear_error();
+        return 0;
+    }
+    const sh_doc *T = &ch->m[ch->n - 1];
+    bool *touch = ferry__calloc(T->world + 1, sizeof *touch);
+    for (size_t i = 0; touch && i < cs->n; i++) {
+        const sh_part *p = NULL;
+        if (find_tile(T, cs->c[i].name, cs->c[i].r0, cs->c[i].r1, cs->c[i].c0, cs->c[i].c1, &p)) touch[p->rank] = true;
+    }
+    size_t best = 0;
+    uint64_t saving = 0;
+    const fs_compaction *be = NULL;
+    for (size_t e = 0; touch && e < ix.n; e++) {
+        const fs_compaction *c = &ix.c[e];
+        if (!c->world || c->from != s->held.version || strcmp(c->from_id, s->held.id) || c->to <= c->from ||
+            c->to - c->from > ch->n)
+            continue;
+        size_t k = (size_t)(c->to - c->from);
+        const sh_doc *B = &ch->m[k - 1];
+        if (B->version != c->to || strcmp(B->id, c->to_id) || B->world != c->world || B->world != T->world || !B->index_form ||
+            memcmp(B->model_hash, c->target_hash, 16))
+            continue;
+        uint64_t comp = 0, chn = 0;
+        bool fits = true;
+        for (uint32_t r = 0; r < c->world; r++) {
+            fits = fits && ix.obj[c->obj0 + r].tiles == B->obj_tiles[2 * (size_t)r + SH_DELTA];
+            if (!touch[r]) continue;
+            comp += ix.obj[c->obj0 + r].bytes;
+            for (size_t i = 0; i < k; i++) chn += ch->m[i].obj_bytes[2 * (size_t)r + SH_DELTA];
+        }
+        if (fits && comp < chn && chn - comp > saving) {
+            saving = chn - comp;
+            best = k;
+            be = c;
+        }
+    }
+    free(touch);
+    if (best) {
+        const sh_doc *B = &ch->m[best - 1];
+        *cm = *B;
+        size_t n2 = 2 * (size_t)B->world;
+        cm->obj_bytes = ferry__calloc(n2, sizeof *cm->obj_bytes);
+        cm->obj_index = ferry__calloc(n2, sizeof *cm->obj_index);
+        cm->obj_tiles = ferry__calloc(n2, sizeof *cm->obj_tiles);
+        cm->obj_root = ferry__calloc(n2, 32);
+        if (!cm->obj_bytes || !cm->obj_index || !cm->obj_tiles || !cm->obj_root) best = 0;
+        for (uint32_t r = 0; best && r < B->world; r++) {
+            const fs_cobj *o = &ix.obj[be->obj0 + r];
+            cm->obj_bytes[2 * (size_t)r] = o->bytes;
+            cm->obj_index[2 * (size_t)r] = o->index;
+            cm->obj_tiles[2 * (size_t)r] = o->tiles;
+            memcpy(cm->obj_root + 64 * (size_t)r, o->root, 32);
+        }
+        cm->comp_from = be->from;
+        memcpy(cm->comp_id, be->id, FS_ID_CAP);
+    }
+    ferry__sync_index_release(&ix);
+    return best;
+}
+
+/* Frees what pick_compaction gave *cm of its own. */
+static void cm_release(sh_doc *cm)
+{
+    free(cm->obj_bytes);
+    free(cm->obj_index);
+    free(cm->obj_tiles);
+    free(cm->obj_root);
+    memset(cm, 0, sizeof *cm);
+}
+
 /* One pull from the store s->st; counters and change lists accumulate
  * in `in` and the held tiles (ferry_shard_pull starts them). */
 static int pull_from(ferry_shard_subscriber *s, int mode, uint64_t version, ferry_shard_pull_info *in)
@@ -1010,7 +1107,31 @@ static int pull_from(ferry_shard_subscriber *s, int mode, uint64_t version, ferr
         snprintf(in->path, sizeof in->path, "anchor %llu + chain %llu..%llu", (unsigned long long)ch.m[0].version,
                  (unsigned long long)ch.m[0].version, (unsigned long long)target);
     else snprintf(in->path, sizeof in->path, "anchor %llu", (unsigned long long)target);
-    for (size_t i = 0; i < ch.n && !rc; i++) {
+    /* a compaction from the version held, when it costs less than the
+       chain; one that fails (gone, corrupt) leaves the tiles at cur and
+       the chain is taken */
+    size_t i0 = 0;
+    if (use_chain && ch.n > 1) {
+        sh_doc cm = {0};
+        size_t k = pick_compaction(s, &ch, &cs, h.run_id, in, &cm);
+        int r2 = k ? apply_version(s, &cm, SH_DELTA, &cs, in) : FERRY_OK;
+        if (k && !r2) {
+            i0 = k;
+            int w = snprintf(in->path, sizeof in->path, "compacted %llu..%llu", (unsigned long long)cur,
+                             (unsigned long long)cm.version);
+            if (k < ch.n && w > 0 && (size_t)w < sizeof in->path)
+                snprintf(in->path + w, sizeof in->path - (size_t)w, " + chain %llu..%llu", (unsigned long long)cm.version,
+                         (unsigned long long)target);
+        } else if (k && r2 == FERRY_ERR_NOMEM) {
+            rc = r2;
+        } else if (k) {
+            snprintf(in->path, sizeof in->path, "chain %llu..%llu (compacted %llu..%llu refused)", (unsigned long long)cur,
+                     (unsigned long long)target, (unsigned long long)cur, (unsigned long long)cm.version);
+            ferry__clear_error();
+        }
+        cm_release(&cm);
+    }
+    for (size_t i = i0; i < ch.n && !rc; i++) {
         rc = apply_version(s, &ch.m[i], use_chain || i ? SH_DELTA : SH_ANCHOR, &cs, in);
         if (use_chain || i) continue;
         if (rc) {
@@ -1219,7 +1340,7 @@ int ferry__shard_sub_resolve(ferry_shard_subscriber *s, sh_doc *m)
     for (size_t k = 0; k < nob && !rc; k++) {
         size_t o = 2 * (size_t)ob[k].rank + (size_t)kind;
         char key[FS_KEY_CAP];
-        ferry__shard_key_object(key, s->run, m->version, m->id, ob[k].rank, kind);
+        object_key(key, s, m, ob[k].rank, kind);
         if ((rc = ferry__shard_ix_parse(key, ob[k].buf, ob[k].len, m->obj_tiles[o], m->obj_index[o], true, &ob[k].ix))) break;
         rc = ferry__shard_ix_check_root(key, &ob[k].ix, m->obj_root + 32 * o);
         free(ob[k].buf);
@@ -1252,7 +1373,7 @@ int ferry__shard_sub_resolve(ferry_shard_subscriber *s, sh_doc *m)
                 for (size_t q = 0; q < nob && !x; q++)
                     if (ob[q].rank == w[t].part->rank) x = &ob[q];
                 char key[FS_KEY_CAP];
-                ferry__shard_key_object(key, s->run, m->version, m->id, x->rank, kind);
+                object_key(key, s, m, x->rank, kind);
                 uint64_t li = w[t].tile->leaf;
                 rc = ix_check(key, x, &w[t], rg[k].buf + (w[t].off - rg[k].off), x->ix.leaf + SH_IX_LEAF * li);
                 if (!rc) memcpy(((sh_tile *)w[t].tile)->target, x->ix.target + 16 * li, 16);

@@ -29,8 +29,20 @@ static int cmp_comp(const void *a, const void *b)
 
 typedef struct new_entry {
     const fs_compaction *c;
+    const fs_cobj *obj;       /* c->world rank objects (a sharded compaction) */
     const char *run_id;       /* HEAD's: the run the index is of */
 } new_entry;
+
+/* Appends entry c (its rank objects from obj) to nx, renumbering obj0. */
+static void put_entry(fs_index *nx, const fs_compaction *c, const fs_cobj *obj)
+{
+    fs_compaction *d = &nx->c[nx->n++];
+    *d = *c;
+    if (!c->world) return;
+    memcpy(nx->obj + nx->nobj, obj, c->world * sizeof *obj);
+    d->obj0 = nx->nobj;
+    nx->nobj += c->world;
+}
 
 /* Adds c to the index, replacing an entry for the same range (its object
  * is then unreferenced and goes at the next GC).  An index of another run
@@ -42,17 +54,28 @@ static int add_entry(void *ctx, fs_index *ix, bool *write)
     const fs_compaction *c = e->c;
     *write = true;
     bool foreign = strcmp(ix->run_id, e->run_id) != 0 && ix->run_id[0];
-    fs_compaction *n = ferry__calloc(ix->n + 1, sizeof *n);
-    if (!n) return FERRY_ERR_NOMEM;
-    size_t k = 0;
+    fs_index nx = {0};
+    nx.c = ferry__calloc(ix->n + 1, sizeof *nx.c);
+    nx.obj = ferry__calloc(ix->nobj + c->world + 1, sizeof *nx.obj);
+    if (!nx.c || !nx.obj) {
+        ferry__sync_index_release(&nx);
+        return FERRY_ERR_NOMEM;
+    }
     for (size_t i = 0; i < ix->n && !foreign; i++)
-        if (ix->c[i].from != c->from || ix->c[i].to != c->to) n[k++] = ix->c[i];
-    n[k++] = *c;
-    qsort(n, k, sizeof *n, cmp_comp);
+        if (ix->c[i].from != c->from || ix->c[i].to != c->to) put_entry(&nx, &ix->c[i], ix->c[i].world ? ix->obj + ix->c[i].obj0 : NULL);
+    put_entry(&nx, c, e->obj);
+    qsort(nx.c, nx.n, sizeof *nx.c, cmp_comp);
     ferry__sync_index_release(ix);
-    *ix = (fs_index){n, k, ""};
+    *ix = nx;
     snprintf(ix->run_id, sizeof ix->run_id, "%s", e->run_id);
     return FERRY_OK;
+}
+
+int ferry__sync_compact_add(ferry_store *st, const char *run, const ferry_keys *keys, const char *run_id, const fs_compaction *c,
+                            const fs_cobj *obj)
+{
+    new_entry ne = {c, obj, run_id};
+    return ferry__sync_index_update(st, run, keys, add_entry, &ne);
 }
 
 int ferry_compact(ferry_store *store, const char *run, const ferry_compact_options *opts, ferry_compaction_info *out)
@@ -120,8 +143,7 @@ int ferry_compact(ferry_store *store, const char *run, const ferry_compact_optio
     ferry__sync_key_compact(key, run, from, to, c.id);
     /* the object is durable before the index names it */
     if ((rc = ferry_store_put(store, key, patch, psize, NULL))) goto out;
-    new_entry ne = {&c, h.run_id};
-    if ((rc = ferry__sync_index_update(store, run, o.keys, add_entry, &ne))) goto out;
+    if ((rc = ferry__sync_compact_add(store, run, o.keys, h.run_id, &c, NULL))) goto out;
     if (out) {
         memset(out, 0, sizeof *out);
         out->from = from;

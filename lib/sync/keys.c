@@ -46,6 +46,11 @@ void ferry__sync_key_compact(char out[FS_KEY_CAP], const char *run, uint64_t fro
     snprintf(out, FS_KEY_CAP, "%s/c/%020llu-%020llu-%s.patch", run, (unsigned long long)from, (unsigned long long)to, id);
 }
 
+void ferry__sync_key_compact_rank(char out[FS_KEY_CAP], const char *run, uint64_t from, uint64_t to, const char *id, uint32_t rank)
+{
+    snprintf(out, FS_KEY_CAP, "%s/c/%020llu-%020llu-%s-r%06u.patch", run, (unsigned long long)from, (unsigned long long)to, id, rank);
+}
+
 bool ferry__sync_id_valid(const char *s)
 {
     for (int i = 0; i < FERRY_SYNC_ID_LEN; i++)
@@ -97,9 +102,13 @@ void ferry__sync_key_parse(const char *run, const char *key, fs_key_info *out)
     }
     if (!strncmp(k, "c/", 2)) {
         k += 2;
-        if (strlen(k) != 20 + 1 + 20 + 1 + FERRY_SYNC_ID_LEN + 6 || k[20] != '-' || k[41] != '-') return;
+        size_t kn = strlen(k);
+        if (kn < 20 + 1 + 20 + 1 + FERRY_SYNC_ID_LEN + 6 || k[20] != '-' || k[41] != '-') return;
         if (!parse_ver(k, &out->version) || !parse_ver(k + 21, &out->to) || !parse_id(k + 42, out->id)) return;
-        if (strcmp(k + 42 + FERRY_SYNC_ID_LEN, ".patch")) return;
+        const char *ext = k + 42 + FERRY_SYNC_ID_LEN;
+        /* a sharded compaction's rank object: -rNNNNNN.patch */
+        if (ext[0] == '-' && ext[1] == 'r' && strspn(ext + 2, "0123456789") == 6) ext += 8;
+        if (strcmp(ext, ".patch")) return;
         out->kind = FS_KEY_COMPACT;
     }
 }

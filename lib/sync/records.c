@@ -140,6 +140,25 @@ char *ferry__sync_index_json(const char *run, const fs_index *ix)
                               "to_delta_bytes_cum", jint(c->to_cum), "from_full_bytes", jint(c->from_full_bytes),
                               "created_unix", jint((uint64_t)c->created), "chain_bytes", jint(c->to_cum - c->from_cum));
         e = with_sha(e, c->has_sha, c->sha);
+        if (e && c->world) { /* a sharded compaction: its rank objects (an entry
+                                without them in ix is written as nothing) */
+            json_t *objs = ix->obj && c->obj0 + c->world <= ix->nobj ? json_array() : NULL;
+            for (uint32_t r = 0; objs && r < c->world; r++) {
+                const fs_cobj *o = &ix->obj[c->obj0 + r];
+                char rh[65];
+                ferry__hex(rh, o->root, 32);
+                ferry__sync_key_compact_rank(key, run, c->from, c->to, c->id, r);
+                if (json_array_append_new(objs, json_pack("{s:s,s:o,s:o,s:o,s:s}", "key", key, "bytes", jint(o->bytes), "index",
+                                                          jint(o->index), "tiles", jint(o->tiles), "root", rh))) {
+                    json_decref(objs);
+                    objs = NULL;
+                }
+            }
+            if (!objs || json_object_set_new(e, "objects", objs)) {
+                json_decref(e);
+                e = NULL;
+            }
+        }
         if (!e || json_array_append_new(arr, e)) {
             json_decref(arr);
             arr = NULL;
@@ -513,6 +532,54 @@ int ferry__sync_manifest_links_parse(const char *run, const char *key, const voi
     return rc;
 }
 
+/* The rank objects of a sharded entry p ("objects", one per trainer rank):
+ * each at the key the protocol gives it, its tile index section (16 bytes,
+ * then 52 a tile: entry and leaf) ending the object, the sizes summing to
+ * the entry's bytes; appended to ix->obj. */
+static void index_objects(pctx *c, const char *run, json_t *e, fs_compaction *p, fs_index *ix)
+{
+    json_t *arr = json_object_get(e, "objects");
+    size_t w = json_is_array(arr) ? json_array_size(arr) : 0;
+    if (!w || w > FS_COMPACT_WORLD_MAX) {
+        bad(c, "field 'objects' is not an array of 1 to 65536 rank objects");
+        return;
+    }
+    fs_cobj *no = ferry__realloc(ix->obj, (ix->nobj + w) * sizeof *no);
+    if (!no) {
+        c->rc = FERRY_ERR_NOMEM;
+        return;
+    }
+    ix->obj = no;
+    p->world = (uint32_t)w;
+    p->obj0 = ix->nobj;
+    uint64_t sum = 0;
+    for (size_t r = 0; r < w && !c->rc; r++) {
+        json_t *o = json_array_get(arr, r);
+        fs_cobj *x = &ix->obj[ix->nobj + r];
+        memset(x, 0, sizeof *x);
+        if (!json_is_object(o)) {
+            bad(c, "a rank object of 'objects' is not an object");
+            break;
+        }
+        char want[FS_KEY_CAP];
+        ferry__sync_key_compact_rank(want, run, p->from, p->to, p->id, (uint32_t)r);
+        check_key(c, o, want);
+        x->bytes = g_u64(c, o, "bytes");
+        x->index = g_u64(c, o, "index");
+        x->tiles = g_u64(c, o, "tiles");
+        const char *rh = g_str(c, o, "root");
+        if (c->rc) break;
+        if (!ferry__unhex(x->root, rh, 32) || rh[64]) bad(c, "a rank object's 'root' is not 64 lowercase hex digits");
+        /* the section is the object's tail: 16 + 52 x tiles bytes (tiles
+           bounded first, so that nothing overflows) */
+        else if (!x->tiles || x->tiles > ((uint64_t)1 << 24) || x->index >= x->bytes || x->bytes - x->index != 16 + 52 * x->tiles)
+            bad(c, "a rank object's 'index' and 'tiles' do not end it in its tile index");
+        else if (!ferry__add_u64(sum, x->bytes, &sum)) bad(c, "the rank objects' sizes overflow");
+    }
+    if (!c->rc && sum != p->bytes) bad(c, "the rank objects' sizes do not sum to the entry's 'bytes'");
+    if (!c->rc) ix->nobj += w;
+}
+
 int ferry__sync_index_parse(const char *run, const char *key, const void *text, size_t n, fs_index *ix)
 {
     pctx c = {key, 0};
@@ -552,6 +619,7 @@ int ferry__sync_index_parse(const char *run, const char *key, const void *text, 
         }
         if (!c.rc && (!p->from || p->from >= p->to || p->to > FS_VERSION_MAX || p->from_cum > p->to_cum))
             bad(&c, "an entry's range is empty or out of order");
+        if (!c.rc && json_object_get(e, "objects")) index_objects(&c, run, e, p, ix);
         ix->n = i + 1;
     }
     json_decref(root);
@@ -562,8 +630,10 @@ int ferry__sync_index_parse(const char *run, const char *key, const void *text, 
 void ferry__sync_index_release(fs_index *ix)
 {
     free(ix->c);
+    free(ix->obj);
     ix->c = NULL;
-    ix->n = 0;
+    ix->obj = NULL;
+    ix->n = ix->nobj = 0;
 }
 
 /* ---- reading from the store ---- */
@@ -782,8 +852,9 @@ int ferry__sync_index_read(ferry_store *st, const char *run, const ferry_keys *k
     if (rc) return rc;
     rc = ferry__sync_index_parse(run, key, d, body, out);
     ferry_free(d);
+    /* (a sharded entry's objects are bound by the roots it lists) */
     for (size_t i = 0; !rc && ferry__sign_keys_enforce(keys) && i < out->n; i++)
-        if (!out->c[i].has_sha) rc = ferry__fail(FERRY_ERR_SIG_DIGEST, "%s: entry %zu gives no SHA-256", key, i);
+        if (!out->c[i].has_sha && !out->c[i].world) rc = ferry__fail(FERRY_ERR_SIG_DIGEST, "%s: entry %zu gives no SHA-256", key, i);
     if (rc) ferry__sync_index_release(out);
     return rc;
 }

@@ -32,6 +32,9 @@ void ferry__sync_key_head(char out[FS_KEY_CAP], const char *run);
 void ferry__sync_key_index(char out[FS_KEY_CAP], const char *run);
 void ferry__sync_key_version(char out[FS_KEY_CAP], const char *run, uint64_t version, const char *id, int obj);
 void ferry__sync_key_compact(char out[FS_KEY_CAP], const char *run, uint64_t from, uint64_t to, const char *id);
+/* Rank `rank`'s object of a sharded compaction: RUN/c/FROM-TO-ID-rRANK.patch
+ * (parsed as FS_KEY_COMPACT of (from, to, id), so GC treats it as the entry's). */
+void ferry__sync_key_compact_rank(char out[FS_KEY_CAP], const char *run, uint64_t from, uint64_t to, const char *id, uint32_t rank);
 
 /* What a key under RUN/ is (gc.c): the kinds above, a compacted delta, or
  * FS_KEY_OTHER for anything the protocol does not name. */
@@ -118,11 +121,27 @@ typedef struct fs_compaction {
     int64_t created;
     uint8_t sha[32];          /* SHA-256 of the compacted delta (signed runs) */
     bool has_sha;
+    /* a sharded compaction (lib/shard, "objects"): one object per trainer
+       rank, fs_index.obj[obj0 .. obj0 + world); 0 = one delta at `key` */
+    uint32_t world;
+    size_t obj0;
 } fs_compaction;
+
+/* One rank object of a sharded compaction: its size, where its tile index
+ * starts, its tile count and the Merkle root of its index (the index form
+ * of docs/PROTOCOL.md "Sharded versions"); its key is
+ * ferry__sync_key_compact_rank of the entry and the rank. */
+typedef struct fs_cobj {
+    uint64_t bytes, index, tiles;
+    uint8_t root[32];
+} fs_cobj;
+#define FS_COMPACT_WORLD_MAX 65536 /* ranks of a sharded compaction (FERRY_SHARD_WORLD_MAX) */
 
 typedef struct fs_index {
     fs_compaction *c;
     size_t n;
+    fs_cobj *obj;             /* the sharded entries' rank objects */
+    size_t nobj;
     char run_id[FS_ID_CAP];   /* the run whose versions it names ("" before run ids) */
 } fs_index;
 
@@ -195,6 +214,12 @@ int ferry__sync_cas_retry(int (*attempt)(void *ctx), void *ctx, const char *what
  * writes it back sealed with keys against the etag read. */
 typedef int (*fs_index_edit)(void *ctx, fs_index *ix, bool *write);
 int ferry__sync_index_update(ferry_store *st, const char *run, const ferry_keys *keys, fs_index_edit edit, void *ctx);
+/* Adds compaction c (with its c->world rank objects obj[], NULL when 0) to
+ * the index by compare-and-swap, as ferry_compact does (compact.c): an
+ * entry of the same range is replaced, an index of another run id than
+ * run_id (HEAD's) is emptied first. */
+int ferry__sync_compact_add(ferry_store *st, const char *run, const ferry_keys *keys, const char *run_id, const fs_compaction *c,
+                            const fs_cobj *obj);
 /* Reads and checks the manifest of (version, id).  With enforcing keys a
  * signed manifest must give the SHA-256 of each object it lists. */
 int ferry__sync_manifest_read(ferry_store *st, const char *run, const ferry_keys *keys, uint64_t version, const char *id,

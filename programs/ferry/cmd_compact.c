@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ferry_shard.h"
 #include "util.h"
 
 static void compact_help(void)
@@ -15,9 +16,15 @@ static void compact_help(void)
            "beside the versions and lists it in RUN/compactions.json.  Subscribers at A\n"
            "(or that reach A cheaply) use it when it is their smallest path.  It changes\n"
            "no version and can run beside a publisher.\n\n"
+           "A sharded run (published by ferry-shard-mpi, ferry_shard_*) is compacted per\n"
+           "trainer rank: each rank's tiles of A and B are pulled and verified, and one\n"
+           "object per rank codes B's tiles against A's (RUN/c/A-B-ID-rRANK.patch, with\n"
+           "its tile index); islands at A use it when it costs less than the chain.\n"
+           "Its --json adds \"sharded\": true, world, tiles, anchor_bytes (the newest\n"
+           "anchor's objects at or below B), read_bytes and id.\n\n"
            "  --from A     first version (default: the newest anchor below B)\n"
            "  --to B       last version (default: HEAD)\n"
-           "  --level N    zstd level for whole tensors (default 3)\n"
+           "  --level N    zstd level for whole tensors or tiles (default 3)\n"
            "  --threads N  codec threads (default 1)\n\n%s\n",
            sync_common_help);
 }
@@ -52,17 +59,37 @@ int cmd_compact(int argc, char **argv)
     int ret = sync_open_store("compact", &c, 0, &store);
     if (ret) return ret;
     ferry_compaction_info ci;
+    ferry_shard_compact_info si;
     co.keys = c.keys;
-    int rc = ferry_compact(store, c.run, &co, &ci);
+    /* a sharded run (HEAD's manifest is a ferry-manifest-2) is compacted
+       per rank; a single-rank one answers SHARD_KIND at its first manifest */
+    int rc = ferry_shard_compact(store, c.run, &co, &si);
+    bool sharded = rc != FERRY_ERR_SHARD_KIND;
+    if (!sharded) {
+        rc = ferry_compact(store, c.run, &co, &ci);
+    }
     sync_progress_end();
     if (rc) ret = sync_fail("compact", rc, c.run);
-    else if (c.json) {
+    else if (c.json && sharded) {
+        printf("{\"run\": ");
+        json_str(stdout, c.run);
+        printf(", \"sharded\": true, \"from\": %llu, \"to\": %llu, \"bytes\": %llu, \"chain_bytes\": %llu, \"anchor_bytes\": %llu, "
+               "\"world\": %u, \"tiles\": %llu, \"read_bytes\": %llu, \"id\": \"%s\", \"key\": ",
+               (unsigned long long)si.from, (unsigned long long)si.to, (unsigned long long)si.bytes, (unsigned long long)si.chain_bytes,
+               (unsigned long long)si.anchor_bytes, si.world, (unsigned long long)si.tiles, (unsigned long long)si.read_bytes, si.id);
+        json_str(stdout, si.key);
+        printf("}\n");
+    } else if (c.json) {
         printf("{\"run\": ");
         json_str(stdout, c.run);
         printf(", \"from\": %llu, \"to\": %llu, \"bytes\": %llu, \"chain_bytes\": %llu, \"key\": ", (unsigned long long)ci.from,
                (unsigned long long)ci.to, (unsigned long long)ci.bytes, (unsigned long long)ci.chain_bytes);
         json_str(stdout, ci.key);
         printf("}\n");
+    } else if (!c.quiet && sharded) {
+        printf("%s: compacted %llu..%llu into %u rank objects, %llu bytes (the deltas they replace: %llu bytes; the anchor: %llu "
+               "bytes)\n", c.run, (unsigned long long)si.from, (unsigned long long)si.to, si.world, (unsigned long long)si.bytes,
+               (unsigned long long)si.chain_bytes, (unsigned long long)si.anchor_bytes);
     } else if (!c.quiet) {
         printf("%s: compacted %llu..%llu into %llu bytes (the deltas it replaces: %llu bytes)\n", c.run, (unsigned long long)ci.from,
                (unsigned long long)ci.to, (unsigned long long)ci.bytes, (unsigned long long)ci.chain_bytes);

@@ -1264,6 +1264,83 @@ static void t_store_list(void)
     ferry_store_free(b);
 }
 
+/* ferry_shard_compact: per-rank objects coding version 5's tiles against
+ * version 2's; an island at 2 takes them (cheaper than the chain 3..5) and
+ * holds version 5 exactly; one whose compacted object is corrupt falls back
+ * to the chain, still exact; an old-form run and a single-rank call are
+ * refused. */
+static void t_compact(void)
+{
+    SKIP_UNLESS_DATA("rl-a");
+    ferry_store *st = open_store();
+    char run[64];
+    new_run(run, sizeof run);
+    group g;
+    CHECK_OK(group_open(&g, st, run, 2, 1024, 10, 0));
+    ferry_model *m[5];
+    for (int v = 1; v <= 5; v++) {
+        m[v - 1] = step(v - 1);
+        CHECK_OK(group_publish(&g, m[v - 1], 0, NULL));
+    }
+    island a, b, c;
+    CHECK_OK(island_open(&a, st, run, m[1], L_ROWS, 0, 2));
+    CHECK_OK(island_open(&b, st, run, m[1], L_ROWS, 0, 2));
+    CHECK_OK(island_open(&c, st, run, m[1], L_COLS, 1, 2));
+    CHECK_RC(island_pull(&a, 2, m[1], NULL), 0);
+    CHECK_RC(island_pull(&b, 2, m[1], NULL), 0);
+    CHECK_RC(island_pull(&c, 2, m[1], NULL), 0);
+    ferry_compact_options co = {.from = 2, .to = 5};
+    ferry_shard_compact_info ci;
+    CHECK_OK(ferry_shard_compact(st, run, &co, &ci));
+    CHECK(ci.from == 2 && ci.to == 5 && ci.world == 2 && ci.tiles > 0 && ci.bytes > 0 && ci.bytes < ci.chain_bytes &&
+          ci.bytes < ci.anchor_bytes);
+    ferry_shard_pull_info pi;
+    CHECK_OK(ferry_shard_pull(a.s, FERRY_SYNC_EXACT, 5, &pi));
+    CHECK(!strcmp(pi.path, "compacted 2..5"));
+    for (size_t i = 0; i < a.n; i++) CHECK(region_matches(a.s, i, m[4], &a.rg[i]));
+    /* rank 0's first payload byte flipped (island b wants that tile), rank
+       1's object cut in half: refused, the chain taken, still exact */
+    for (uint32_t r = 0; r < 2; r++) {
+        char key[FS_KEY_CAP], path[1024];
+        ferry__sync_key_compact_rank(key, run, 2, 5, ci.id, r);
+        snprintf(path, sizeof path, "%s/%s", g_root, key);
+        void *d;
+        size_t n;
+        CHECK_OK(ferry_file_read(path, (size_t)1 << 30, &d, &n));
+        if (r == 0) ((uint8_t *)d)[0] ^= 0x40;
+        CHECK_OK(ferry_file_write(path, d, r == 0 ? n : n / 2));
+        ferry_free(d);
+    }
+    CHECK_OK(ferry_shard_pull(b.s, FERRY_SYNC_EXACT, 5, &pi));
+    CHECK(!strcmp(pi.path, "chain 2..5 (compacted 2..5 refused)"));
+    for (size_t i = 0; i < b.n; i++) CHECK(region_matches(b.s, i, m[4], &b.rg[i]));
+    CHECK_OK(ferry_shard_pull(c.s, FERRY_SYNC_EXACT, 5, &pi));
+    CHECK(!strcmp(pi.path, "chain 2..5 (compacted 2..5 refused)"));
+    for (size_t i = 0; i < c.n; i++) CHECK(region_matches(c.s, i, m[4], &c.rg[i]));
+    island_close(&a);
+    island_close(&b);
+    island_close(&c);
+    group_close(&g);
+    /* the old form (tiles listed in the manifest) is not compacted */
+    ferry__shard_legacy_manifest = 1;
+    new_run(run, sizeof run);
+    CHECK_OK(group_open(&g, st, run, 2, 1024, 10, 0));
+    for (int v = 1; v <= 3; v++) CHECK_OK(group_publish(&g, m[v - 1], 0, NULL));
+    co = (ferry_compact_options){.from = 1, .to = 3};
+    CHECK(ferry_shard_compact(st, run, &co, &ci) == FERRY_ERR_UNSUPPORTED && has("old form"));
+    ferry__shard_legacy_manifest = 0;
+    group_close(&g);
+    /* a single-rank run: SHARD_KIND (ferry compact then calls ferry_compact) */
+    new_run(run, sizeof run);
+    ferry_publisher *p = NULL;
+    CHECK_OK(ferry_publisher_open(st, run, NULL, &p));
+    for (int v = 1; v <= 2; v++) CHECK_OK(ferry_publish(p, m[v - 1], NULL));
+    ferry_publisher_free(p);
+    CHECK(ferry_shard_compact(st, run, NULL, &ci) == FERRY_ERR_SHARD_KIND);
+    for (int v = 0; v < 5; v++) ferry_model_free(m[v]);
+    ferry_store_free(st);
+}
+
 int main(void)
 {
     snprintf(g_root, sizeof g_root, "%s/ferry-test-shard-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -1287,6 +1364,7 @@ int main(void)
     RUN(t_store_list);
     RUN(t_fp8);
     RUN(t_requests);
+    RUN(t_compact);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_root);
