@@ -266,9 +266,8 @@ int ferry_shard_compact(ferry_store *store, const char *run, const ferry_compact
         ferry__shard_doc_release(&d);
     }
     if (!rc) {
-        fs_manifest va, vb;
+        fs_manifest va;
         ferry__shard_manifest_view(&a, &va);
-        ferry__shard_manifest_view(&b, &vb);
         fs_compaction c;
         memset(&c, 0, sizeof c);
         c.from = from;
@@ -279,8 +278,10 @@ int ferry_shard_compact(ferry_store *store, const char *run, const ferry_compact
         c.bytes = bytes;
         memcpy(c.base_hash, a.model_hash, 16);
         memcpy(c.target_hash, b.model_hash, 16);
+        /* manifest-2 links carry no cumulative delta bytes: the entry's
+           count from `from` (so its chain_bytes is the deltas' sum) */
         c.from_cum = va.cum;
-        c.to_cum = vb.cum;
+        c.to_cum = va.cum + chain;
         c.from_full_bytes = a.kind == FERRY_SYNC_ANCHOR ? objects_sum(&a, SH_ANCHOR) : 0;
         c.created = ferry__sync_now();
         c.world = b.world;
