@@ -1341,6 +1341,116 @@ static void t_compact(void)
     ferry_store_free(st);
 }
 
+/* The compaction index's sharded entries ("objects") are hostile input:
+ * a well-formed one round-trips; a key of another rank, an index section
+ * that does not end its object, sizes that do not sum to the entry's,
+ * a root that is not hex, no objects: FERRY_ERR_SYNC_MANIFEST naming it. */
+static int index_text(char *out, size_t cap, const char *key1, uint64_t tiles1, uint64_t bytes, const char *root1, const char *objs)
+{
+    const char *c = "t/c/00000000000000000002-00000000000000000005-00000000000000ab";
+    char o[2048];
+    if (objs) snprintf(o, sizeof o, "%s", objs);
+    else
+        snprintf(o, sizeof o, "[{\"key\": \"%s-r000000.patch\", \"bytes\": 1068, \"index\": 1000, \"tiles\": 1, \"root\": \"%064d\"},"
+                 "{\"key\": \"%s\", \"bytes\": %llu, \"index\": 10, \"tiles\": %llu, \"root\": \"%s\"}]",
+                 c, 0, key1, (unsigned long long)(10 + 16 + 52 * tiles1), (unsigned long long)tiles1, root1);
+    return snprintf(out, cap, "{\"format\": \"ferry-compactions-1\", \"run\": \"t\", \"compactions\": [{\"from\": 2, "
+                    "\"from_id\": \"0123456789abcdef\", \"to\": 5, \"to_id\": \"00000000000000aa\", \"id\": \"00000000000000ab\", "
+                    "\"key\": \"%s.patch\", \"bytes\": %llu, \"base_hash\": \"%032d\", \"target_hash\": \"%032d\", "
+                    "\"from_delta_bytes_cum\": 0, \"to_delta_bytes_cum\": 9000, \"from_full_bytes\": 0, \"created_unix\": 1, "
+                    "\"chain_bytes\": 9000, \"objects\": %s}]}", c, (unsigned long long)bytes, 0, 1, o);
+}
+
+static void t_compact_index(void)
+{
+    const char *k1 = "t/c/00000000000000000002-00000000000000000005-00000000000000ab-r000001.patch";
+    const char *k0 = "t/c/00000000000000000002-00000000000000000005-00000000000000ab-r000000.patch";
+    char root[65], text[8192];
+    memset(root, 'a', 64);
+    root[64] = 0;
+    fs_index ix;
+    int n = index_text(text, sizeof text, k1, 3, 1068 + 10 + 16 + 156, root, NULL);
+    CHECK_OK(ferry__sync_index_parse("t", "ix", text, (size_t)n, &ix));
+    CHECK(ix.n == 1 && ix.c[0].world == 2 && ix.nobj == 2 && ix.obj[1].tiles == 3 && ix.obj[1].index == 10 && ix.obj[1].root[0] == 0xaa);
+    char *back = ferry__sync_index_json("t", &ix); /* and back: the same entry */
+    fs_index iy;
+    CHECK(back && !ferry__sync_index_parse("t", "ix", back, strlen(back), &iy) && iy.n == 1 && iy.c[0].world == 2 &&
+          !memcmp(iy.obj, ix.obj, 2 * sizeof *ix.obj));
+    free(back);
+    ferry__sync_index_release(&iy);
+    ferry__sync_index_release(&ix);
+    struct {
+        const char *key1, *root, *objs, *what;
+        uint64_t tiles1, bytes;
+        int bump_index;
+    } bad[] = {
+        {k0, root, NULL, "object key", 3, 1068 + 10 + 16 + 156, 0},
+        {k1, root, NULL, "sum to the entry", 3, 1068 + 10 + 16 + 156 + 1, 0},
+        {k1, "xyz", NULL, "'root'", 3, 1068 + 10 + 16 + 156, 0},
+        {k1, root, "[]", "'objects'", 3, 0, 0},
+        {k1, root, "{}", "'objects'", 3, 0, 0},
+        {k1, root, "[{\"key\": 1}]", "", 3, 0, 0},
+        {k1, root, NULL, "do not end it", 3, 1068 + 10 + 16 + 156, 1},
+        {k1, root, NULL, "do not end it", 0, 1068 + 10 + 16, 0},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        n = index_text(text, sizeof text, bad[i].key1, bad[i].tiles1, bad[i].bytes, bad[i].root, bad[i].objs);
+        if (bad[i].bump_index) { /* the section no longer ends the object */
+            char *p = strstr(text, "\"index\": 10,");
+            if (p) memcpy(p, "\"index\": 11,", 12);
+        }
+        int rc = ferry__sync_index_parse("t", "ix", text, (size_t)n, &ix);
+        CHECK(rc == FERRY_ERR_SYNC_MANIFEST && has(bad[i].what));
+        if (rc != FERRY_ERR_SYNC_MANIFEST || !has(bad[i].what)) fprintf(stderr, "case %zu: %s\n", i, ferry_last_error());
+        if (!rc) ferry__sync_index_release(&ix);
+    }
+}
+
+/* A signed run: the compaction index is signed by the compactor's key and
+ * an island with trusted keys uses it; an index rewritten without a key
+ * (unsigned) is ignored by that island, which takes the chain. */
+static void t_compact_signed(void)
+{
+    SKIP_UNLESS_DATA("rl-a");
+    ferry_store *st = open_store();
+    ferry_keys *trainer = ring("trainer", 1), *trust = ring("trainer", 0);
+    char run[64];
+    new_run(run, sizeof run);
+    ferry_model *m[4];
+    group g;
+    g_group_keys = trainer;
+    CHECK_OK(group_open(&g, st, run, 2, 1024, 10, 0));
+    g_group_keys = NULL;
+    for (int v = 1; v <= 4; v++) {
+        m[v - 1] = step(v - 1);
+        CHECK_OK(group_publish(&g, m[v - 1], 0, NULL));
+    }
+    island a, b;
+    CHECK_OK(signed_island(&a, st, run, m[1], trust));
+    CHECK_OK(signed_island(&b, st, run, m[1], trust));
+    CHECK_RC(island_pull(&a, 2, m[1], NULL), 0);
+    CHECK_RC(island_pull(&b, 2, m[1], NULL), 0);
+    ferry_compact_options co = {.from = 2, .to = 4, .keys = trainer};
+    ferry_shard_compact_info ci;
+    CHECK_OK(ferry_shard_compact(st, run, &co, &ci));
+    ferry_shard_pull_info pi;
+    CHECK_OK(ferry_shard_pull(a.s, FERRY_SYNC_EXACT, 4, &pi));
+    CHECK(!strcmp(pi.path, "compacted 2..4"));
+    for (size_t i = 0; i < a.n; i++) CHECK(region_matches(a.s, i, m[3], &a.rg[i]));
+    co.keys = NULL; /* the same compaction again, the index now unsigned */
+    CHECK_OK(ferry_shard_compact(st, run, &co, &ci));
+    CHECK_OK(ferry_shard_pull(b.s, FERRY_SYNC_EXACT, 4, &pi));
+    CHECK(!strcmp(pi.path, "chain 2..4"));
+    for (size_t i = 0; i < b.n; i++) CHECK(region_matches(b.s, i, m[3], &b.rg[i]));
+    island_close(&a);
+    island_close(&b);
+    group_close(&g);
+    for (int v = 0; v < 4; v++) ferry_model_free(m[v]);
+    ferry_keys_free(trainer);
+    ferry_keys_free(trust);
+    ferry_store_free(st);
+}
+
 int main(void)
 {
     snprintf(g_root, sizeof g_root, "%s/ferry-test-shard-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -1365,6 +1475,8 @@ int main(void)
     RUN(t_fp8);
     RUN(t_requests);
     RUN(t_compact);
+    RUN(t_compact_index);
+    RUN(t_compact_signed);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_root);
