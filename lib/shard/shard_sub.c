@@ -43,6 +43,8 @@ struct ferry_shard_subscriber {
     ferry_model *empty;
     sh_coder *coder;          /* ferry-tile-1 decoding scratch */
     sh_lcache lc;             /* the run's layout record (index form) */
+    char refused[FS_ID_CAP];  /* the last sharded compaction that did not
+                                 verify: not tried again */
     ferry_shard_sub_stats stats;
 };
 
@@ -926,29 +928,51 @@ static int walk(ferry_shard_subscriber *s, fs_ref top, uint64_t lo, chain *out, 
     return FERRY_OK;
 }
 
+/* The compaction index, when it is usable: a broken, unsigned or foreign
+ * one only costs the shortcut (false, nothing to release). */
+static bool comp_index(ferry_shard_subscriber *s, const char *run_id, ferry_shard_pull_info *in, fs_index *ix)
+{
+    fs_count cnt = {0};
+    int rc = ferry__sync_index_read(s->st, s->run, s->o.keys, &cnt, ix, NULL);
+    in->bytes_fetched += cnt.bytes;
+    in->manifest_bytes += cnt.bytes;
+    if (!rc && (rc = ferry__sync_run_id_agree(s->run, "the compaction index", run_id, ix->run_id))) ferry__sync_index_release(ix);
+    if (rc) ferry__clear_error();
+    return !rc;
+}
+
+/* Entry c starts at the version held (and its id), is sharded and was not
+ * refused. */
+static bool comp_from_held(const ferry_shard_subscriber *s, const fs_compaction *c)
+{
+    return c->world && c->from == s->held.version && !strcmp(c->from_id, s->held.id) && c->to > c->from &&
+           strcmp(c->id, s->refused);
+}
+
+/* The highest version B <= target that a usable sharded compaction from
+ * the version held reaches (0: none): where the walk stops when the chain
+ * below it is gone. */
+static uint64_t comp_reach(const ferry_shard_subscriber *s, const fs_index *ix, uint64_t target)
+{
+    uint64_t b = 0;
+    for (size_t e = 0; e < ix->n; e++)
+        if (comp_from_held(s, &ix->c[e]) && ix->c[e].to <= target && ix->c[e].to > b) b = ix->c[e].to;
+    return b;
+}
+
 /* A sharded compaction (docs/SHARDING.md "Compaction") the island at cur
  * (the version held) takes instead of the chain's first k versions
  * ch->m[0, k) (cur+1..B, B <= the target): from exactly cur and its id to
  * B and its id, of B's rank count and shard hash, one object per rank with
  * B's tile count (the layout's leaves index it), and fewer bytes in the
  * objects of the ranks the cover touches than the chain's delta objects of
- * those ranks; the largest saving wins.  Returns k (0: none) and *cm: B's
- * manifest reading the compaction's objects (its own arrays; the parts are
- * B's, borrowed).  A broken, unsigned or foreign index only costs the
- * shortcut. */
-static size_t pick_compaction(ferry_shard_subscriber *s, const chain *ch, const covset *cs, const char *run_id,
-                              ferry_shard_pull_info *in, sh_doc *cm)
+ * those ranks; the largest saving wins.  gone: the chain below B is gone
+ * (ch->m[0] is B): the compaction to B is taken, k = 1.  Returns k (0:
+ * none) and *cm: B's manifest reading the compaction's objects (its own
+ * arrays; the parts are B's, borrowed). */
+static size_t pick_compaction(const ferry_shard_subscriber *s, const fs_index *ix, const chain *ch, const covset *cs, bool gone,
+                              sh_doc *cm)
 {
-    fs_index ix;
-    fs_count cnt = {0};
-    int rc = ferry__sync_index_read(s->st, s->run, s->o.keys, &cnt, &ix, NULL);
-    in->bytes_fetched += cnt.bytes;
-    in->manifest_bytes += cnt.bytes;
-    if (!rc && (rc = ferry__sync_run_id_agree(s->run, "the compaction index", run_id, ix.run_id))) ferry__sync_index_release(&ix);
-    if (rc) {
-        ferry__clear_error();
-        return 0;
-    }
     const sh_doc *T = &ch->m[ch->n - 1];
     bool *touch = ferry__calloc(T->world + 1, sizeof *touch);
     for (size_t i = 0; touch && i < cs->n; i++) {
@@ -958,28 +982,27 @@ static size_t pick_compaction(ferry_shard_subscriber *s, const chain *ch, const 
     size_t best = 0;
     uint64_t saving = 0;
     const fs_compaction *be = NULL;
-    for (size_t e = 0; touch && e < ix.n; e++) {
-        const fs_compaction *c = &ix.c[e];
-        if (!c->world || c->from != s->held.version || strcmp(c->from_id, s->held.id) || c->to <= c->from ||
-            c->to - c->from > ch->n)
-            continue;
-        size_t k = (size_t)(c->to - c->from);
-        const sh_doc *B = &ch->m[k - 1];
-        if (B->version != c->to || strcmp(B->id, c->to_id) || B->world != c->world || B->world != T->world || !B->index_form ||
+    for (size_t e = 0; touch && e < ix->n; e++) {
+        const fs_compaction *c = &ix->c[e];
+        if (!comp_from_held(s, c)) continue;
+        size_t k = gone ? 1 : c->to - c->from <= ch->n ? (size_t)(c->to - c->from) : 0;
+        const sh_doc *B = k ? &ch->m[k - 1] : NULL;
+        if (!B || B->version != c->to || strcmp(B->id, c->to_id) || B->world != c->world || B->world != T->world || !B->index_form ||
             memcmp(B->model_hash, c->target_hash, 16))
             continue;
         uint64_t comp = 0, chn = 0;
         bool fits = true;
         for (uint32_t r = 0; r < c->world; r++) {
-            fits = fits && ix.obj[c->obj0 + r].tiles == B->obj_tiles[2 * (size_t)r + SH_DELTA];
+            fits = fits && ix->obj[c->obj0 + r].tiles == B->obj_tiles[2 * (size_t)r + SH_DELTA];
             if (!touch[r]) continue;
-            comp += ix.obj[c->obj0 + r].bytes;
+            comp += ix->obj[c->obj0 + r].bytes;
             for (size_t i = 0; i < k; i++) chn += ch->m[i].obj_bytes[2 * (size_t)r + SH_DELTA];
         }
-        if (fits && comp < chn && chn - comp > saving) {
+        if (fits && (gone || (comp < chn && chn - comp > saving))) {
             saving = chn - comp;
             best = k;
             be = c;
+            if (gone) break;
         }
     }
     free(touch);
@@ -993,7 +1016,7 @@ static size_t pick_compaction(ferry_shard_subscriber *s, const chain *ch, const 
         cm->obj_root = ferry__calloc(n2, 32);
         if (!cm->obj_bytes || !cm->obj_index || !cm->obj_tiles || !cm->obj_root) best = 0;
         for (uint32_t r = 0; best && r < B->world; r++) {
-            const fs_cobj *o = &ix.obj[be->obj0 + r];
+            const fs_cobj *o = &ix->obj[be->obj0 + r];
             cm->obj_bytes[2 * (size_t)r] = o->bytes;
             cm->obj_index[2 * (size_t)r] = o->index;
             cm->obj_tiles[2 * (size_t)r] = o->tiles;
@@ -1002,7 +1025,6 @@ static size_t pick_compaction(ferry_shard_subscriber *s, const chain *ch, const 
         cm->comp_from = be->from;
         memcpy(cm->comp_id, be->id, FS_ID_CAP);
     }
-    ferry__sync_index_release(&ix);
     return best;
 }
 
@@ -1017,8 +1039,10 @@ static void cm_release(sh_doc *cm)
 }
 
 /* One pull from the store s->st; counters and change lists accumulate
- * in `in` and the held tiles (ferry_shard_pull starts them). */
-static int pull_from(ferry_shard_subscriber *s, int mode, uint64_t version, ferry_shard_pull_info *in)
+ * in `in` and the held tiles (ferry_shard_pull starts them).  no_comp: no
+ * compaction is taken (the second try, from the anchor, after the one a
+ * gone chain left refused). */
+static int pull_from(ferry_shard_subscriber *s, int mode, uint64_t version, ferry_shard_pull_info *in, bool no_comp)
 {
     fs_head h;
     fs_count cnt = {0};
@@ -1027,6 +1051,8 @@ static int pull_from(ferry_shard_subscriber *s, int mode, uint64_t version, ferr
     in->manifest_bytes += cnt.bytes;
     chain ch = {0};
     covset cs = {0};
+    fs_index ix = {0};
+    bool ix_read = false, gone = false, again = false;
     if (rc == FERRY_ERR_STORE_NOT_FOUND) rc = ferry__fail(FERRY_ERR_SYNC_NOT_YET, "run %s: no version published yet", s->run);
     if (rc) goto out;
     in->head_version = h.version;
@@ -1063,7 +1089,14 @@ static int pull_from(ferry_shard_subscriber *s, int mode, uint64_t version, ferr
     uint64_t lo = use_chain ? cur + 1 : tm.anchor.version;
     if (lo < target) {
         rc = walk(s, tm.prev, lo, &ch, in);
-        if (rc == FERRY_ERR_SYNC_GONE && use_chain) { /* the chain is gone: from the anchor */
+        if (rc == FERRY_ERR_SYNC_GONE && use_chain && !no_comp) { /* the chain is gone (GC): a compaction from cur, else the anchor */
+            ferry__clear_error();
+            chain_release(&ch);
+            uint64_t b = (ix_read = comp_index(s, h.run_id, in, &ix)) ? comp_reach(s, &ix, target) : 0;
+            rc = !b ? FERRY_ERR_SYNC_GONE : b < target ? walk(s, tm.prev, b, &ch, in) : FERRY_OK;
+            if (!rc) gone = true;
+        }
+        if (rc == FERRY_ERR_SYNC_GONE && use_chain) {
             ferry__clear_error();
             chain_release(&ch);
             use_chain = false;
@@ -1083,7 +1116,9 @@ static int pull_from(ferry_shard_subscriber *s, int mode, uint64_t version, ferr
     }
     ch.m = all;
     ch.m[ch.n++] = tm;
-    if (use_chain && strcmp(ch.m[0].prev.id, s->held.id)) { /* another lineage (a recreated run) */
+    /* another lineage (a recreated run); past a gone chain the compaction
+       is from the version held (its id) */
+    if (use_chain && !gone && strcmp(ch.m[0].prev.id, s->held.id)) {
         use_chain = false;
         chain_release(&ch);
         if ((rc = walk(s, top, tm.anchor.version, &ch, in))) goto out;
@@ -1108,12 +1143,13 @@ static int pull_from(ferry_shard_subscriber *s, int mode, uint64_t version, ferr
                  (unsigned long long)ch.m[0].version, (unsigned long long)target);
     else snprintf(in->path, sizeof in->path, "anchor %llu", (unsigned long long)target);
     /* a compaction from the version held, when it costs less than the
-       chain; one that fails (gone, corrupt) leaves the tiles at cur and
-       the chain is taken */
+       chain (past a gone chain: the only way short of the anchor); one
+       that fails (gone, corrupt) leaves the tiles at cur and is not tried
+       again: the chain is taken, or the pull starts over (the anchor) */
     size_t i0 = 0;
-    if (use_chain && ch.n > 1) {
+    if (use_chain && !no_comp && (ch.n > 1 || gone) && (ix_read || (ix_read = comp_index(s, h.run_id, in, &ix)))) {
         sh_doc cm = {0};
-        size_t k = pick_compaction(s, &ch, &cs, h.run_id, in, &cm);
+        size_t k = pick_compaction(s, &ix, &ch, &cs, gone, &cm);
         int r2 = k ? apply_version(s, &cm, SH_DELTA, &cs, in) : FERRY_OK;
         if (k && !r2) {
             i0 = k;
@@ -1127,10 +1163,15 @@ static int pull_from(ferry_shard_subscriber *s, int mode, uint64_t version, ferr
         } else if (k) {
             snprintf(in->path, sizeof in->path, "chain %llu..%llu (compacted %llu..%llu refused)", (unsigned long long)cur,
                      (unsigned long long)target, (unsigned long long)cur, (unsigned long long)cm.version);
+            memcpy(s->refused, cm.comp_id, FS_ID_CAP);
             ferry__clear_error();
         }
+        if (gone && !i0 && !rc) again = true; /* no way past the gone chain but the anchor */
         cm_release(&cm);
+    } else if (gone) {
+        again = true;
     }
+    if (again) goto out;
     for (size_t i = i0; i < ch.n && !rc; i++) {
         rc = apply_version(s, &ch.m[i], use_chain || i ? SH_DELTA : SH_ANCHOR, &cs, in);
         if (use_chain || i) continue;
@@ -1151,6 +1192,8 @@ static int pull_from(ferry_shard_subscriber *s, int mode, uint64_t version, ferr
 out:
     chain_release(&ch);
     free(cs.c);
+    ferry__sync_index_release(&ix);
+    if (again && !rc) return pull_from(s, mode, version, in, true); /* once, from the anchor */
     if (rc) ferry__context(rc, "run %s: pulling %llu regions from %s", s->run, (unsigned long long)s->nrg, ferry_store_url(s->st));
     return rc;
 }
@@ -1171,7 +1214,7 @@ int ferry_shard_pull(ferry_shard_subscriber *s, int mode, uint64_t version, ferr
     int rc = FERRY_OK;
     for (size_t i = 0; i < s->nst; i++) {
         s->st = s->alt[i];
-        if (!(rc = pull_from(s, mode, version, in))) {
+        if (!(rc = pull_from(s, mode, version, in, false))) {
             s->used = (unsigned)i;
             if (s->held.version > s->max_held) s->max_held = s->held.version;
             break;

@@ -21,7 +21,9 @@
 #     CLI publishes only the index form);
 #   - `ferry gc --keep 2` (retained: 5..7) keeps the compaction 2..6 and its
 #     4 objects, drops the compaction 1..3 from the index and deletes its
-#     objects; a fresh island still pulls HEAD, exact.
+#     objects; a fresh island still pulls HEAD, exact (an island past a gone
+#     chain: test_shard t_compact_gc; `--out` restarts from scratch once the
+#     manifest of the version it holds is gone).
 # Skips when mpirun or the programs are absent (NO_MPI=1 builds).
 set -u
 TEST_NAME=shard_compact

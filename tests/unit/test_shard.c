@@ -1451,6 +1451,59 @@ static void t_compact_signed(void)
     ferry_store_free(st);
 }
 
+/* GC (keep 2: versions 5..7 retained, anchors every 4) removes versions
+ * 2..4 but keeps the compaction 2..6: an island still holding 2 goes
+ * through it ("compacted 2..6 + chain 6..7"); with the compacted objects
+ * truncated it starts over from anchor 5.  Both exact. */
+static void t_compact_gc(void)
+{
+    SKIP_UNLESS_DATA("rl-a");
+    ferry_store *st = open_store();
+    char run[64];
+    new_run(run, sizeof run);
+    group g;
+    CHECK_OK(group_open(&g, st, run, 2, 1024, 4, 0));
+    ferry_model *m[7];
+    for (int v = 1; v <= 7; v++) {
+        m[v - 1] = step(v - 1);
+        CHECK_OK(group_publish(&g, m[v - 1], 0, NULL));
+    }
+    island a, b;
+    CHECK_OK(island_open(&a, st, run, m[1], L_ROWS, 0, 2));
+    CHECK_OK(island_open(&b, st, run, m[1], L_COLS, 1, 2));
+    CHECK_RC(island_pull(&a, 2, m[1], NULL), 0);
+    CHECK_RC(island_pull(&b, 2, m[1], NULL), 0);
+    ferry_compact_options co = {.from = 2, .to = 6};
+    ferry_shard_compact_info ci;
+    CHECK_OK(ferry_shard_compact(st, run, &co, &ci));
+    ferry_gc_options o = {.keep = 2, .grace_s = -1};
+    ferry_gc_report rep;
+    CHECK_OK(ferry_gc(st, run, &o, &rep));
+    CHECK(rep.oldest_retained == 5 && rep.compactions_dropped == 0);
+    ferry_shard_pull_info pi;
+    CHECK_OK(ferry_shard_pull(a.s, FERRY_SYNC_EXACT, 7, &pi));
+    CHECK(!strcmp(pi.path, "compacted 2..6 + chain 6..7"));
+    for (size_t i = 0; i < a.n; i++) CHECK(region_matches(a.s, i, m[6], &a.rg[i]));
+    for (uint32_t r = 0; r < 2; r++) {
+        char key[FS_KEY_CAP], path[1024];
+        ferry__sync_key_compact_rank(key, run, 2, 6, ci.id, r);
+        snprintf(path, sizeof path, "%s/%s", g_root, key);
+        void *d;
+        size_t n;
+        CHECK_OK(ferry_file_read(path, (size_t)1 << 30, &d, &n));
+        CHECK_OK(ferry_file_write(path, d, n / 2));
+        ferry_free(d);
+    }
+    CHECK_OK(ferry_shard_pull(b.s, FERRY_SYNC_EXACT, 7, &pi));
+    CHECK(!strcmp(pi.path, "anchor 5 + chain 5..7"));
+    for (size_t i = 0; i < b.n; i++) CHECK(region_matches(b.s, i, m[6], &b.rg[i]));
+    island_close(&a);
+    island_close(&b);
+    group_close(&g);
+    for (int v = 0; v < 7; v++) ferry_model_free(m[v]);
+    ferry_store_free(st);
+}
+
 int main(void)
 {
     snprintf(g_root, sizeof g_root, "%s/ferry-test-shard-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -1477,6 +1530,7 @@ int main(void)
     RUN(t_compact);
     RUN(t_compact_index);
     RUN(t_compact_signed);
+    RUN(t_compact_gc);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_root);
