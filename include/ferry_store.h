@@ -188,7 +188,25 @@ FERRY_API int ferry_store_key_check(const char *key);
 FERRY_API int ferry_store_put(ferry_store *s, const char *key, const void *data, size_t size,
                               char etag_out[FERRY_STORE_ETAG_MAX]);
 
-/* Writes the contents of a local file as the object (mmap, then as put). */
+/* Writes bytes [offset, offset + size) of an open file as the object, as
+ * ferry_store_put does (atomic; a failure leaves no object and no part of
+ * one: the file backend's temporary file is removed, a multipart upload is
+ * aborted), reading them with pread as they are sent, so that the object
+ * is never mapped or held whole in memory: file: copied CHUNK (8 MiB) at a
+ * time into the temporary file, then renamed; s3: one streamed PUT up to
+ * part_size, else a multipart upload whose parts (upload_concurrency at
+ * once) are each read from fd when sent (and read once more before, for
+ * the SigV4 payload hash, unless unsigned_payload); http(s): read-only,
+ * FERRY_ERR_STORE_READONLY.  fd's file position is not used or moved.  The
+ * bytes must not change during the call (a retried part is read again).
+ * A read error or a file that ends before offset + size fails the call
+ * with FERRY_ERR_IO (not retried).  FERRY_ERR_ARG for a negative fd or a
+ * range past 2^63. */
+FERRY_API int ferry_store_put_fd(ferry_store *s, const char *key, int fd, uint64_t offset, uint64_t size,
+                                 char etag_out[FERRY_STORE_ETAG_MAX]);
+
+/* Writes the contents of a local file as the object (ferry_store_put_fd
+ * over the whole file). */
 FERRY_API int ferry_store_put_file(ferry_store *s, const char *key, const char *path,
                                    char etag_out[FERRY_STORE_ETAG_MAX]);
 

@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -279,9 +278,48 @@ int ferry_store_put(ferry_store *s, const char *key, const void *data, size_t si
     if (!rc) rc = writable(s, "put", key);
     if (rc) return rc;
     char tmp[FERRY_STORE_ETAG_MAX];
-    rc = s->be->put(s, key, data ? data : "", size, tmp);
+    ferry__src src = ferry__src_mem(data ? data : "");
+    rc = s->be->put(s, key, &src, size, tmp);
     if (!rc && etag_out) memcpy(etag_out, tmp, sizeof tmp);
     return rc;
+}
+
+int ferry_store_put_fd(ferry_store *s, const char *key, int fd, uint64_t offset, uint64_t size,
+                       char etag_out[FERRY_STORE_ETAG_MAX])
+{
+    NEED(s);
+    int rc = ferry_store_key_check(key);
+    if (!rc) rc = writable(s, "put", key);
+    if (rc) return rc;
+    if (fd < 0) return ferry__fail(FERRY_ERR_ARG, "%s/%s: put_fd: no file descriptor (%d)", s->url, key, fd);
+    if (offset > INT64_MAX || size > INT64_MAX - offset)
+        return ferry__fail(FERRY_ERR_ARG, "%s/%s: put_fd: range %llu+%llu overflows", s->url, key,
+                           (unsigned long long)offset, (unsigned long long)size);
+    char tmp[FERRY_STORE_ETAG_MAX];
+    ferry__src src = {NULL, fd, offset};
+    rc = s->be->put(s, key, &src, size, tmp);
+    if (!rc && etag_out) memcpy(etag_out, tmp, sizeof tmp);
+    return rc;
+}
+
+int ferry__src_read(const ferry__src *b, uint64_t pos, void *buf, size_t n, const char *what)
+{
+    if (b->mem) {
+        memcpy(buf, b->mem + pos, n);
+        return FERRY_OK;
+    }
+    uint8_t *d = buf;
+    while (n) {
+        ssize_t k = pread(b->fd, d, n, (off_t)(b->off + pos));
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0)
+            return ferry__fail(FERRY_ERR_IO, "%s: reading the object's bytes at offset %llu of descriptor %d: %s", what,
+                               (unsigned long long)(b->off + pos), b->fd, k < 0 ? strerror(errno) : "the file ends first");
+        d += k;
+        n -= (size_t)k;
+        pos += (uint64_t)k;
+    }
+    return FERRY_OK;
 }
 
 int ferry_store_put_file(ferry_store *s, const char *key, const char *path,
@@ -294,19 +332,8 @@ int ferry_store_put_file(ferry_store *s, const char *key, const char *path,
     struct stat st;
     int fd = ferry__open_input(path, &st); /* a FIFO would block the open */
     if (fd < 0) return -fd;
-    size_t n = (size_t)st.st_size;
-    void *map = NULL;
-    if (n) {
-        map = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (map == MAP_FAILED) {
-            int e = errno;
-            close(fd);
-            return ferry__fail(FERRY_ERR_IO, "%s: mmap: %s", path, strerror(e));
-        }
-    }
+    rc = ferry_store_put_fd(s, key, fd, 0, (uint64_t)st.st_size, etag_out);
     close(fd);
-    rc = ferry_store_put(s, key, n ? map : "", n, etag_out);
-    if (n) munmap(map, n);
     if (rc) ferry__context(rc, "put of %s", path);
     return rc;
 }

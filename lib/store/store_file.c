@@ -257,8 +257,9 @@ static int write_all(int fd, const uint8_t *p, size_t n)
 static atomic_uint g_tmp_counter;
 
 /* The whole put: temporary file next to the target, fsync, rename, fsync of
- * the directory.  Caller holds the CAS lock when called from cas. */
-static int file_put(ferry_store *s, const char *key, const void *data, size_t size, char *etag)
+ * the directory.  Caller holds the CAS lock when called from cas.  Bytes
+ * from a file descriptor are copied CHUNK at a time. */
+static int file_put(ferry_store *s, const char *key, const ferry__src *src, uint64_t size, char *etag)
 {
     char path[PATH_CAP], tmp[PATH_CAP];
     int rc = obj_path(s, key, path);
@@ -270,33 +271,54 @@ static int file_put(ferry_store *s, const char *key, const void *data, size_t si
                  atomic_fetch_add(&g_tmp_counter, 1u), (unsigned long long)ferry__rand_below(1ull << 40)) >=
         (int)sizeof tmp)
         return ferry__fail(FERRY_ERR_STORE_KEY, "%s/%s: path too long", s->url, key);
+    XXH3_state_t *h = size <= FERRY__FILE_HASH_MAX ? XXH3_createState() : NULL;
+    uint8_t *chunk = src->mem ? NULL : ferry__malloc(size < CHUNK ? (size_t)size + 1 : CHUNK);
+    if ((size <= FERRY__FILE_HASH_MAX && !h) || (!src->mem && !chunk)) {
+        XXH3_freeState(h);
+        free(chunk);
+        return ferry__fail(FERRY_ERR_NOMEM, "%s/%s: put: cannot allocate a hash state or a copy buffer", s->url, key);
+    }
+    if (h) XXH3_128bits_reset(h);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0) return io_fail(s, key, "create temporary file", errno);
-    const uint8_t *p = data;
-    size_t done = 0;
+    if (fd < 0) {
+        XXH3_freeState(h);
+        free(chunk);
+        return io_fail(s, key, "create temporary file", errno);
+    }
+    uint64_t done = 0;
     while (done < size) {
-        size_t n = size - done < CHUNK ? size - done : CHUNK;
-        if (write_all(fd, p + done, n)) { rc = io_fail(s, key, "write", errno); goto fail; }
+        size_t n = size - done < CHUNK ? (size_t)(size - done) : CHUNK;
+        const uint8_t *p = src->mem ? src->mem + done : chunk;
+        if (!src->mem && (rc = ferry__src_read(src, done, chunk, n, s->url))) {
+            ferry__context(rc, "%s/%s: put", s->url, key);
+            goto fail;
+        }
+        if (write_all(fd, p, n)) { rc = io_fail(s, key, "write", errno); goto fail; }
+        if (h) XXH3_128bits_update(h, p, n);
         done += n;
         if (size > CHUNK && (rc = progress(s, done, size))) goto fail;
     }
     if (fsync(fd)) { rc = io_fail(s, key, "fsync", errno); goto fail; }
     struct stat st;
     if (fstat(fd, &st)) { rc = io_fail(s, key, "fstat", errno); goto fail; }
-    if (size <= FERRY__FILE_HASH_MAX) {
-        XXH128_hash_t h = XXH3_128bits(data, size);
-        hash_hex(&h, etag);
+    if (h) {
+        XXH128_hash_t d = XXH3_128bits_digest(h);
+        hash_hex(&d, etag);
     } else {
         stat_etag(&st, etag); /* rename keeps inode and mtime */
     }
     if (close(fd)) { fd = -1; rc = io_fail(s, key, "close", errno); goto fail; }
     fd = -1;
     if (rename(tmp, path)) { rc = io_fail(s, key, "rename", errno); goto fail; }
+    XXH3_freeState(h);
+    free(chunk);
     /* makes the rename durable: an error here means the object may vanish
      * at a crash, so the put is not reported done */
     if ((rc = ferry__fsync_dir_of(path))) return ferry__context(rc, "%s/%s: put", s->url, key);
     return FERRY_OK;
 fail:
+    XXH3_freeState(h);
+    free(chunk);
     if (fd >= 0) close(fd);
     unlink(tmp);
     return rc;
@@ -564,7 +586,8 @@ static int file_cas(ferry_store *s, const char *key, const char *expected, const
                                     s->url, key, expected)
                       : FERRY_OK;
     }
-    if (!rc) rc = file_put(s, key, data, size, etag);
+    ferry__src src = ferry__src_mem(data);
+    if (!rc) rc = file_put(s, key, &src, size, etag);
     close(lfd); /* releases the lock */
     return rc;
 }

@@ -68,16 +68,16 @@ static int http_head(ferry_store *s, const char *key, ferry_store_stat *st)
 
 /* Writes never get here (the dispatcher checks s->readonly); these answer
  * anyway, so that the table has no hole. */
-static int ro_put(ferry_store *s, const char *key, const void *d, size_t n, char *etag)
+static int ro_put(ferry_store *s, const char *key, const ferry__src *src, uint64_t n, char *etag)
 {
-    (void)d, (void)n, (void)etag;
+    (void)src, (void)n, (void)etag;
     return ferry__fail(FERRY_ERR_STORE_READONLY, "%s/%s: the store is read-only", s->url, key);
 }
 static int ro_del(ferry_store *s, const char *key) { return ro_put(s, key, NULL, 0, NULL); }
 static int ro_cas(ferry_store *s, const char *key, const char *e, const void *d, size_t n, char *etag)
 {
-    (void)e;
-    return ro_put(s, key, d, n, etag);
+    (void)e, (void)d;
+    return ro_put(s, key, NULL, n, etag);
 }
 static int ro_probe(ferry_store *s, const char *key, int *atomic)
 {

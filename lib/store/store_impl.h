@@ -42,6 +42,32 @@
 typedef struct ferry__backend ferry__backend;
 typedef struct ferry__group ferry__group;
 
+/* The bytes of an upload: in memory, or read with pread from a file
+ * descriptor as they are sent (ferry_store_put_fd), so that no backend
+ * maps or buffers a whole object that comes from a file. */
+typedef struct ferry__src {
+    const uint8_t *mem;   /* the bytes, or NULL: from offset off of fd on */
+    int fd;
+    uint64_t off;
+} ferry__src;
+
+static inline ferry__src ferry__src_mem(const void *p)
+{
+    ferry__src b = {(const uint8_t *)p, -1, 0};
+    return b;
+}
+/* The same source from its byte pos on (a part of a multipart upload). */
+static inline ferry__src ferry__src_at(const ferry__src *b, uint64_t pos)
+{
+    ferry__src r = *b;
+    if (r.mem) r.mem += pos;
+    else r.off += pos;
+    return r;
+}
+/* Copies n bytes at pos of the source into buf: 0, or FERRY_ERR_IO with a
+ * message naming what (a read error, or a file that ends first). */
+int ferry__src_read(const ferry__src *b, uint64_t pos, void *buf, size_t n, const char *what);
+
 /* Where a download goes: a growable buffer bounded by max, a caller's
  * fixed buffer, a caller's function (ferry_store_get_stream), or a file
  * descriptor.  "written" counts bytes stored, across
@@ -96,7 +122,7 @@ struct ferry_store {
 };
 
 struct ferry__backend {
-    int (*put)(ferry_store *s, const char *key, const void *data, size_t size, char *etag);
+    int (*put)(ferry_store *s, const char *key, const ferry__src *src, uint64_t size, char *etag);
     int (*get)(ferry_store *s, const char *key, ferry__sink *sink, ferry_store_stat *st);
     /* g: the parallel transfer this range is part of (progress, stop), or NULL */
     int (*get_range)(ferry_store *s, const char *key, uint64_t off, size_t len, void *buf, size_t *got,
@@ -203,6 +229,8 @@ typedef struct ferry__req {
     int sign;                      /* SigV4 with the store's keys */
     int follow;                    /* follow redirects (http backend) */
     const uint8_t *body;           /* upload payload (PUT, POST), or NULL */
+    const ferry__src *src;         /* or read from here as sent (a file's bytes: a
+                                      read error ends the call, not retried) */
     size_t body_len;
     int has_body;                  /* send body_len bytes (may be 0) */
     ferry__sink *sink;             /* where a 2xx body goes; NULL: kept in resp->body

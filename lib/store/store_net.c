@@ -336,7 +336,15 @@ static size_t on_read(char *buf, size_t size, size_t nitems, void *ud)
     xfer *x = ud;
     size_t n = size * nitems, left = x->req->body_len - x->up_off;
     if (n > left) n = left;
-    if (n) memcpy(buf, x->req->body + x->up_off, n);
+    if (n && x->req->src) {
+        int rc = ferry__src_read(x->req->src, x->up_off, buf, n, x->req->what);
+        if (rc) { /* the file, not the network: final (its message is set) */
+            if (!x->err) x->err = rc;
+            return CURL_READFUNC_ABORT;
+        }
+    } else if (n) {
+        memcpy(buf, x->req->body + x->up_off, n);
+    }
     x->up_off += n;
     return n;
 }

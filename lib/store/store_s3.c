@@ -15,6 +15,7 @@
 #include "store_impl.h"
 
 #include <curl/curl.h>
+#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -40,10 +41,34 @@ static void s3req_release(s3req *r)
     r->hdrs = NULL;
 }
 
+/* SHA-256 (hex) of n bytes of a source read from a file: 1 MiB at a time,
+ * never the whole part in memory. */
+static int src_sha256_hex(const ferry__src *b, uint64_t n, const char *what, char out[65])
+{
+    if (b->mem) return ferry__sha256_hex(b->mem, (size_t)n, out);
+    size_t cap = n < (1u << 20) ? (size_t)n + 1 : (1u << 20);
+    uint8_t *buf = ferry__malloc(cap), md[32];
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    int rc = buf && c && EVP_DigestInit_ex(c, EVP_sha256(), NULL) ? FERRY_OK
+                                                                 : ferry__fail(FERRY_ERR_NOMEM, "%s: SHA-256 of a part: no memory", what);
+    for (uint64_t at = 0; !rc && at < n;) {
+        size_t k = n - at < cap ? (size_t)(n - at) : cap;
+        if (!(rc = ferry__src_read(b, at, buf, k, what)) && !EVP_DigestUpdate(c, buf, k))
+            rc = ferry__fail(FERRY_ERR_NOMEM, "%s: SHA-256 of a part failed", what);
+        at += k;
+    }
+    unsigned len = 0;
+    if (!rc && (!EVP_DigestFinal_ex(c, md, &len) || len != 32)) rc = ferry__fail(FERRY_ERR_NOMEM, "%s: SHA-256 of a part failed", what);
+    if (!rc) ferry__hex(out, md, 32);
+    EVP_MD_CTX_free(c);
+    free(buf);
+    return rc;
+}
+
 /* URL of key (NULL: the bucket) with an optional canonical query, the
  * message name, and the headers every request carries. */
-static int s3req_init(ferry_store *s, s3req *r, const char *key, const char *query, const void *body,
-                      size_t body_len)
+static int s3req_init(ferry_store *s, s3req *r, const char *key, const char *query, const ferry__src *body,
+                      uint64_t body_len)
 {
     memset(r, 0, sizeof *r);
     snprintf(r->what, sizeof r->what, "%s%s%s", s->url, key ? "/" : "", key ? key : "");
@@ -61,7 +86,7 @@ static int s3req_init(ferry_store *s, s3req *r, const char *key, const char *que
     if (!rc && s->userpwd) {
         char sha[65];
         if (body && s->unsigned_payload) snprintf(sha, sizeof sha, "UNSIGNED-PAYLOAD");
-        else if (body && body_len) rc = ferry__sha256_hex(body, body_len, sha);
+        else if (body && body_len) rc = src_sha256_hex(body, body_len, r->what, sha);
         else snprintf(sha, sizeof sha, "%s", EMPTY_SHA256);
         if (!rc) rc = ferry__hdr_add(&r->hdrs, "x-amz-content-sha256: %s", sha);
         if (!rc && s->token_header) rc = ferry__hdr_add(&r->hdrs, "%s", s->token_header);
@@ -78,7 +103,7 @@ static ferry__target target(s3req *r, uint64_t deadline)
 }
 
 /* One PUT of a whole body, with an optional condition header. */
-static int put_once(ferry_store *s, const char *key, const char *query, const char *cond, const void *data,
+static int put_once(ferry_store *s, const char *key, const char *query, const char *cond, const ferry__src *data,
                     size_t size, const char *op, uint64_t progress_base, uint64_t progress_total, uint64_t deadline,
                     ferry__resp *resp, s3req *rq)
 {
@@ -86,7 +111,8 @@ static int put_once(ferry_store *s, const char *key, const char *query, const ch
     if (!rc && cond) rc = ferry__hdr_add(&rq->hdrs, "%s", cond);
     if (rc) return rc;
     ferry__req q = {.op = op, .method = "PUT", .url = (const char *)rq->url.data, .what = rq->what,
-                    .headers = rq->hdrs, .sign = 1, .body = data, .body_len = size, .has_body = 1,
+                    .headers = rq->hdrs, .sign = 1, .body = data->mem, .src = data->mem ? NULL : data, .body_len = size,
+                    .has_body = 1,
                     .progress_base = progress_base, .progress_total = progress_total, .deadline = deadline};
     return ferry__net_call(s, &q, resp);
 }
@@ -107,7 +133,7 @@ static int status_error(const s3req *rq, const char *op, const ferry__resp *r)
  * put: one request, or a multipart upload
  * ------------------------------------------------------------------- */
 
-static int put_single(ferry_store *s, const char *key, const void *data, size_t size, char *etag)
+static int put_single(ferry_store *s, const char *key, const ferry__src *data, size_t size, char *etag)
 {
     s3req rq;
     ferry__resp r = {0};
@@ -139,7 +165,8 @@ static int post_xml(ferry_store *s, const char *key, const char *query, const ch
 {
     const void *data = body && body->size ? (const void *)body->data : (const void *)"";
     size_t n = body ? body->size : 0;
-    int rc = s3req_init(s, rq, key, query, data, n);
+    ferry__src src = ferry__src_mem(data);
+    int rc = s3req_init(s, rq, key, query, &src, n);
     if (!rc) rc = ferry__hdr_add(&rq->hdrs, "Content-Type: application/xml");
     if (rc) return rc;
     ferry__req q = {.op = op, .method = "POST", .url = (const char *)rq->url.data, .what = rq->what,
@@ -168,7 +195,7 @@ static void abort_upload(ferry_store *s, const char *key, const char *query)
 typedef struct parts {
     ferry_store *s;
     const char *key;
-    const uint8_t *data;
+    const ferry__src *src;       /* the object's bytes (each part read as sent) */
     uint64_t size, part;
     size_t nparts;
     const char *idq;             /* "uploadId=..." */
@@ -189,10 +216,11 @@ static int part_send(parts *P, size_t i)
     snprintf(q2, sizeof q2, "partNumber=%zu&%s", i + 1, P->idq); /* sorted: p < u */
     s3req rq;
     ferry__resp r = {0};
-    int rc = s3req_init(P->s, &rq, P->key, q2, P->data + off, n);
+    ferry__src ps = ferry__src_at(P->src, off);
+    int rc = s3req_init(P->s, &rq, P->key, q2, &ps, n);
     if (rc) return rc;
     ferry__req q = {.op = op, .method = "PUT", .url = (const char *)rq.url.data, .what = rq.what,
-                    .headers = rq.hdrs, .sign = 1, .body = P->data + off, .body_len = n, .has_body = 1,
+                    .headers = rq.hdrs, .sign = 1, .body = ps.mem, .src = ps.mem ? NULL : &ps, .body_len = n, .has_body = 1,
                     .progress_total = P->size, .group = &P->group, .deadline = P->deadline};
     rc = ferry__net_call(P->s, &q, &r);
     if (!rc && r.status != 200) rc = status_error(&rq, op, &r);
@@ -241,7 +269,7 @@ static int parts_run(parts *P)
     return P->rc ? ferry__fail(P->rc, "%s", P->msg) : FERRY_OK;
 }
 
-static int put_multipart(ferry_store *s, const char *key, const uint8_t *data, size_t size, char *etag)
+static int put_multipart(ferry_store *s, const char *key, const ferry__src *data, uint64_t size, char *etag)
 {
     uint64_t part = s->part_size;
     if ((size + part - 1) / part > FERRY__MAX_PARTS) part = (size + FERRY__MAX_PARTS - 1) / FERRY__MAX_PARTS;
@@ -274,7 +302,7 @@ static int put_multipart(ferry_store *s, const char *key, const uint8_t *data, s
     /* 2. UploadPart, up to upload_conc at once, each retried alone */
     etags = ferry__calloc(nparts, sizeof *etags);
     if (!etags) { rc = FERRY_ERR_NOMEM; goto done; }
-    parts P = {.s = s, .key = key, .data = data, .size = size, .part = part, .nparts = nparts, .idq = idq,
+    parts P = {.s = s, .key = key, .src = data, .size = size, .part = part, .nparts = nparts, .idq = idq,
                .deadline = deadline, .etags = etags};
     if ((rc = parts_run(&P))) goto done;
 
@@ -347,10 +375,10 @@ done:
     return rc;
 }
 
-static int s3_put(ferry_store *s, const char *key, const void *data, size_t size, char *etag)
+static int s3_put(ferry_store *s, const char *key, const ferry__src *data, uint64_t size, char *etag)
 {
     if (size > s->part_size) return put_multipart(s, key, data, size, etag);
-    return put_single(s, key, data, size, etag);
+    return put_single(s, key, data, (size_t)size, etag);
 }
 
 /* ---------------------------------------------------------------------
@@ -548,7 +576,8 @@ static int s3_cas(ferry_store *s, const char *key, const char *expected, const v
     else snprintf(cond, sizeof cond, "If-None-Match: *");
     s3req rq;
     ferry__resp r = {0};
-    rc = put_once(s, key, NULL, cond, data, size, "PUT (cas)", 0, size, deadline, &r, &rq);
+    ferry__src src = ferry__src_mem(data);
+    rc = put_once(s, key, NULL, cond, &src, size, "PUT (cas)", 0, size, deadline, &r, &rq);
     if (!rc && r.status == 200) {
         rc = need_etag(&rq, "PUT (cas)", &r);
         if (!rc) memcpy(etag, r.etag, FERRY_STORE_ETAG_MAX);
@@ -588,7 +617,8 @@ static int s3_probe_cas(ferry_store *s, const char *key, int *atomic)
         snprintf(body, sizeof body, "ferry cas probe %d\n", i);
         s3req rq;
         ferry__resp r = {0};
-        rc = put_once(s, key, NULL, conds[i], body, strlen(body), "PUT (probe)", 0, 0, deadline, &r, &rq);
+        ferry__src src = ferry__src_mem(body);
+        rc = put_once(s, key, NULL, conds[i], &src, strlen(body), "PUT (probe)", 0, 0, deadline, &r, &rq);
         if (!rc && i && (r.status == 412 || r.status == 409)) refused++;
         else if (!rc && r.status != 200) rc = status_error(&rq, "PUT (probe)", &r);
         ferry__resp_release(&r);

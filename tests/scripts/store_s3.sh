@@ -29,6 +29,19 @@ rc=$?
 sed 's/^/    /' "$WORK/selftest.log" | grep -E 'ok|FAIL|passed|large|CHECK|returned' | head -40
 check "scenario (put/get/range/head/list/delete/cas/keys/limit/multipart)" [ $rc -eq 0 ]
 
+# --- ferry_store_put_fd: objects read from a file part by part ------------
+# (tests/unit/test_store_fd.c with 64 KiB parts: sizes around the part size,
+# a multipart upload whose file ends at its fourth part aborted, no object)
+FD_TEST=${FERRY_BUILD:-$PWD/build}/tests/test_store_fd
+if [ -x "$FD_TEST" ]; then
+    AWS_ENDPOINT_URL=$EP timeout 120 "$FD_TEST" s3://bkt >"$WORK/putfd.log" 2>&1
+    rc=$?
+    sed 's/^/    /' "$WORK/putfd.log" | tail -8
+    check "put_fd: byte-identical objects, single and multipart; a failed one leaves none" [ $rc -eq 0 ]
+else
+    bad "put_fd: missing $FD_TEST (make tests)"
+fi
+
 # --- a prefix in the URL; keys are relative to it --------------------------
 echo "in the prefix" >"$WORK/p.txt"
 check "put under s3://bkt/team/run7" bash -c "$S s3://bkt/team/run7 put v/1 '$WORK/p.txt' >/dev/null"
