@@ -16,6 +16,8 @@
 #     (magic), a root changed in the compaction index: the island refuses
 #     the compacted objects and takes the chain ("chain 2..6 (compacted 2..6
 #     refused)"), still bit-identical;
+#   - `ferry mirror` copies the index, not the sharded compaction's objects
+#     (its islands take the chain);
 #   - a single-rank run is compacted by the single-rank path (no "sharded"
 #     in the JSON); (the old-form refusal is test_shard t_compact's: the
 #     CLI publishes only the index form);
@@ -158,6 +160,12 @@ json.dump(d, open(p, "w"))
 EOF
 check "another root in the compaction index: refused, the chain taken, exact" refused root
 restore
+
+# --- a mirror copies the index, not the sharded compaction's objects (yet) --------
+fy mirror "$S" "$WORK/mirror" --run $RUN >"$WORK/mirror.out" 2>&1
+rcm=$?
+check "ferry mirror of the run with a sharded compaction (exit $rcm): index copied, objects not" \
+    bash -c "[ $rcm = 0 ] && grep -q '\"objects\"' '$WORK/mirror/$RUN/compactions.json' && ! ls '$WORK/mirror/$RUN/c/' 2>/dev/null | grep -q ."
 
 # --- a single-rank run: the single-rank path --------------------------------------
 for i in 0 1 2; do fy publish "$S" --run one/run -q "$(step $i)" || bad "ferry publish step $i"; done
