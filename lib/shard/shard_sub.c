@@ -9,7 +9,10 @@
  * a time as a transaction: each tile's SHA-256 against the manifest, its
  * patch decoded into a scratch tile (the codec checks the base and target
  * hashes), the changed elements recorded; only when every tile of the
- * version verified are the held tiles written.  Memory: the cover, one
+ * version verified are the held tiles written.  From the version held, a
+ * sharded compaction (shard_compact.c) may stand for the first versions of
+ * the chain when its objects cost less (pick_compaction); it is read as an
+ * index-form version whose objects are the compaction's.  Memory: the cover, one
  * scratch tile, the fetched ranges of one version (at most SH_BATCH_BYTES
  * at a time), the change lists. */
 #include "shard_impl.h"
