@@ -10,8 +10,11 @@
  * live in the rank's tile file, not on the heap: a temporary file in
  * $TMPDIR (else /tmp), created with mkstemp and unlinked at once (nothing
  * is left behind on any exit, a crash included), read and written one
- * tile at a time with pread/pwrite.  Memory stays at the caller's rows,
- * this version's objects and a few tile-sized scratch buffers. */
+ * tile at a time with pread/pwrite.  This version's rank objects are
+ * written tile by tile as they are coded into two more such files (the
+ * delta and the anchor object), uploaded from there part by part
+ * (ferry_store_put_fd) and read back from there by finish.  Memory stays
+ * at the caller's rows and a few tile-sized scratch buffers. */
 #include "shard_impl.h"
 
 #include "ferry_quant.h"
@@ -36,7 +39,9 @@ struct ferry_shard_publisher {
     bool pending;
     sh_token ptok;
     sh_doc rec;
-    ferry_buf obj[2];
+    int ofd[2];               /* the object files (unlinked), -1 = none yet */
+    uint64_t osize[2];        /* bytes of this version's object in each */
+    ferry_buf enc;            /* the payload of the tile being coded */
     /* rank 0, between begin and commit */
     bool begun;
     sh_token btok;
@@ -71,7 +76,7 @@ int ferry_shard_publisher_open(ferry_store *store, const char *run, const ferry_
     ferry_shard_publisher *p = ferry__calloc(1, sizeof *p);
     if (!p) return FERRY_ERR_NOMEM;
     p->st = store;
-    p->fd = -1;
+    p->fd = p->ofd[0] = p->ofd[1] = -1;
     snprintf(p->run, sizeof p->run, "%s", run);
     p->o = *opts;
     p->o.publisher_id = NULL;
@@ -96,11 +101,21 @@ int ferry_shard_publisher_open(ferry_store *store, const char *run, const ferry_
     return FERRY_OK;
 }
 
+/* Empties object file k; its descriptor stays for the next version.  A
+ * truncation that fails leaves bytes past osize, which nothing reads:
+ * disk space only, so it is not an error of the caller's call. */
+static void object_drop(ferry_shard_publisher *p, int k)
+{
+    if (p->ofd[k] >= 0 && p->osize[k]) (void)!ftruncate(p->ofd[k], 0);
+    p->osize[k] = 0;
+}
+
 static void drop_pending(ferry_shard_publisher *p)
 {
     ferry__shard_doc_release(&p->rec);
-    ferry__buf_release(&p->obj[0]);
-    ferry__buf_release(&p->obj[1]);
+    object_drop(p, 0);
+    object_drop(p, 1);
+    ferry__buf_release(&p->enc);
     p->pending = false;
 }
 
@@ -110,6 +125,8 @@ void ferry_shard_publisher_free(ferry_shard_publisher *p)
     drop_pending(p);
     ferry__shard_tiles_release(&p->prev);
     if (p->fd >= 0) close(p->fd);
+    for (int k = 0; k < 2; k++)
+        if (p->ofd[k] >= 0) close(p->ofd[k]);
     ferry__shard_doc_release(&p->last);
     ferry_model_free(p->empty);
     ferry__shard_coder_free(p->coder);
@@ -120,15 +137,11 @@ uint64_t ferry_shard_publisher_version(const ferry_shard_publisher *p) { return 
 
 /* ---- the tile file: this rank's previous tiles ---- */
 
-/* Empties the tile file, creating it first if needed (mkstemp in the tmp
- * directory, unlinked at once: only the descriptor names it). */
-static int tiles_file_reset(ferry_shard_publisher *p)
+/* A temporary file for this rank (what: "tile file", "object file"):
+ * mkstemp in the tmp directory, unlinked at once (only the descriptor
+ * names it, so nothing is left behind on any exit), close-on-exec. */
+static int tmp_file(ferry_shard_publisher *p, const char *what, int *out)
 {
-    p->fd_end = 0;
-    if (p->fd >= 0) {
-        if (!ftruncate(p->fd, 0)) return FERRY_OK;
-        return ferry__fail(FERRY_ERR_IO, "run %s rank %u: emptying its tile file: %s", p->run, p->o.rank, strerror(errno));
-    }
     const char *dir = ferry__sync_tmp_dir(NULL);
     size_t n = strlen(dir) + 40;
     char *path = ferry__malloc(n);
@@ -136,39 +149,65 @@ static int tiles_file_reset(ferry_shard_publisher *p)
     snprintf(path, n, "%s/ferry-shard-tiles.XXXXXX", dir);
     int fd = mkstemp(path);
     int rc = FERRY_OK;
-    if (fd < 0) rc = ferry__fail(FERRY_ERR_IO, "run %s rank %u: creating its tile file %s: %s", p->run, p->o.rank, path, strerror(errno));
+    if (fd < 0) rc = ferry__fail(FERRY_ERR_IO, "run %s rank %u: creating its %s %s: %s", p->run, p->o.rank, what, path, strerror(errno));
     else if (unlink(path)) {
-        rc = ferry__fail(FERRY_ERR_IO, "run %s rank %u: unlinking its tile file %s: %s", p->run, p->o.rank, path, strerror(errno));
+        rc = ferry__fail(FERRY_ERR_IO, "run %s rank %u: unlinking its %s %s: %s", p->run, p->o.rank, what, path, strerror(errno));
         close(fd);
     } else if (fcntl(fd, F_SETFD, FD_CLOEXEC)) { /* (a child process would keep its disk space) */
-        rc = ferry__fail(FERRY_ERR_IO, "run %s rank %u: its tile file: %s", p->run, p->o.rank, strerror(errno));
+        rc = ferry__fail(FERRY_ERR_IO, "run %s rank %u: its %s: %s", p->run, p->o.rank, what, strerror(errno));
         close(fd);
     } else {
-        p->fd = fd;
+        *out = fd;
     }
     free(path);
     return rc;
 }
 
+/* Empties the tile file, creating it first if needed. */
+static int tiles_file_reset(ferry_shard_publisher *p)
+{
+    p->fd_end = 0;
+    if (p->fd < 0) return tmp_file(p, "tile file", &p->fd);
+    if (!ftruncate(p->fd, 0)) return FERRY_OK;
+    return ferry__fail(FERRY_ERR_IO, "run %s rank %u: emptying its tile file: %s", p->run, p->o.rank, strerror(errno));
+}
+
 static uint64_t held_bytes(const sh_held *h) { return (h->r1 - h->r0) * (h->c1 - h->c0) * ferry__shard_esize(h->dtype); }
 
-/* n bytes at off of the tile file: written from src (dst NULL) or read
- * into dst. */
-static int tiles_file_io(ferry_shard_publisher *p, const uint8_t *src, uint8_t *dst, uint64_t n, uint64_t off)
+/* n bytes at off of one of the rank's files (fd, named what): written
+ * from src (dst NULL) or read into dst. */
+static int file_io(ferry_shard_publisher *p, int fd, const char *what, const uint8_t *src, uint8_t *dst, uint64_t n, uint64_t off)
 {
     while (n) {
         size_t c = n > ((size_t)1 << 30) ? (size_t)1 << 30 : (size_t)n;
-        ssize_t k = dst ? pread(p->fd, dst, c, (off_t)off) : pwrite(p->fd, src, c, (off_t)off);
+        ssize_t k = dst ? pread(fd, dst, c, (off_t)off) : pwrite(fd, src, c, (off_t)off);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0)
-            return ferry__fail(FERRY_ERR_IO, "run %s rank %u: %s its tile file at %llu: %s", p->run, p->o.rank,
-                               dst ? "reading" : "writing", (unsigned long long)off, k < 0 ? strerror(errno) : "short file");
+            return ferry__fail(FERRY_ERR_IO, "run %s rank %u: %s its %s at %llu: %s", p->run, p->o.rank,
+                               dst ? "reading" : "writing", what, (unsigned long long)off, k < 0 ? strerror(errno) : "short file");
         if (dst) dst += k;
         else src += k;
         n -= (uint64_t)k;
         off += (uint64_t)k;
     }
     return FERRY_OK;
+}
+
+/* The same on the tile file. */
+static int tiles_file_io(ferry_shard_publisher *p, const uint8_t *src, uint8_t *dst, uint64_t n, uint64_t off)
+{
+    return file_io(p, p->fd, "tile file", src, dst, n, off);
+}
+
+/* Appends p->enc (a payload or the tile index just written there) to
+ * object file k, creating the file first if needed; *at: where it went. */
+static int object_append(ferry_shard_publisher *p, int k, uint64_t *at)
+{
+    int rc = p->ofd[k] < 0 ? tmp_file(p, "object file", &p->ofd[k]) : FERRY_OK;
+    *at = p->osize[k];
+    if (!rc) rc = file_io(p, p->ofd[k], "object file", p->enc.data, NULL, p->enc.size, p->osize[k]);
+    if (!rc) p->osize[k] += p->enc.size;
+    return rc;
 }
 
 /* Appends a tile's bytes to the tile file; h->at and h->dtype are set. */
@@ -346,12 +385,16 @@ static int resume(ferry_shard_publisher *p, const sh_token *t, const sh_doc *rec
     return rc;
 }
 
-/* Locates the payload appended to b since `at` and hashes it. */
-static int locate(const ferry_buf *b, size_t at, sh_loc *l)
+/* Codes one payload of a tile (the delta against base, or the anchor with
+ * base NULL) into object k: its location there and its SHA-256. */
+static int code_payload(ferry_shard_publisher *p, int k, ferry_dtype dt, const uint8_t *base, const uint8_t *tgt, uint64_t nw, sh_loc *l)
 {
-    l->off = at;
-    l->size = b->size - at;
-    return ferry__sha256_hex(b->data + at, (size_t)l->size, l->sha);
+    p->enc.size = 0;
+    int rc = ferry__shard_tile_encode(p->coder, dt, base, tgt, nw, p->o.level, &p->enc);
+    if (!rc) rc = ferry__sha256_hex(p->enc.data, p->enc.size, l->sha);
+    l->size = p->enc.size;
+    if (!rc) rc = object_append(p, k, &l->off);
+    return rc;
 }
 
 /* Codes one tile (ferry-tile-1): the delta against this rank's tile of the
@@ -380,17 +423,12 @@ static int put_tile(ferry_shard_publisher *p, const sh_token *t, const sh_part *
                                (unsigned long long)t->base.version);
         memcpy(tile->base, h->hash, 16);
         if ((rc = tiles_file_io(p, NULL, base, held_bytes(h), h->at))) return rc;
-        size_t at = p->obj[SH_DELTA].size;
-        if ((rc = ferry__shard_tile_encode(p->coder, q->dtype, base, tgt, nw, p->o.level, &p->obj[SH_DELTA])) ||
-            (rc = locate(&p->obj[SH_DELTA], at, &tile->loc[SH_DELTA])))
+        if ((rc = code_payload(p, SH_DELTA, q->dtype, base, tgt, nw, &tile->loc[SH_DELTA])))
             return ferry__context(rc, "tensor '%s' tile [%llu:%llu, %llu:%llu]", q->name, (unsigned long long)tile->r0,
                                   (unsigned long long)tile->r1, (unsigned long long)tile->c0, (unsigned long long)tile->c1);
     }
     if (t->kind == FERRY_SYNC_ANCHOR) {
-        size_t at = p->obj[SH_ANCHOR].size;
-        if ((rc = ferry__shard_tile_encode(p->coder, q->dtype, NULL, tgt, nw, p->o.level, &p->obj[SH_ANCHOR])) ||
-            (rc = locate(&p->obj[SH_ANCHOR], at, &tile->loc[SH_ANCHOR])))
-            return rc;
+        if ((rc = code_payload(p, SH_ANCHOR, q->dtype, NULL, tgt, nw, &tile->loc[SH_ANCHOR]))) return rc;
     }
     return FERRY_OK;
 }
@@ -571,17 +609,20 @@ static int put_parts(ferry_shard_publisher *p, const char *token, size_t token_s
                     if (r->parts[ord[i]].tiles[j].loc[k].size) tl[n++] = &r->parts[ord[i]].tiles[j];
             if (!n) continue;
             r->obj_tiles[k] = n;
-            rc = ferry__shard_ix_write(&p->obj[k], tl, n, k, &r->obj_index[k], r->obj_root + 32 * k);
+            p->enc.size = 0; /* (the index section alone; its place is the object's end) */
+            uint64_t unused;
+            if (!(rc = ferry__shard_ix_write(&p->enc, tl, n, k, &unused, r->obj_root + 32 * k)))
+                rc = object_append(p, k, &r->obj_index[k]);
         }
         free(tl);
     }
     free(ord);
     for (int k = 0; k < 2 && !rc; k++) {
-        r->obj_bytes[k] = p->obj[k].size;
-        if (!p->obj[k].size) continue;
+        r->obj_bytes[k] = p->osize[k];
+        if (!p->osize[k]) continue;
         char key[FS_KEY_CAP];
         ferry__shard_key_object(key, p->run, t.version, t.id, p->o.rank, k);
-        rc = ferry_store_put(p->st, key, p->obj[k].data, p->obj[k].size, NULL);
+        rc = ferry_store_put_fd(p->st, key, p->ofd[k], 0, p->osize[k], NULL);
     }
     if (!rc) {
         char *s = ferry__shard_record_json(r);
@@ -617,8 +658,9 @@ out:
     }
     p->pending = true;
     p->ptok = t;
+    ferry__buf_release(&p->enc);
     /* the anchor object is not needed by finish when a delta exists */
-    if (t.base.version) ferry__buf_release(&p->obj[SH_ANCHOR]);
+    if (t.base.version) object_drop(p, SH_ANCHOR);
     return FERRY_OK;
 }
 
@@ -633,20 +675,21 @@ int ferry_shard_finish(ferry_shard_publisher *p, int committed)
     }
     const sh_token *t = &p->ptok;
     int kind = t->base.version ? SH_DELTA : SH_ANCHOR;
-    uint64_t most = 0, ntiles = 0;
+    uint64_t most = 0, most_pl = 0, ntiles = 0;
     for (size_t i = 0; i < p->rec.nparts; i++)
         for (size_t j = 0; j < p->rec.parts[i].ntiles; j++) {
             const sh_tile *x = &p->rec.parts[i].tiles[j];
             uint64_t b = (x->r1 - x->r0) * (x->c1 - x->c0) * ferry__shard_esize(p->rec.parts[i].dtype);
             if (b > most) most = b;
+            if (x->loc[kind].size > most_pl) most_pl = x->loc[kind].size;
             ntiles++;
         }
     /* a delta is applied in place in the tile file (the tiles keep their
        places); an anchor's tiles fill it anew */
     sh_tileset fresh;
     memset(&fresh, 0, sizeof fresh);
-    uint8_t *d = ferry__malloc((size_t)most + 1);
-    int rc = d ? FERRY_OK : FERRY_ERR_NOMEM;
+    uint8_t *d = ferry__malloc((size_t)most + 1), *pl = ferry__malloc((size_t)most_pl + 1);
+    int rc = d && pl ? FERRY_OK : FERRY_ERR_NOMEM;
     if (!rc && kind == SH_ANCHOR) {
         ferry__shard_tiles_release(&p->prev);
         rc = tiles_file_reset(p);
@@ -658,7 +701,6 @@ int ferry_shard_finish(ferry_shard_publisher *p, int committed)
         const sh_part *q = &p->rec.parts[i];
         for (size_t j = 0; j < q->ntiles && !rc; j++) {
             const sh_tile *x = &q->tiles[j];
-            const uint8_t *pl = p->obj[kind].data + x->loc[kind].off;
             uint64_t tr = x->r1 - x->r0, tc = x->c1 - x->c0;
             sh_held *h = NULL;
             if (kind == SH_DELTA) { /* in place on the previous tile */
@@ -667,6 +709,10 @@ int ferry_shard_finish(ferry_shard_publisher *p, int committed)
                     rc = ferry__fail(FERRY_ERR_SHARD_PARTS, "tensor '%s': a tile put that is not held", q->name);
                 else rc = tiles_file_io(p, NULL, d, held_bytes(h), h->at);
             }
+            /* its payload, from the object file it was uploaded from */
+            if (!rc && (x->loc[kind].off > p->osize[kind] || x->loc[kind].size > p->osize[kind] - x->loc[kind].off))
+                rc = ferry__fail(FERRY_ERR_SHARD_PARTS, "tensor '%s': a payload past the end of the object put", q->name);
+            if (!rc) rc = file_io(p, p->ofd[kind], "object file", NULL, pl, x->loc[kind].size, x->loc[kind].off);
             if (!rc) rc = ferry__shard_tile_decode(p->coder, q->dtype, kind == SH_DELTA ? d : NULL, tr * tc, pl, (size_t)x->loc[kind].size, d);
             uint8_t hash[16];
             if (!rc) rc = ferry__shard_tile_hash(q->name, q->dtype, tr, tc, d, hash);
@@ -684,6 +730,7 @@ int ferry_shard_finish(ferry_shard_publisher *p, int committed)
         }
     }
     free(d);
+    free(pl);
     if (rc) { /* the tile file is no version's now: the next put gets the tiles back */
         ferry__shard_tiles_release(&p->prev);
         ferry__shard_tiles_release(&fresh);
