@@ -6,8 +6,9 @@
  *  - fused: what vLLM / SGLang hold: o_proj and down_proj split by columns,
  *           every other tensor by rows (q/k/v -> qkv and gate/up -> gate_up
  *           are each the concatenation of the rank's row ranges), and the
- *           2048-row embeddings and output head vocabulary-parallel in
- *           chunks padded to 64 rows as vLLM pads vocabularies.
+ *           embeddings and output head (embed_tokens, lm_head: rows are the
+ *           vocabulary) vocabulary-parallel in chunks padded to 64 rows as
+ *           vLLM pads vocabularies.
  * Every tensor is split, so a rank's share is about 1/M of the version. */
 #ifndef FERRY_TEST_SHARD_LAYOUT_H
 #define FERRY_TEST_SHARD_LAYOUT_H
@@ -34,7 +35,7 @@ static inline size_t shard_layout(const ferry_model *model, int L, int m, int M,
         if (L == L_FUSED) by_cols = cols > 1 && (strstr(t->name, "o_proj") || strstr(t->name, "down_proj"));
         uint64_t len = by_cols ? cols : rows;
         uint64_t a = len * (uint64_t)m / (uint64_t)M, b = len * (uint64_t)(m + 1) / (uint64_t)M;
-        if (L == L_FUSED && !by_cols && rows == 2048) {
+        if (L == L_FUSED && !by_cols && (strstr(t->name, "embed_tokens") || strstr(t->name, "lm_head"))) {
             uint64_t chunk = (rows + (uint64_t)M * 64 - 1) / ((uint64_t)M * 64) * 64;
             a = chunk * (uint64_t)m;
             b = a + chunk < rows ? a + chunk : rows;
