@@ -254,7 +254,8 @@ typedef struct ferry_shard_pull_info {
                                      index, then one per run of wanted
                                      tiles, coalesced as coalesce_gap says) */
     uint64_t tiles;               /* tile patches applied */
-    char path[128];               /* "anchor 1 + chain 1..8", "chain 5..8", "none" */
+    char path[128];               /* "anchor 1 + chain 1..8", "chain 5..8",
+                                     "compacted 2..6 + chain 6..8", "none" */
 } ferry_shard_pull_info;
 
 /* Brings the regions to the target version (modes FERRY_SYNC_LATEST, _MIN,
@@ -267,7 +268,18 @@ typedef struct ferry_shard_pull_info {
  * its target hash, and its changed elements recorded, before any held
  * element is written; on failure the regions stay at the last complete
  * version (a pull over several versions may stop at an intermediate one:
- * ferry_shard_subscriber_version says where).  info may be NULL.
+ * ferry_shard_subscriber_version says where).  A sharded compaction A..B
+ * in the run's compaction index (ferry_shard_compact) stands for the
+ * versions A+1..B when the regions hold exactly A (its id too), B is at
+ * or below the target, and its objects of the ranks the regions touch
+ * are fewer bytes than those ranks' delta objects of A+1..B (the largest
+ * saving wins; past a chain GC removed, it is taken whatever it costs):
+ * path "compacted A..B" (" + chain B..T").  Its objects are checked as a
+ * version's (index and leaves against the roots the index gives, each
+ * decode against its target hash); one that does not verify leaves the
+ * regions at A and is not tried again by this subscriber: the chain is
+ * taken ("chain A..T (compacted A..B refused)"), or the anchor past a gone
+ * chain.  With keys, an unsigned index is ignored.  info may be NULL.
  * Returns FERRY_ERR_SYNC_NOT_YET, _GONE, _MANIFEST, _CORRUPT (names the
  * object and tile), FERRY_ERR_SHARD_KIND (a single-rank run),
  * FERRY_ERR_SHARD_REGION, store errors. */

@@ -393,6 +393,11 @@ typedef struct ferry_compaction_info {
     uint64_t bytes;                /* size of the compacted delta */
     uint64_t chain_bytes;          /* the deltas it replaces, summed */
     char key[FERRY_STORE_KEY_MAX + 1];
+    uint32_t objects;              /* a sharded compaction (ferry_shard_compact):
+                                      its rank objects, one per trainer rank,
+                                      `bytes` their sum and `key` rank 0's
+                                      (rank r's ends in -rRRRRRR.patch); 0: one
+                                      compacted delta at `key` */
 } ferry_compaction_info;
 
 typedef struct ferry_run_log {

@@ -6,7 +6,9 @@
  * entry, target hash against DST's manifest of that version).  Entries
  * whose target DST does not hold (below what was mirrored, or dropped by
  * DST's GC) are left without their object: an island that tries one meets
- * a clean NOT_FOUND and takes another path, as after the origin's GC. */
+ * a clean NOT_FOUND and takes another path, as after the origin's GC.
+ * A sharded compaction's rank objects are copied likewise (mirror_shard.c),
+ * each checked against its tile index and the root the entry gives. */
 #include "mirror_impl.h"
 
 /* Copies the compacted delta of entry c if DST holds its target version;
@@ -27,6 +29,29 @@ static int copy_entry(mirror *mr, const fs_compaction *c)
                            (unsigned long long)c->to);
     return ferry__mirror_copy_patch(mr, key, c->bytes, c->has_sha, c->sha, c->base_hash, c->target_hash,
                              &mr->info->compactions_copied);
+}
+
+/* Copies the rank objects of sharded entry c (its c->world objects obj[])
+ * if DST holds its target version, checked against DST's manifest of it
+ * (ferry__shard_comp_check) and each verified as a rank object of the
+ * index form (its tile index against the entry's root, each tile against
+ * its leaf).  The entry needs no SHA-256: the signed index binds each
+ * object by its root. */
+static int copy_sharded(mirror *mr, const fs_compaction *c, const fs_cobj *obj)
+{
+    sh_doc to = {0}, cm = {0};
+    fs_count cnt = {0};
+    int rc = ferry__shard_manifest_read_lc(mr->dst, mr->run, mr->o->keys, c->to, c->to_id, &cnt, NULL, &to);
+    if (rc == FERRY_ERR_STORE_NOT_FOUND) { /* not mirrored (or gone): no objects either */
+        ferry__clear_error();
+        return FERRY_OK;
+    }
+    if (!rc) rc = ferry__shard_comp_check(mr->run, &to, c, obj);
+    if (!rc) rc = ferry__shard_comp_view(&to, c, obj, &cm);
+    if (!rc) rc = ferry__mirror_copy_comp(mr, &cm);
+    ferry__shard_comp_view_release(&cm);
+    ferry__shard_doc_release(&to);
+    return rc;
 }
 
 /* Writes the index's bytes to DST by compare-and-swap against the etag
@@ -73,10 +98,9 @@ int ferry__mirror_compactions(mirror *mr)
     if (rc || same) goto out;
     if ((rc = ferry__sync_index_parse(mr->run, key, text, body, &ix))) goto out;
     for (size_t i = 0; i < ix.n && !rc; i++) {
-        /* a sharded compaction's rank objects are not copied (yet): an
-           island meets NOT_FOUND and takes the chain */
-        if (ix.c[i].world) continue;
-        if (ferry__sign_keys_enforce(mr->o->keys) && !ix.c[i].has_sha)
+        if (ix.c[i].world)
+            rc = copy_sharded(mr, &ix.c[i], ix.obj + ix.c[i].obj0);
+        else if (ferry__sign_keys_enforce(mr->o->keys) && !ix.c[i].has_sha)
             rc = ferry__fail(FERRY_ERR_SIG_DIGEST, "%s: entry %zu gives no SHA-256", key, i);
         else
             rc = copy_entry(mr, &ix.c[i]);

@@ -47,4 +47,11 @@ int ferry__mirror_compactions(mirror *mr);
  * against the manifest), then the manifest's bytes. */
 int ferry__mirror_copy_shard(mirror *mr, const sh_doc *m, const void *text, size_t n);
 
+/* Copies the rank objects of a sharded compaction, cm its view of its
+ * target version (ferry__shard_comp_view), each verified like a version's
+ * rank object of the index form (its tile index against the root the
+ * compaction index gives, each tile against its leaf); counted in
+ * compactions_copied. */
+int ferry__mirror_copy_comp(mirror *mr, const sh_doc *cm);
+
 #endif

@@ -5,7 +5,10 @@
  * names it is written: the object is exactly its tiles' patches end to
  * end (no byte that no tile accounts for), and each tile patch has the
  * SHA-256 the manifest gives (signed with the manifest on a signed run),
- * a valid checksum, and the manifest's base and target hashes. */
+ * a valid checksum, and the manifest's base and target hashes.  A sharded
+ * compaction's rank objects are copied the same way, read as the delta
+ * objects of its view of its target version (ferry__shard_comp_view): each
+ * verified against its index and the root the compaction index gives. */
 #include "mirror_impl.h"
 
 #include <fcntl.h>
@@ -97,21 +100,23 @@ static int verify_file(const char *key, const char *path, const sh_doc *m, uint3
     return rc;
 }
 
-static int copy_object(mirror *mr, const sh_doc *m, uint32_t r, int kind)
+/* Rank r's object of kind of m (a version's, or a compaction's when m is
+ * its view); *copied counts a copy. */
+static int copy_object(mirror *mr, const sh_doc *m, uint32_t r, int kind, uint32_t *copied)
 {
     uint64_t bytes = m->obj_bytes[2 * r + (uint32_t)kind];
     if (!bytes) return FERRY_OK;
     char key[FS_KEY_CAP];
-    ferry__shard_key_object(key, mr->run, m->version, m->id, r, kind);
+    ferry__shard_doc_object_key(key, mr->run, m, r, kind);
     if (ferry__mirror_in_dst(mr, key, bytes)) {
         mr->info->objects_reused++;
         return FERRY_OK;
     }
-    /* named by the version's id, rank and kind: a pass after a killed one
-       resumes the download */
+    /* named by the version's (or compaction's) id, rank and kind: a pass
+       after a killed one resumes the download */
     char path[4096];
-    snprintf(path, sizeof path, "%s/ferry-mirror.%s-r%06u.%s", ferry__sync_tmp_dir(mr->o->tmp_dir), m->id, (unsigned)r,
-             kind == SH_DELTA ? "patch" : "anchor");
+    snprintf(path, sizeof path, "%s/ferry-mirror.%s-r%06u.%s", ferry__sync_tmp_dir(mr->o->tmp_dir), m->comp_id[0] ? m->comp_id : m->id,
+             (unsigned)r, kind == SH_DELTA ? "patch" : "anchor");
     ferry_store_transfer_options to = {.concurrency = mr->o->concurrency, .chunk_size = mr->o->chunk_size, .resume = 1};
     ferry_store_stat ss;
     int rc = ferry_store_get_file_parallel(mr->src, key, path, &to, &ss);
@@ -125,7 +130,7 @@ static int copy_object(mirror *mr, const sh_doc *m, uint32_t r, int kind)
         rc = verify_file(key, path, m, r, kind, bytes);
     if (!rc) rc = ferry_store_put_file(mr->dst, key, path, NULL);
     unlink(path);
-    if (!rc) mr->info->objects_copied++;
+    if (!rc) (*copied)++;
     return rc;
 }
 
@@ -133,8 +138,8 @@ int ferry__mirror_copy_shard(mirror *mr, const sh_doc *m, const void *text, size
 {
     int rc = FERRY_OK;
     for (uint32_t r = 0; r < m->world && !rc; r++) {
-        rc = copy_object(mr, m, r, SH_DELTA);
-        if (!rc) rc = copy_object(mr, m, r, SH_ANCHOR);
+        rc = copy_object(mr, m, r, SH_DELTA, &mr->info->objects_copied);
+        if (!rc) rc = copy_object(mr, m, r, SH_ANCHOR, &mr->info->objects_copied);
     }
     if (rc) return rc;
     char key[FS_KEY_CAP];
@@ -153,4 +158,11 @@ int ferry__mirror_copy_shard(mirror *mr, const sh_doc *m, const void *text, size
     }
     ferry__sync_key_version(key, mr->run, m->version, m->id, FS_OBJ_MANIFEST);
     return ferry_store_put(mr->dst, key, text, n, NULL);
+}
+
+int ferry__mirror_copy_comp(mirror *mr, const sh_doc *cm)
+{
+    int rc = FERRY_OK;
+    for (uint32_t r = 0; r < cm->world && !rc; r++) rc = copy_object(mr, cm, r, SH_DELTA, &mr->info->compactions_copied);
+    return rc;
 }

@@ -312,3 +312,60 @@ int ferry_shard_compact(ferry_store *store, const char *run, const ferry_compact
     if (rc) ferry__context(rc, "run %s: compacting %llu..%llu", run, (unsigned long long)from, (unsigned long long)to);
     return rc;
 }
+
+void ferry__shard_doc_object_key(char out[FS_KEY_CAP], const char *run, const sh_doc *m, uint32_t rank, int kind)
+{
+    if (m->comp_id[0]) ferry__sync_key_compact_rank(out, run, m->comp_from, m->version, m->comp_id, rank);
+    else ferry__shard_key_object(out, run, m->version, m->id, rank, kind);
+}
+
+int ferry__shard_comp_check(const char *run, const sh_doc *B, const fs_compaction *c, const fs_cobj *obj)
+{
+    char key[FS_KEY_CAP];
+    ferry__sync_key_compact(key, run, c->from, c->to, c->id);
+    const char *why = NULL;
+    if (B->version != c->to || strcmp(B->id, c->to_id)) why = "its end is not this version (version or id)";
+    else if (!c->world || B->world != c->world) why = "its rank count is not the version's";
+    else if (!B->index_form) why = "the version is of the old form (no tile index)";
+    else if (memcmp(B->model_hash, c->target_hash, 16)) why = "its target hash is not the version's shard hash";
+    for (uint32_t r = 0; !why && r < c->world; r++)
+        if (obj[r].tiles != B->obj_tiles[2 * (size_t)r + SH_DELTA]) why = "a rank object's tile count is not the version's";
+    if (why)
+        return ferry__fail(FERRY_ERR_SYNC_MANIFEST, "%s (sharded, %u ranks): %s (version %llu)", key, c->world, why,
+                           (unsigned long long)B->version);
+    return FERRY_OK;
+}
+
+int ferry__shard_comp_view(const sh_doc *B, const fs_compaction *c, const fs_cobj *obj, sh_doc *cm)
+{
+    FERRY_ASSERT(c->world == B->world);
+    *cm = *B;
+    size_t n2 = 2 * (size_t)B->world;
+    cm->obj_bytes = ferry__calloc(n2, sizeof *cm->obj_bytes);
+    cm->obj_index = ferry__calloc(n2, sizeof *cm->obj_index);
+    cm->obj_tiles = ferry__calloc(n2, sizeof *cm->obj_tiles);
+    cm->obj_root = ferry__calloc(n2, 32);
+    if (!cm->obj_bytes || !cm->obj_index || !cm->obj_tiles || !cm->obj_root) {
+        ferry__shard_comp_view_release(cm);
+        return FERRY_ERR_NOMEM;
+    }
+    for (uint32_t r = 0; r < B->world; r++) {
+        size_t o = 2 * (size_t)r + SH_DELTA;
+        cm->obj_bytes[o] = obj[r].bytes;
+        cm->obj_index[o] = obj[r].index;
+        cm->obj_tiles[o] = obj[r].tiles;
+        memcpy(cm->obj_root + 32 * o, obj[r].root, 32);
+    }
+    cm->comp_from = c->from;
+    memcpy(cm->comp_id, c->id, FS_ID_CAP);
+    return FERRY_OK;
+}
+
+void ferry__shard_comp_view_release(sh_doc *cm)
+{
+    free(cm->obj_bytes);
+    free(cm->obj_index);
+    free(cm->obj_tiles);
+    free(cm->obj_root);
+    memset(cm, 0, sizeof *cm);
+}

@@ -178,6 +178,22 @@ void ferry__shard_manifest_view(const sh_doc *m, fs_manifest *out);
 /* Key of rank's object of a version. */
 void ferry__shard_key_object(char out[FS_KEY_CAP], const char *run, uint64_t version, const char *id, uint32_t rank, int kind);
 
+/* ---- a sharded compaction as a version (shard_compact.c) ---- */
+
+/* Key of rank's object of kind of m: the version's, or, for a view of a
+ * compaction (m->comp_id set), the compaction's rank object. */
+void ferry__shard_doc_object_key(char out[FS_KEY_CAP], const char *run, const sh_doc *m, uint32_t rank, int kind);
+/* Compaction c (its c->world rank objects obj[]) ends at B: B's version and
+ * id, rank count, index form, shard hash, and each rank object's tile
+ * count is B's delta object's.  FERRY_ERR_SYNC_MANIFEST naming what not. */
+int ferry__shard_comp_check(const char *run, const sh_doc *B, const fs_compaction *c, const fs_cobj *obj);
+/* *cm: B's manifest reading c's objects as its delta objects (its own
+ * object arrays, B's parts borrowed; comp_from and comp_id set), for a
+ * c that ferry__shard_comp_check accepted.  Free with
+ * ferry__shard_comp_view_release. */
+int ferry__shard_comp_view(const sh_doc *B, const fs_compaction *c, const fs_cobj *obj, sh_doc *cm);
+void ferry__shard_comp_view_release(sh_doc *cm);
+
 /* ---- hash tree over a rank object's tiles (shard_merkle.c; the index
  * form's roots) ---- */
 

@@ -297,8 +297,7 @@ static int record_diff(step *x, const uint8_t *old, const uint8_t *nw, uint64_t 
 /* Key of rank's object of kind of m: the version's, or a compaction's. */
 static void object_key(char key[FS_KEY_CAP], const ferry_shard_subscriber *s, const sh_doc *m, uint32_t rank, int kind)
 {
-    if (m->comp_id[0]) ferry__sync_key_compact_rank(key, s->run, m->comp_from, m->version, m->comp_id, rank);
-    else ferry__shard_key_object(key, s->run, m->version, m->id, rank, kind);
+    ferry__shard_doc_object_key(key, s->run, m, rank, kind);
 }
 
 /* Verifies and decodes one fetched tile patch. */
@@ -990,18 +989,17 @@ static size_t pick_compaction(const ferry_shard_subscriber *s, const fs_index *i
         if (!comp_from_held(s, c)) continue;
         size_t k = gone ? 1 : c->to - c->from <= ch->n ? (size_t)(c->to - c->from) : 0;
         const sh_doc *B = k ? &ch->m[k - 1] : NULL;
-        if (!B || B->version != c->to || strcmp(B->id, c->to_id) || B->world != c->world || B->world != T->world || !B->index_form ||
-            memcmp(B->model_hash, c->target_hash, 16))
+        if (!B || B->world != T->world || ferry__shard_comp_check(s->run, B, c, ix->obj + c->obj0)) {
+            ferry__clear_error();
             continue;
+        }
         uint64_t comp = 0, chn = 0;
-        bool fits = true;
         for (uint32_t r = 0; r < c->world; r++) {
-            fits = fits && ix->obj[c->obj0 + r].tiles == B->obj_tiles[2 * (size_t)r + SH_DELTA];
             if (!touch[r]) continue;
             comp += ix->obj[c->obj0 + r].bytes;
             for (size_t i = 0; i < k; i++) chn += ch->m[i].obj_bytes[2 * (size_t)r + SH_DELTA];
         }
-        if (fits && (gone || (comp < chn && chn - comp > saving))) {
+        if (gone || (comp < chn && chn - comp > saving)) {
             saving = chn - comp;
             best = k;
             be = c;
@@ -1009,36 +1007,8 @@ static size_t pick_compaction(const ferry_shard_subscriber *s, const fs_index *i
         }
     }
     free(touch);
-    if (best) {
-        const sh_doc *B = &ch->m[best - 1];
-        *cm = *B;
-        size_t n2 = 2 * (size_t)B->world;
-        cm->obj_bytes = ferry__calloc(n2, sizeof *cm->obj_bytes);
-        cm->obj_index = ferry__calloc(n2, sizeof *cm->obj_index);
-        cm->obj_tiles = ferry__calloc(n2, sizeof *cm->obj_tiles);
-        cm->obj_root = ferry__calloc(n2, 32);
-        if (!cm->obj_bytes || !cm->obj_index || !cm->obj_tiles || !cm->obj_root) best = 0;
-        for (uint32_t r = 0; best && r < B->world; r++) {
-            const fs_cobj *o = &ix->obj[be->obj0 + r];
-            cm->obj_bytes[2 * (size_t)r] = o->bytes;
-            cm->obj_index[2 * (size_t)r] = o->index;
-            cm->obj_tiles[2 * (size_t)r] = o->tiles;
-            memcpy(cm->obj_root + 64 * (size_t)r, o->root, 32);
-        }
-        cm->comp_from = be->from;
-        memcpy(cm->comp_id, be->id, FS_ID_CAP);
-    }
+    if (best && ferry__shard_comp_view(&ch->m[best - 1], be, ix->obj + be->obj0, cm)) best = 0;
     return best;
-}
-
-/* Frees what pick_compaction gave *cm of its own. */
-static void cm_release(sh_doc *cm)
-{
-    free(cm->obj_bytes);
-    free(cm->obj_index);
-    free(cm->obj_tiles);
-    free(cm->obj_root);
-    memset(cm, 0, sizeof *cm);
 }
 
 /* One pull from the store s->st; counters and change lists accumulate
@@ -1170,7 +1140,7 @@ static int pull_from(ferry_shard_subscriber *s, int mode, uint64_t version, ferr
             ferry__clear_error();
         }
         if (gone && !i0 && !rc) again = true; /* no way past the gone chain but the anchor */
-        cm_release(&cm);
+        ferry__shard_comp_view_release(&cm);
     } else if (gone) {
         again = true;
     }

@@ -75,7 +75,9 @@ int ferry_run_log_read_keys(ferry_store *store, const char *run, uint64_t max_ve
         c->to = ix.c[i].to;
         c->bytes = ix.c[i].bytes;
         c->chain_bytes = ix.c[i].to_cum - ix.c[i].from_cum;
-        ferry__sync_key_compact(c->key, run, ix.c[i].from, ix.c[i].to, ix.c[i].id);
+        /* a sharded entry names no object of its own: rank 0's */
+        if ((c->objects = ix.c[i].world)) ferry__sync_key_compact_rank(c->key, run, ix.c[i].from, ix.c[i].to, ix.c[i].id, 0);
+        else ferry__sync_key_compact(c->key, run, ix.c[i].from, ix.c[i].to, ix.c[i].id);
     }
     log->ncompactions = ix.n;
     log->verified = ferry__sign_keys_enforce(keys);

@@ -15,7 +15,9 @@ static void log_help(void)
            "Lists the versions of RUN reachable from HEAD that the store still holds\n"
            "(oldest first): version, kind (anchor or delta), base version, anchor it\n"
            "chains back to, delta and full-object bytes, creation time, publisher and\n"
-           "model hash; then the compacted deltas.  With --trust-key every record\n"
+           "model hash; then the compacted deltas (a sharded run's: the count of its\n"
+           "rank objects, one per trainer rank, and their keys; --json: \"objects\" and\n"
+           "the key of rank 0's).  With --trust-key every record\n"
            "listed (HEAD, the manifests, the compaction index) must verify, else\n"
            "nothing is listed and the exit status is 7.\n\n"
            "  --last N    only the N newest versions\n\n%s\n",
@@ -95,7 +97,12 @@ int cmd_log(int argc, char **argv)
                    (unsigned long long)k->from, (unsigned long long)k->to, (unsigned long long)k->bytes,
                    (unsigned long long)k->chain_bytes);
             json_str(stdout, k->key);
+            if (k->objects) printf(", \"sharded\": true, \"objects\": %u", k->objects);
             printf("}");
+        } else if (k->objects) { /* key: rank 0's object */
+            printf("  %llu..%llu: %llu bytes in %u rank objects (the deltas they replace: %llu)  %.*s-r000000..r%06u.patch\n",
+                   (unsigned long long)k->from, (unsigned long long)k->to, (unsigned long long)k->bytes, k->objects,
+                   (unsigned long long)k->chain_bytes, (int)(strlen(k->key) - strlen("-r000000.patch")), k->key, k->objects - 1);
         } else {
             printf("  %llu..%llu: %llu bytes (the deltas it replaces: %llu)  %s\n", (unsigned long long)k->from,
                    (unsigned long long)k->to, (unsigned long long)k->bytes, (unsigned long long)k->chain_bytes, k->key);

@@ -7,6 +7,7 @@
 #     (RUN/c/2-6-ID-rRANK.patch) listed in RUN/compactions.json; its bytes
 #     are below the deltas 3..6 it replaces and below the anchor (printed:
 #     the measure of docs/SHARDING.md);
+#   - `ferry log` lists it by its rank objects (count, rank 0's key);
 #   - an island holding version 2 (`ferry shard-pull --out`) pulls 6 through
 #     it ("compacted 2..6"): fewer tile bytes and fewer bytes in all than an
 #     island that took the chain 2..6 before the compaction existed, and its
@@ -16,8 +17,9 @@
 #     (magic), a root changed in the compaction index: the island refuses
 #     the compacted objects and takes the chain ("chain 2..6 (compacted 2..6
 #     refused)"), still bit-identical;
-#   - `ferry mirror` copies the index, not the sharded compaction's objects
-#     (its islands take the chain);
+#   - `ferry mirror` copies the index and the sharded compaction's rank
+#     objects (each verified: a flipped byte fails the mirror, no index
+#     written); an island at 2 on a mirror pulls 6 through them;
 #   - a single-rank run is compacted by the single-rank path (no "sharded"
 #     in the JSON); (the old-form refusal is test_shard t_compact's: the
 #     CLI publishes only the index form);
@@ -98,6 +100,16 @@ id=$(jget "$WORK/compact.json" id)
 objs=("$S/$RUN/c/"*"-$id-r"*.patch)
 check "... its 4 objects are in RUN/c/, named by the index" bash -c "[ ${#objs[@]} -eq 4 ] && grep -q '\"objects\"' '$S/$RUN/compactions.json'"
 
+fy log "$S" --run $RUN --json >"$WORK/log.json" 2>&1
+check "ferry log --json lists it by its 4 rank objects and rank 0's key" $PY - "$WORK/log.json" "${objs[0]#$S/}" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1]))["compactions"]
+sys.exit(0 if len(c) == 1 and c[0]["objects"] == 4 and c[0]["sharded"] and c[0]["key"] == sys.argv[2] else 1)
+EOF
+fy log "$S" --run $RUN >"$WORK/log.txt" 2>&1
+check "... and its text names the 4 rank objects" grep -q "2\.\.6: [0-9]* bytes in 4 rank objects .*-$id-r000000\.\.r000003\.patch" "$WORK/log.txt"
+grep -A1 "compacted deltas" "$WORK/log.txt"
+
 sp --out "$I" --exact-version 6 --json >"$WORK/comp.json" || bad "pull 2..6 with the compaction"
 check "the island at 2 pulls 6 through the compaction" test "$(jget "$WORK/comp.json" path)" = "compacted 2..6"
 co=$(jget "$WORK/comp.json" object_bytes); cc=$(jget "$WORK/chain.json" object_bytes)
@@ -161,11 +173,35 @@ EOF
 check "another root in the compaction index: refused, the chain taken, exact" refused root
 restore
 
-# --- a mirror copies the index, not the sharded compaction's objects (yet) --------
-fy mirror "$S" "$WORK/mirror" --run $RUN >"$WORK/mirror.out" 2>&1
+# --- a mirror copies the sharded compaction's objects, verified ------------------
+fy mirror "$S" "$WORK/mirror" --run $RUN --json >"$WORK/mirror.out" 2>&1
 rcm=$?
-check "ferry mirror of the run with a sharded compaction (exit $rcm): index copied, objects not" \
-    bash -c "[ $rcm = 0 ] && grep -q '\"objects\"' '$WORK/mirror/$RUN/compactions.json' && ! ls '$WORK/mirror/$RUN/c/' 2>/dev/null | grep -q ."
+nm=$(ls "$WORK/mirror/$RUN/c/" 2>/dev/null | grep -c -- "-$id-r.*\.patch$")
+check "ferry mirror of the run (exit $rcm; versions 5..7): the index and the compaction's 4 rank objects ($nm), its target 6 held" \
+    bash -c "[ $rcm = 0 ] && grep -q '\"objects\"' '$WORK/mirror/$RUN/compactions.json' && [ $nm -eq 4 ] && \
+        [ \"\$(jget '$WORK/mirror.out' compactions_copied)\" = 4 ]"
+for o in "${objs[@]}"; do cmp -s "$o" "$WORK/mirror/$RUN/c/${o##*/}" || bad "mirrored ${o##*/} differs"; done
+# a mirror holding version 2 too (DST seeded with SRC's versions, no
+# compaction): an island at 2 on it pulls 6 through the mirrored objects
+M2=$WORK/mirror2
+mkdir -p "$M2" && cp -r "$S/shard" "$M2/" && rm -rf "$M2/$RUN/c" "$M2/$RUN/compactions.json"
+fy mirror "$S" "$M2" --run $RUN --json >"$WORK/mirror2.out" 2>&1
+check "ferry mirror into a store already at HEAD copies the compaction (exit $?, 4 objects)" \
+    test "$(jget "$WORK/mirror2.out" compactions_copied)" = 4
+f=$WORK/onmirror.safetensors
+at2 "$f"
+fy shard-pull "$M2" --run $RUN "${SLICES[@]}" --out "$f" --exact-version 6 --json >"$WORK/onmirror.json" 2>"$WORK/onmirror.err"
+check "an island at 2 on the mirror pulls 6 through the compaction, exact" \
+    bash -c "[ \"\$(jget '$WORK/onmirror.json' path)\" = 'compacted 2..6' ] && slices_equal '$f' 5 && cmp -s '$f' '$C'"
+# a corrupt rank object in SRC: the mirror refuses it and writes no index
+M3=$WORK/mirror3
+mkdir -p "$M3" && cp -r "$S/shard" "$M3/" && rm -rf "$M3/$RUN/c" "$M3/$RUN/compactions.json"
+$PY -c "import sys; p=sys.argv[1]; d=bytearray(open(p,'rb').read()); d[0]^=0x40; open(p,'wb').write(d)" "${objs[1]}"
+fy mirror "$S" "$M3" --run $RUN >"$WORK/mirror3.out" 2>&1
+rc3=$?
+check "a flipped byte in a rank object: the mirror fails (exit $rc3), no index and no object of it in DST" \
+    bash -c "[ $rc3 != 0 ] && [ ! -e '$M3/$RUN/compactions.json' ] && [ ! -e '$M3/$RUN/c/${objs[1]##*/}' ]"
+restore
 
 # --- a single-rank run: the single-rank path --------------------------------------
 for i in 0 1 2; do fy publish "$S" --run one/run -q "$(step $i)" || bad "ferry publish step $i"; done
