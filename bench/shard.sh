@@ -19,6 +19,9 @@
 #      bench/shard_index.py (the sizing that chose the index layout) reads
 #      manifests of the old form only (every tile listed; runs written
 #      before the index form).
+# FERRY_SHARD_BENCH_ONLY=trainer runs only part 2's trainer publishes
+# (R = 1, 2, 4; bench/results/shard/syn_publish.jsonl) and prints their
+# table: the trainer RSS of issue 24 item 7.
 # Writes bench/results/shard/*.jsonl and prints the markdown tables.
 # Needs mpirun and build/ferry-shard-mpi, build/tools/shard_island,
 # build/examples/adamw_sim (make -j2).  Times are wall clock on whatever
@@ -36,6 +39,8 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/ferry-shard-bench.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 PUB=$BUILD/ferry-shard-mpi
 ISL=$BUILD/tools/shard_island
+ONLY=${FERRY_SHARD_BENCH_ONLY:-}
+if [ "$ONLY" != trainer ]; then
 
 # --- 0. parts and island bytes against the single-rank delta (default settings) ---
 FERRY_BUILD=$BUILD FERRY_BIN=$BUILD/ferry FERRY_DATA=$FERRY_DATA bash tests/scripts/shard_cost.sh >"$out/cost.txt" 2>&1 || true
@@ -54,6 +59,8 @@ for L in rows cols fused; do
     done
 done
 
+fi
+
 # --- 2. the 1 GiB synthetic pair ---------------------------------------------------
 syn=bench/data/synthetic-$PARAMS
 if [ ! -f "$syn/step-001.safetensors" ]; then
@@ -66,6 +73,7 @@ for R in 1 2 4; do
     mpirun -np $R "$PUB" "$tmp/syn" --run syn --json "$syn/step-000.safetensors" "$syn/step-001.safetensors" |
         sed "s/^{/{\"R\": $R, /" >>"$out/syn_publish.jsonl"
 done
+if [ "$ONLY" != trainer ]; then
 : >"$out/syn_islands.jsonl"
 for M in 1 2 4; do
     pids=()
@@ -79,10 +87,21 @@ done
 
 # --- 3. index bytes per island rank (issue 24 item 2) --------------------------
 grep -E 'INDEX_MAX' "$out/cost.txt" | grep -v '^ok' || true
+fi
 
-/usr/bin/python3 - "$out" <<'EOF'
+/usr/bin/python3 - "$out" "$ONLY" <<'EOF'
 import json, sys
 d = sys.argv[1]
+def trainer_table():
+    sp = [json.loads(l) for l in open(d + "/syn_publish.jsonl") if l.startswith("{")]
+    print("\n| trainer ranks R | version | kind | publish wall s | delta B | anchor B | peak RSS per rank (MiB) |")
+    print("|---|---|---|---|---|---|---|")
+    for p in sp:
+        print("| %d | %d | %s | %.2f | %d | %d | %s |" % (p["R"], p["version"], p["kind"], p["seconds"], p["delta_bytes"],
+              p["anchor_bytes"], ", ".join("%.0f" % (k / 1024) for k in p["peak_rss_kib"])))
+if sys.argv[2] == "trainer":
+    trainer_table()
+    sys.exit(0)
 rows = [json.loads(l) for l in open(d + "/rla_islands.jsonl") if l.startswith("{")]
 pub = [json.loads(l) for l in open(d + "/rla_publish.jsonl") if l.startswith("{")]
 print("rl-a, 8 versions from 4 ranks: delta objects %d-%d B per version, manifest %d-%d B\n" % (
@@ -100,12 +119,7 @@ for L in ("rows", "cols", "fused"):
         gets = max([x["requests"] for x in r if x["version"] > 1] or [0])
         print("| %s | %d | %.4f | %.4f | %.4f | %s | %d | %s |" % (L, M, 1 / M, dl, an,
               "yes" if all(x["within"] for x in r) else "no", gets, "yes" if all(x["identical"] for x in r) else "no"))
-sp = [json.loads(l) for l in open(d + "/syn_publish.jsonl") if l.startswith("{")]
-print("\n| trainer ranks R | version | kind | publish wall s | delta B | anchor B | peak RSS per rank (MiB) |")
-print("|---|---|---|---|---|---|---|")
-for p in sp:
-    print("| %d | %d | %s | %.2f | %d | %d | %s |" % (p["R"], p["version"], p["kind"], p["seconds"], p["delta_bytes"],
-          p["anchor_bytes"], ", ".join("%.0f" % (k / 1024) for k in p["peak_rss_kib"])))
+trainer_table()
 si = [json.loads(l) for l in open(d + "/syn_islands.jsonl") if l.startswith("{")]
 print("\n| island ranks M | version | path | pull s per rank (max) | object B per rank (max) | share (max) | peak RSS per rank (MiB, max) | identical |")
 print("|---|---|---|---|---|---|---|---|")
