@@ -27,7 +27,7 @@ version for Qwen3-30B-A3B, Qwen3-235B-A22B and a Kimi K2-shaped 1T model
 with R = 64 trainer ranks and island ranks of TP 8 / EP 8 (each holds 1/8
 of the words) at 1% and 0.05% of BF16 words changed.
 
-    /usr/bin/python3 bench/shard_projection.py [--build build] [--json]
+    /usr/bin/python3 bench/shard_projection.py [--build build] [--json] [--save PATH]
 
 Needs numpy and mpirun; about 1-2 minutes on 2 cores.
 """
@@ -255,6 +255,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.environ.get("FERRY_BUILD", os.path.join(ROOT, "build")))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--save", metavar="PATH", help="also write everything --json prints to PATH")
     a = ap.parse_args()
     for tool in ("ferry", "ferry-shard-mpi"):
         if not os.access(os.path.join(a.build, tool), os.X_OK):
@@ -275,10 +276,14 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
     rt = rates(ms)
     rows = project(rt)
+    everything = json.dumps(dict(rates=rt, R=R_PROJ, M=M_PROJ, projection=rows,
+                                 measured=[dict(words=m["words"], changed=m["changed"], publish=m["pub"],
+                                                island=m["isl"]) for m in ms]), indent=1)
+    if a.save:
+        with open(a.save, "w") as f:
+            f.write(everything + "\n")
     if a.json:
-        print(json.dumps(dict(rates=rt, R=R_PROJ, M=M_PROJ, projection=rows,
-                              measured=[dict(words=m["words"], changed=m["changed"], publish=m["pub"],
-                                             island=m["isl"]) for m in ms]), indent=1))
+        print(everything)
         return
     print("Measured rates (R = %d trainer ranks, island rank 1 of M = %d rows, synthetic BF16 models of %s words; "
           "%.0f s):" % (R_MEAS, M_MEAS, " and ".join("%dM" % (w >> 20) for w in SIZES), time.time() - t0))
