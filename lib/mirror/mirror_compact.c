@@ -54,6 +54,22 @@ static int copy_sharded(mirror *mr, const fs_compaction *c, const fs_cobj *obj)
     return rc;
 }
 
+/* Every object of entry c (obj[]: its rank objects when sharded) is in DST
+ * with the size the entry gives. */
+static bool entry_in_dst(mirror *mr, const fs_compaction *c, const fs_cobj *obj)
+{
+    char key[FS_KEY_CAP];
+    if (!c->world) {
+        ferry__sync_key_compact(key, mr->run, c->from, c->to, c->id);
+        return ferry__mirror_in_dst(mr, key, c->bytes);
+    }
+    for (uint32_t r = 0; r < c->world; r++) {
+        ferry__sync_key_compact_rank(key, mr->run, c->from, c->to, c->id, r);
+        if (!ferry__mirror_in_dst(mr, key, obj[r].bytes)) return false;
+    }
+    return true;
+}
+
 /* Writes the index's bytes to DST by compare-and-swap against the etag
  * read (etag "" = DST had none); another mirror process that wrote the
  * same bytes meanwhile is success. */
@@ -95,9 +111,12 @@ int ferry__mirror_compactions(mirror *mr)
     bool same = !rc && have && nh == n && !memcmp(have, text, n);
     ferry_free(have);
     fs_index ix = {0};
-    if (rc || same) goto out;
-    if ((rc = ferry__sync_index_parse(mr->run, key, text, body, &ix))) goto out;
+    if (rc || (rc = ferry__sync_index_parse(mr->run, key, text, body, &ix))) goto out;
+    /* DST's index the same bytes: only the objects it lacks (copied with
+       the index before DST held their target, or by a mirror older than
+       sharded compactions); the index is left as it is */
     for (size_t i = 0; i < ix.n && !rc; i++) {
+        if (same && entry_in_dst(mr, &ix.c[i], ix.obj + ix.c[i].obj0)) continue;
         if (ix.c[i].world)
             rc = copy_sharded(mr, &ix.c[i], ix.obj + ix.c[i].obj0);
         else if (ferry__sign_keys_enforce(mr->o->keys) && !ix.c[i].has_sha)
@@ -105,8 +124,8 @@ int ferry__mirror_compactions(mirror *mr)
         else
             rc = copy_entry(mr, &ix.c[i]);
     }
-    if (!rc) rc = swap_index(mr, key, text, n, ds.etag);
-    if (!rc) mr->info->index_copied = 1;
+    if (!rc && !same) rc = swap_index(mr, key, text, n, ds.etag);
+    if (!rc && !same) mr->info->index_copied = 1;
 out:
     ferry__sync_index_release(&ix);
     ferry_free(text);

@@ -181,6 +181,16 @@ check "ferry mirror of the run (exit $rcm; versions 5..7): the index and the com
     bash -c "[ $rcm = 0 ] && grep -q '\"objects\"' '$WORK/mirror/$RUN/compactions.json' && [ $nm -eq 4 ] && \
         [ \"\$(jget '$WORK/mirror.out' compactions_copied)\" = 4 ]"
 for o in "${objs[@]}"; do cmp -s "$o" "$WORK/mirror/$RUN/c/${o##*/}" || bad "mirrored ${o##*/} differs"; done
+# the index already there, its objects not (a pass that copied the index
+# before it held the target, or a mirror older than sharded compactions)
+rm -f "$WORK/mirror/$RUN/c/"*
+fy mirror "$S" "$WORK/mirror" --run $RUN --json >"$WORK/mirror-b.out" 2>&1
+nm=$(ls "$WORK/mirror/$RUN/c/" 2>/dev/null | grep -c -- "-$id-r.*\.patch$")
+check "a pass with the same index copies the objects it lacks ($nm) and not the index" \
+    bash -c "[ $nm -eq 4 ] && [ \"\$(jget '$WORK/mirror-b.out' compactions_copied)\" = 4 ] && [ \"\$(jget '$WORK/mirror-b.out' index_copied)\" = 0 ]"
+fy mirror "$S" "$WORK/mirror" --run $RUN --json >"$WORK/mirror-c.out" 2>&1
+check "... and the next pass nothing (no object reused: none was looked at twice)" \
+    bash -c "[ \"\$(jget '$WORK/mirror-c.out' compactions_copied)\" = 0 ] && [ \"\$(jget '$WORK/mirror-c.out' objects_reused)\" = 0 ]"
 # a mirror holding version 2 too (DST seeded with SRC's versions, no
 # compaction): an island at 2 on it pulls 6 through the mirrored objects
 M2=$WORK/mirror2
