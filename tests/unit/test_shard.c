@@ -1451,6 +1451,122 @@ static void t_compact_signed(void)
     ferry_store_free(st);
 }
 
+/* A forged entry of an unsigned run's compaction index (the store rewrote
+ * it; the objects stay the real ones): one that does not end at version
+ * 5 as the island's chain has it (another to_id, target hash, tile count,
+ * rank count), does not start at the version held (another from_id), or
+ * is of another run id is not taken: the island at 2 pulls 5 by the chain,
+ * exact.  A mirror refuses to copy the objects of one whose target hash,
+ * tile or rank count is not its manifest of 5's (and writes no index);
+ * the real index is mirrored with its objects. */
+typedef enum { F_TO_ID, F_FROM_ID, F_TARGET, F_TILES, F_WORLD, F_RUN_ID, F_N } forgery;
+
+static void forge(ferry_store *st, const char *run, const fs_index *real, forgery f)
+{
+    fs_index ix = *real;
+    fs_compaction c = real->c[0];
+    fs_cobj o[3];
+    memcpy(o, real->obj + c.obj0, 2 * sizeof *o);
+    c.obj0 = 0;
+    ix.c = &c;
+    ix.obj = o;
+    switch (f) {
+    case F_TO_ID: c.to_id[0] = c.to_id[0] == '0' ? '1' : '0'; break;
+    case F_FROM_ID: c.from_id[0] = c.from_id[0] == '0' ? '1' : '0'; break;
+    case F_TARGET: c.target_hash[0] ^= 1; break;
+    case F_TILES: /* rank 1 claims a tile more (its index section 52 bytes longer) */
+        o[1].tiles++;
+        o[1].bytes += 52;
+        c.bytes += 52;
+        break;
+    case F_WORLD: /* a third rank object */
+        o[2] = o[1];
+        c.world = 3;
+        c.bytes += o[2].bytes;
+        ix.nobj = 3;
+        break;
+    case F_RUN_ID: ix.run_id[0] = ix.run_id[0] == '0' ? '1' : '0'; break;
+    default: break;
+    }
+    char key[FS_KEY_CAP];
+    ferry__sync_key_index(key, run);
+    char *text = ferry__sync_index_json(run, &ix);
+    CHECK(text != NULL);
+    if (text) CHECK_OK(ferry_store_put(st, key, text, strlen(text), NULL));
+    free(text);
+}
+
+static void t_compact_forged(void)
+{
+    SKIP_UNLESS_DATA("rl-a");
+    ferry_store *st = open_store();
+    char run[64];
+    new_run(run, sizeof run);
+    group g;
+    CHECK_OK(group_open(&g, st, run, 2, 1024, 10, 0));
+    ferry_model *m[5];
+    for (int v = 1; v <= 5; v++) {
+        m[v - 1] = step(v - 1);
+        CHECK_OK(group_publish(&g, m[v - 1], 0, NULL));
+    }
+    ferry_compact_options co = {.from = 2, .to = 5};
+    ferry_shard_compact_info ci;
+    CHECK_OK(ferry_shard_compact(st, run, &co, &ci));
+    fs_index real;
+    CHECK_OK(ferry__sync_index_read(st, run, NULL, NULL, &real, NULL));
+    CHECK(real.n == 1 && real.c[0].world == 2 && real.nobj == 2);
+    char mroot[400];
+    snprintf(mroot, sizeof mroot, "%s/mirror-%s", g_root, run + 2); /* (beside the run's keys) */
+    for (int f = 0; f < F_N && real.n == 1 && real.nobj == 2; f++) {
+        forge(st, run, &real, (forgery)f);
+        island a;
+        ferry_shard_pull_info pi;
+        CHECK_OK(island_open(&a, st, run, m[1], L_ROWS, 0, 2));
+        CHECK_RC(island_pull(&a, 2, m[1], NULL), 0);
+        CHECK_OK(ferry_shard_pull(a.s, FERRY_SYNC_EXACT, 5, &pi));
+        CHECK(!strcmp(pi.path, "chain 2..5"));
+        if (strcmp(pi.path, "chain 2..5")) fprintf(stderr, "forgery %d: path %s\n", f, pi.path);
+        for (size_t i = 0; i < a.n; i++) CHECK(region_matches(a.s, i, m[4], &a.rg[i]));
+        island_close(&a);
+        /* (a mirror copies an entry of another from_id or run id: it fits
+           5; one of another to_id names no version the mirror holds) */
+        if (f == F_FROM_ID || f == F_RUN_ID || f == F_TO_ID) continue;
+        ferry_store *dst = NULL;
+        char droot[420];
+        snprintf(droot, sizeof droot, "%s/%d", mroot, f);
+        ferry_store_options so = {.create = 1};
+        CHECK_OK(ferry_store_open(droot, &so, &dst));
+        ferry_mirror_info mi;
+        int rc = ferry_mirror_once(st, dst, run, NULL, &mi);
+        CHECK(rc == FERRY_ERR_SYNC_MANIFEST && has("sharded"));
+        if (rc != FERRY_ERR_SYNC_MANIFEST) fprintf(stderr, "forgery %d: mirror rc %d %s\n", f, rc, ferry_last_error());
+        char ikey[FS_KEY_CAP];
+        ferry__sync_key_index(ikey, run);
+        ferry_store_stat ss;
+        CHECK(ferry_store_head(dst, ikey, &ss) == FERRY_ERR_STORE_NOT_FOUND);
+        ferry_store_free(dst);
+    }
+    /* the real index back: mirrored with its 2 objects, used there */
+    char key[FS_KEY_CAP];
+    ferry__sync_key_index(key, run);
+    char *text = ferry__sync_index_json(run, &real);
+    CHECK(text && !ferry_store_put(st, key, text, strlen(text), NULL));
+    free(text);
+    ferry_store *dst = NULL;
+    char droot[420];
+    snprintf(droot, sizeof droot, "%s/real", mroot);
+    ferry_store_options so = {.create = 1};
+    CHECK_OK(ferry_store_open(droot, &so, &dst));
+    ferry_mirror_info mi;
+    CHECK_OK(ferry_mirror_once(st, dst, run, NULL, &mi));
+    CHECK(mi.compactions_copied == 2 && mi.index_copied == 1);
+    ferry__sync_index_release(&real);
+    ferry_store_free(dst);
+    group_close(&g);
+    for (int v = 0; v < 5; v++) ferry_model_free(m[v]);
+    ferry_store_free(st);
+}
+
 /* GC (keep 2: versions 5..7 retained, anchors every 4) removes versions
  * 2..4 but keeps the compaction 2..6: an island still holding 2 goes
  * through it ("compacted 2..6 + chain 6..7"); with the compacted objects
@@ -1531,6 +1647,7 @@ int main(void)
     RUN(t_compact_index);
     RUN(t_compact_signed);
     RUN(t_compact_gc);
+    RUN(t_compact_forged);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_root);
