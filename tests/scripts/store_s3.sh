@@ -141,4 +141,19 @@ check "the message names the deadline, attempts and last error" \
     grep -qE 'deadline of 2.0 s passed after [0-9]+ attempts; last error: .*(connect|Connection)' "$WORK/dl.err"
 check "and it gave up near the deadline" [ $((SECONDS - t0)) -le 6 ]
 
+# --- ferry_store_put_fd against the strict server ---------------------------
+# (it checks every signature and each part's x-amz-content-sha256, which
+# put_fd computes from the file at the part's offset)
+if [ -x "$FD_TEST" ]; then
+    start_strict FDKEY FDSECRET
+    AWS_ACCESS_KEY_ID=FDKEY AWS_SECRET_ACCESS_KEY=FDSECRET AWS_ENDPOINT_URL=$EP timeout 120 "$FD_TEST" s3://bkt \
+        >"$WORK/putfd-strict.log" 2>&1
+    rc=$?
+    sed 's/^/    /' "$WORK/putfd-strict.log" | tail -4
+    check "put_fd on the strict server: signatures and payload hashes accepted, objects identical" [ $rc -eq 0 ]
+    check "... no payload hash or signature refused" [ "$(strict_stat sha_mismatch)/$(strict_stat auth_failures)" = 0/0 ]
+    # the three failed multipart uploads (file ends in a part, unreadable fd)
+    check "... each failed multipart upload aborted ($(strict_stat aborts))" [ "$(strict_stat aborts)" -ge 3 ]
+fi
+
 finish
