@@ -1136,7 +1136,10 @@ static int pull_from(ferry_shard_subscriber *s, int mode, uint64_t version, ferr
         } else if (k) {
             snprintf(in->path, sizeof in->path, "chain %llu..%llu (compacted %llu..%llu refused)", (unsigned long long)cur,
                      (unsigned long long)target, (unsigned long long)cur, (unsigned long long)cm.version);
-            memcpy(s->refused, cm.comp_id, FS_ID_CAP);
+            /* remembered only when the compaction is at fault (its objects
+               bad, cut short or gone); a read error of the store's (network,
+               I/O) is tried again at the next pull */
+            if (ferry__sync_object_error(r2) || r2 == FERRY_ERR_STORE_RANGE) memcpy(s->refused, cm.comp_id, FS_ID_CAP);
             ferry__clear_error();
         }
         if (gone && !i0 && !rc) again = true; /* no way past the gone chain but the anchor */
