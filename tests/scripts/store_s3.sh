@@ -146,7 +146,10 @@ check "and it gave up near the deadline" [ $((SECONDS - t0)) -le 6 ]
 # put_fd computes from the file at the part's offset)
 if [ -x "$FD_TEST" ]; then
     start_strict FDKEY FDSECRET
-    AWS_ACCESS_KEY_ID=FDKEY AWS_SECRET_ACCESS_KEY=FDSECRET AWS_ENDPOINT_URL=$EP timeout 120 "$FD_TEST" s3://bkt \
+    # (FERRY_TEST_STRICT_EP: t_retried injects faults, each request retried
+    # reads its bytes from the file again)
+    AWS_ACCESS_KEY_ID=FDKEY AWS_SECRET_ACCESS_KEY=FDSECRET AWS_ENDPOINT_URL=$EP FERRY_TEST_STRICT_EP=$EP \
+        timeout 120 "$FD_TEST" s3://bkt \
         >"$WORK/putfd-strict.log" 2>&1
     rc=$?
     sed 's/^/    /' "$WORK/putfd-strict.log" | tail -4
@@ -154,6 +157,8 @@ if [ -x "$FD_TEST" ]; then
     check "... no payload hash or signature refused" [ "$(strict_stat sha_mismatch)/$(strict_stat auth_failures)" = 0/0 ]
     # the three failed multipart uploads (file ends in a part, unreadable fd)
     check "... each failed multipart upload aborted ($(strict_stat aborts))" [ "$(strict_stat aborts)" -ge 3 ]
+    check "... t_retried's injected failures answered ($(strict_stat faults)) and retried" [ "$(strict_stat faults)" -ge 5 ]
+    check "... no multipart upload left open" [ "$(strict_stat uploads)" = 0 ]
 fi
 
 finish

@@ -150,6 +150,82 @@ out:
     ferry_store_free(s);
 }
 
+
+/* Ranges past 4 GiB of a sparse file (off_t and the 64-bit offsets of
+ * every layer): the object is the bytes written there, not those at the
+ * offset taken modulo 2^32 (the file's start, also written). */
+static void t_past_4gib(void)
+{
+    ferry_store *s = sc_open();
+    char path[200];
+    snprintf(path, sizeof path, "%s.sparse", g_dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    CHECK(s && fd >= 0);
+    if (!s || fd < 0) goto out;
+    const uint64_t far = (5ull << 30) + 4096; /* 5 GiB + 4 KiB */
+    uint8_t *other = sc_pattern(FILE_BYTES, 9);
+    int ok = other && pwrite(fd, other, FILE_BYTES, 4096) == FILE_BYTES &&
+             pwrite(fd, g_data, FILE_BYTES, (off_t)far) == FILE_BYTES;
+    CHECK(ok);
+    if (ok) {
+        CHECK_OK(ferry_store_put_fd(s, sc_key("far/small"), fd, far + LEAD, 100, NULL));
+        CHECK(sc_get_eq(s, sc_key("far/small"), g_data + LEAD, 100));
+        CHECK_OK(ferry_store_put_fd(s, sc_key("far/large"), fd, far + LEAD, 3 * PART + 7, NULL));
+        CHECK(sc_get_eq(s, sc_key("far/large"), g_data + LEAD, 3 * PART + 7));
+        /* ends past the file's end, 5 GiB in: the read's error, no object */
+        CHECK_RC(ferry_store_put_fd(s, sc_key("far/short"), fd, far + FILE_BYTES - 10, 2 * PART, NULL), FERRY_ERR_IO);
+        CHECK(absent(s, sc_key("far/short")));
+    }
+    free(other);
+    CHECK(no_temporaries());
+out:
+    if (fd >= 0) close(fd);
+    unlink(path);
+    ferry_store_free(s);
+}
+
+/* Only with the strict server (FERRY_TEST_STRICT_EP, its endpoint): a
+ * request it fails is retried and its bytes read again from the file at
+ * the right offset: one PUT answered 503, one applied and its answer lost,
+ * part 3 of a multipart upload answered 503, the first 3 requests of one
+ * (its CreateMultipartUpload and parts sent first) answered 503.  The
+ * objects are the file's bytes (the server checks each payload hash). */
+static int strict_ctl(const char *q)
+{
+    const char *ep = getenv("FERRY_TEST_STRICT_EP");
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "curl -sf '%s/__ctl?%s' >/dev/null", ep, q);
+    return system(cmd) == 0;
+}
+
+static void t_retried(void)
+{
+    if (!g_s3 || !getenv("FERRY_TEST_STRICT_EP")) {
+        puts("  (t_retried: strict server only)");
+        return;
+    }
+    ferry_store *s = sc_open();
+    int fd = open_data();
+    CHECK(s && fd >= 0);
+    if (!s || fd < 0) goto out;
+    static const struct { const char *ctl; uint64_t off, size; } c[] = {
+        {"fail=1", LEAD, PART - 3},           /* a single PUT answered 503 */
+        {"lose=1", LEAD + 1, PART},           /* applied, its answer lost */
+        {"fail_part=3", LEAD + 5, 4 * PART},  /* a part answered 503 */
+        {"fail=3", 3, 5 * PART},              /* Create, then the first parts sent: 503 */
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "retried/%zu", i);
+        CHECK(strict_ctl(c[i].ctl));
+        CHECK_OK(ferry_store_put_fd(s, sc_key(rel), fd, c[i].off, c[i].size, NULL));
+        CHECK(sc_get_eq(s, sc_key(rel), g_data + c[i].off, c[i].size));
+    }
+out:
+    if (fd >= 0) close(fd);
+    ferry_store_free(s);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -178,6 +254,8 @@ int main(int argc, char **argv)
     RUN(t_sizes);
     RUN(t_short_file);
     RUN(t_bad_descriptor);
+    RUN(t_past_4gib);
+    RUN(t_retried);
     unlink(g_file);
     if (!g_s3) {
         char cmd[300];
