@@ -19,7 +19,8 @@
 #     refused)"), still bit-identical;
 #   - `ferry mirror` copies the index and the sharded compaction's rank
 #     objects (each verified: a flipped byte fails the mirror, no index
-#     written); an island at 2 on a mirror pulls 6 through them;
+#     written), also those a mirror with the same index lacks; an island
+#     at 2 on a mirror pulls 6 through them;
 #   - a single-rank run is compacted by the single-rank path (no "sharded"
 #     in the JSON); (the old-form refusal is test_shard t_compact's: the
 #     CLI publishes only the index form);
