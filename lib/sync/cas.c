@@ -48,7 +48,15 @@ static int index_attempt(void *p)
     if (rc || !write) return rc;
     if (!text) return FERRY_ERR_NOMEM;
     if ((rc = ferry__sync_record_seal(j->keys, &text))) return rc;
-    rc = ferry_store_cas(j->st, key, etag[0] ? etag : NULL, text, strlen(text), NULL);
+    /* readers take at most FS_JSON_MAX: a larger index would be read by
+       no one again (not by GC either), so it is not written */
+    size_t n = strlen(text);
+    if (n > FS_JSON_MAX) {
+        free(text);
+        return ferry__fail(FERRY_ERR_LIMIT, "%s: %zu bytes with this edit, more than the %zu a reader takes: not written (ferry gc "
+                           "drops entries; a sharded compaction lists one object per rank)", key, n, FS_JSON_MAX);
+    }
+    rc = ferry_store_cas(j->st, key, etag[0] ? etag : NULL, text, n, NULL);
     free(text);
     return rc;
 }

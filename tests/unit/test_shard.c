@@ -1614,6 +1614,48 @@ static void t_compact_transient(void)
     ferry_store_free(st);
 }
 
+/* The compaction index is read bounded (1 MiB, FS_JSON_MAX): a sharded
+ * entry of 5000 rank objects (~1.2 MB of JSON) would make an index no
+ * reader, GC or compactor could read again.  Refused with FERRY_ERR_LIMIT
+ * before it is written (before: written, and every later read failed);
+ * the index keeps its entry. */
+static void t_compact_index_full(void)
+{
+    ferry_store *st = open_store();
+    char run[64];
+    new_run(run, sizeof run);
+    fs_compaction c;
+    memset(&c, 0, sizeof c);
+    c.from = 2;
+    c.to = 5;
+    snprintf(c.from_id, sizeof c.from_id, "0123456789abcdef");
+    snprintf(c.to_id, sizeof c.to_id, "00000000000000aa");
+    snprintf(c.id, sizeof c.id, "00000000000000ab");
+    c.to_cum = 9000;
+    c.created = 1;
+    enum { W = 5000 };
+    fs_cobj *o = calloc(W, sizeof *o);
+    CHECK(o != NULL);
+    if (!o) return;
+    for (size_t r = 0; r < W; r++) o[r] = (fs_cobj){.bytes = 16 + 52, .index = 0, .tiles = 1};
+    c.world = 1;
+    c.bytes = 68;
+    CHECK_OK(ferry__sync_compact_add(st, run, NULL, "", &c, o));
+    c.from = 3;
+    c.world = W;
+    c.bytes = 68 * (uint64_t)W;
+    int rc = ferry__sync_compact_add(st, run, NULL, "", &c, o);
+    CHECK(rc == FERRY_ERR_LIMIT && has("compactions.json"));
+    if (rc != FERRY_ERR_LIMIT) fprintf(stderr, "rc %d: %s\n", rc, ferry_last_error());
+    fs_index ix;
+    rc = ferry__sync_index_read(st, run, NULL, NULL, &ix, NULL);
+    CHECK(rc == FERRY_OK && ix.n == 1 && ix.c[0].from == 2 && ix.c[0].world == 1);
+    if (rc) fprintf(stderr, "read: %s\n", ferry_last_error());
+    else ferry__sync_index_release(&ix);
+    free(o);
+    ferry_store_free(st);
+}
+
 /* GC (keep 2: versions 5..7 retained, anchors every 4) removes versions
  * 2..4 but keeps the compaction 2..6: an island still holding 2 goes
  * through it ("compacted 2..6 + chain 6..7"); with the compacted objects
@@ -1696,6 +1738,7 @@ int main(void)
     RUN(t_compact_gc);
     RUN(t_compact_forged);
     RUN(t_compact_transient);
+    RUN(t_compact_index_full);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_root);
