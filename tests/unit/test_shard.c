@@ -1451,6 +1451,20 @@ static void t_compact_signed(void)
     ferry_store_free(st);
 }
 
+/* Two ranks publish steps 0..4 (versions 1..5, one anchor) into a new
+ * run, compacted 2..5 (*ci); the group stays open. */
+static void compacted_run(ferry_store *st, char run[64], group *g, ferry_model *m[5], ferry_shard_compact_info *ci)
+{
+    new_run(run, 64);
+    CHECK_OK(group_open(g, st, run, 2, 1024, 10, 0));
+    for (int v = 1; v <= 5; v++) {
+        m[v - 1] = step(v - 1);
+        CHECK_OK(group_publish(g, m[v - 1], 0, NULL));
+    }
+    ferry_compact_options co = {.from = 2, .to = 5};
+    CHECK_OK(ferry_shard_compact(st, run, &co, ci));
+}
+
 /* A forged entry of an unsigned run's compaction index (the store rewrote
  * it; the objects stay the real ones): one that does not end at version
  * 5 as the island's chain has it (another to_id, target hash, tile count,
@@ -1501,17 +1515,10 @@ static void t_compact_forged(void)
     SKIP_UNLESS_DATA("rl-a");
     ferry_store *st = open_store();
     char run[64];
-    new_run(run, sizeof run);
     group g;
-    CHECK_OK(group_open(&g, st, run, 2, 1024, 10, 0));
     ferry_model *m[5];
-    for (int v = 1; v <= 5; v++) {
-        m[v - 1] = step(v - 1);
-        CHECK_OK(group_publish(&g, m[v - 1], 0, NULL));
-    }
-    ferry_compact_options co = {.from = 2, .to = 5};
     ferry_shard_compact_info ci;
-    CHECK_OK(ferry_shard_compact(st, run, &co, &ci));
+    compacted_run(st, run, &g, m, &ci);
     fs_index real;
     CHECK_OK(ferry__sync_index_read(st, run, NULL, NULL, &real, NULL));
     CHECK(real.n == 1 && real.c[0].world == 2 && real.nobj == 2);
@@ -1578,17 +1585,10 @@ static void t_compact_transient(void)
     SKIP_UNLESS_DATA("rl-a");
     ferry_store *st = open_store();
     char run[64];
-    new_run(run, sizeof run);
     group g;
-    CHECK_OK(group_open(&g, st, run, 2, 1024, 10, 0));
     ferry_model *m[5];
-    for (int v = 1; v <= 5; v++) {
-        m[v - 1] = step(v - 1);
-        CHECK_OK(group_publish(&g, m[v - 1], 0, NULL));
-    }
-    ferry_compact_options co = {.from = 2, .to = 5};
     ferry_shard_compact_info ci;
-    CHECK_OK(ferry_shard_compact(st, run, &co, &ci));
+    compacted_run(st, run, &g, m, &ci);
     island a;
     ferry_shard_pull_info pi;
     CHECK_OK(island_open(&a, st, run, m[1], L_ROWS, 0, 2));
