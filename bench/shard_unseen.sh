@@ -22,7 +22,8 @@
 # In the table, "J" marks a figure shard_cost.sh judges and "FAIL" one over
 # its bound; unjudged figures over the bound are marked "over".
 #
-#   bench/shard_unseen.sh [NAME ...]     (default: every sequence below)
+#   bench/shard_unseen.sh [NAME ...]     (default: every sequence below;
+#                                         rl-a, rl-b: those of FERRY_DATA)
 #
 # Environment: BUILD (build), R (4), MS ("2 3 4 6 8"), LAYOUTS ("rows cols
 # fused"), TILE_WORDS (empty: the default grid; else --tile-words N for the
@@ -62,12 +63,17 @@ mkdir -p "$src" "$out"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ferry-shard-unseen.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
+# a NAME that is not a config above is a sequence of $DATA (rl-a, rl-b)
+for w in "$@"; do
+    printf '%s\n' "${configs[@]}" | grep -q "^$w " || configs+=("$w")
+done
 want=("$@")
 for c in "${configs[@]}"; do
     set -- $c
     name=$1; shift
     if [ ${#want[@]} -gt 0 ] && ! printf '%s\n' "${want[@]}" | grep -qx "$name"; then continue; fi
     dir=$src/$name
+    [ $# = 0 ] && dir=$DATA/$name
     if [ ! -f "$dir/README.json" ]; then
         echo "== make_snapshots.py $dir $*"
         $PY "$DATA/make_snapshots.py" "$dir" "$@" >/dev/null
