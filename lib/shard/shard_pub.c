@@ -385,15 +385,22 @@ static int resume(ferry_shard_publisher *p, const sh_token *t, const sh_doc *rec
     return rc;
 }
 
-/* Codes one payload of a tile (the delta against base, or the anchor with
- * base NULL) into object k: its location there and its SHA-256. */
-static int code_payload(ferry_shard_publisher *p, int k, ferry_dtype dt, const uint8_t *base, const uint8_t *tgt, uint64_t nw, sh_loc *l)
+/* Codes one payload of tile (of part q: the delta against base, or the
+ * anchor with base NULL) into object k: its location there and its
+ * SHA-256.  A failure (the coder's, or writing the object file: a full
+ * disk) names the tile. */
+static int code_payload(ferry_shard_publisher *p, int k, const sh_part *q, sh_tile *tile, const uint8_t *base, const uint8_t *tgt,
+                        uint64_t nw)
 {
+    sh_loc *l = &tile->loc[k];
     p->enc.size = 0;
-    int rc = ferry__shard_tile_encode(p->coder, dt, base, tgt, nw, p->o.level, &p->enc);
+    int rc = ferry__shard_tile_encode(p->coder, q->dtype, base, tgt, nw, p->o.level, &p->enc);
     if (!rc) rc = ferry__sha256_hex(p->enc.data, p->enc.size, l->sha);
     l->size = p->enc.size;
     if (!rc) rc = object_append(p, k, &l->off);
+    if (rc)
+        ferry__context(rc, "tensor '%s' tile [%llu:%llu, %llu:%llu]", q->name, (unsigned long long)tile->r0, (unsigned long long)tile->r1,
+                       (unsigned long long)tile->c0, (unsigned long long)tile->c1);
     return rc;
 }
 
@@ -423,14 +430,10 @@ static int put_tile(ferry_shard_publisher *p, const sh_token *t, const sh_part *
                                (unsigned long long)t->base.version);
         memcpy(tile->base, h->hash, 16);
         if ((rc = tiles_file_io(p, NULL, base, held_bytes(h), h->at))) return rc;
-        if ((rc = code_payload(p, SH_DELTA, q->dtype, base, tgt, nw, &tile->loc[SH_DELTA])))
-            return ferry__context(rc, "tensor '%s' tile [%llu:%llu, %llu:%llu]", q->name, (unsigned long long)tile->r0,
-                                  (unsigned long long)tile->r1, (unsigned long long)tile->c0, (unsigned long long)tile->c1);
+        if ((rc = code_payload(p, SH_DELTA, q, tile, base, tgt, nw))) return rc;
     }
-    if (t->kind == FERRY_SYNC_ANCHOR) {
-        if ((rc = code_payload(p, SH_ANCHOR, q->dtype, NULL, tgt, nw, &tile->loc[SH_ANCHOR]))) return rc;
-    }
-    return FERRY_OK;
+    if (t->kind == FERRY_SYNC_ANCHOR) rc = code_payload(p, SH_ANCHOR, q, tile, NULL, tgt, nw);
+    return rc;
 }
 
 /* The FP8 parts of a rank's parts (quantize): each eligible part (as
