@@ -273,6 +273,11 @@ static int put_multipart(ferry_store *s, const char *key, const ferry__src *data
 {
     uint64_t part = s->part_size;
     if ((size + part - 1) / part > FERRY__MAX_PARTS) part = (size + FERRY__MAX_PARTS - 1) / FERRY__MAX_PARTS;
+    /* S3 takes parts of at most 5 GiB: past 10 000 of them no part size
+     * works; refused before an upload is begun or a byte read */
+    if (part > FERRY__MAX_SINGLE_PUT)
+        return ferry__fail(FERRY_ERR_LIMIT, "%s/%s: put of %llu bytes: more than S3's %u parts of 5 GiB", s->url, key,
+                           (unsigned long long)size, FERRY__MAX_PARTS);
     size_t nparts = (size_t)((size + part - 1) / part);
     uint64_t deadline = ferry__deadline(s);
     char upload_id[1025] = "", idq[1200] = "";
@@ -301,7 +306,10 @@ static int put_multipart(ferry_store *s, const char *key, const ferry__src *data
 
     /* 2. UploadPart, up to upload_conc at once, each retried alone */
     etags = ferry__calloc(nparts, sizeof *etags);
-    if (!etags) { rc = FERRY_ERR_NOMEM; goto done; }
+    if (!etags) {
+        rc = ferry__fail(FERRY_ERR_NOMEM, "%s/%s: the etags of %zu parts: no memory", s->url, key, nparts);
+        goto done;
+    }
     parts P = {.s = s, .key = key, .src = data, .size = size, .part = part, .nparts = nparts, .idq = idq,
                .deadline = deadline, .etags = etags};
     if ((rc = parts_run(&P))) goto done;

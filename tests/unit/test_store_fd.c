@@ -143,6 +143,15 @@ static void t_bad_descriptor(void)
     CHECK_RC(ferry_store_put_fd(s, sc_key("bad/nofd"), -1, 0, 10, NULL), FERRY_ERR_ARG);
     CHECK_RC(ferry_store_put_fd(s, sc_key("bad/range"), fd, UINT64_MAX - 5, 10, NULL), FERRY_ERR_ARG);
     CHECK_RC(ferry_store_put_fd(s, "../escape", fd, 0, 10, NULL), FERRY_ERR_STORE_KEY);
+    if (g_s3) {
+        /* more than S3's 10 000 parts of at most 5 GiB (50 TiB): refused
+         * before any request (no upload begun, nothing read) */
+        int rfd = open_data();
+        CHECK_RC(ferry_store_put_fd(s, sc_key("bad/huge"), rfd, 0, 10000ull * (5ull << 30) + 1, NULL), FERRY_ERR_LIMIT);
+        CHECK(strstr(ferry_last_error(), "10000 parts") != NULL);
+        CHECK(absent(s, sc_key("bad/huge")));
+        if (rfd >= 0) close(rfd);
+    }
     CHECK(absent(s, sc_key("bad/nofd")) && absent(s, sc_key("bad/range")));
     CHECK(no_temporaries());
 out:
