@@ -9,13 +9,8 @@
  * ends before the range, a descriptor that cannot be read) leaves no
  * object, not even part of one, and an object already there untouched. */
 #ifdef FERRY_NO_NET /* a core-only build (make NO_NET=1) has no store layer */
-#include <stdio.h>
-int main(void)
-{
-    puts("store layer not built (NO_NET=1)");
-    puts("0 passed, 0 failed, 1 skipped");
-    return 0;
-}
+#include "helpers.h"
+NOT_BUILT_MAIN("store layer not built (NO_NET=1)")
 #else
 #include <dirent.h>
 #include <errno.h>

@@ -3,13 +3,8 @@
  * the CAS lock released when its holder crashes or is killed, CAS under
  * contention from threads and processes, URL forms. */
 #ifdef FERRY_NO_NET /* a core-only build (make NO_NET=1) has no store layer */
-#include <stdio.h>
-int main(void)
-{
-    puts("store layer not built (NO_NET=1)");
-    puts("0 passed, 0 failed, 1 skipped");
-    return 0;
-}
+#include "helpers.h"
+NOT_BUILT_MAIN("store layer not built (NO_NET=1)")
 #else
 #include <errno.h>
 #include <fcntl.h>

@@ -3,13 +3,8 @@
  * bounded mutation fuzz), URL and option parsing, credentials from the
  * environment, URI encoding, etags, dates, numbers, UTF-8. */
 #ifdef FERRY_NO_NET /* a core-only build (make NO_NET=1) has no store layer */
-#include <stdio.h>
-int main(void)
-{
-    puts("store layer not built (NO_NET=1)");
-    puts("0 passed, 0 failed, 1 skipped");
-    return 0;
-}
+#include "helpers.h"
+NOT_BUILT_MAIN("store layer not built (NO_NET=1)")
 #else
 #include <stdlib.h>
 
