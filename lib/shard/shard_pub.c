@@ -147,14 +147,14 @@ static int tmp_file(ferry_shard_publisher *p, const char *what, int *out)
     char *path = ferry__malloc(n);
     if (!path) return FERRY_ERR_NOMEM;
     snprintf(path, n, "%s/ferry-shard-tiles.XXXXXX", dir);
-    int fd = mkstemp(path);
+    /* close-on-exec from its creation (a child process would keep its disk
+     * space; set afterwards, a fork + exec in another thread of the
+     * trainer in between would inherit it) */
+    int fd = mkostemp(path, O_CLOEXEC);
     int rc = FERRY_OK;
     if (fd < 0) rc = ferry__fail(FERRY_ERR_IO, "run %s rank %u: creating its %s %s: %s", p->run, p->o.rank, what, path, strerror(errno));
     else if (unlink(path)) {
         rc = ferry__fail(FERRY_ERR_IO, "run %s rank %u: unlinking its %s %s: %s", p->run, p->o.rank, what, path, strerror(errno));
-        close(fd);
-    } else if (fcntl(fd, F_SETFD, FD_CLOEXEC)) { /* (a child process would keep its disk space) */
-        rc = ferry__fail(FERRY_ERR_IO, "run %s rank %u: its %s: %s", p->run, p->o.rank, what, strerror(errno));
         close(fd);
     } else {
         *out = fd;
