@@ -66,10 +66,14 @@ static size_t my_parts(const ferry_model *m, int r, int R, uint64_t grid, ferry_
 }
 
 /* Reads this rank's rows of every part from the file with pread into one
- * heap buffer (its shard) and points the parts at it; returns the buffer
+ * heap buffer (its shard) and points the parts at it; *shard: the buffer
  * (the caller frees it), or NULL when the file is not one safetensors file
  * whose tensors cover its data region from 8 + header length to its end
  * (a directory or index checkpoint): the parts then stay on the mapping.
+ * A read error or a file that now ends before the rows (rewritten in
+ * place since it was opened, as torch.save over it does) fails with
+ * FERRY_ERR_IO, its message printed: the mapping would then fault
+ * (SIGBUS) on those pages.
  * A trainer holds its shard in memory; reading the rows through the
  * mapping instead also counts in RSS file pages around them: a fault maps
  * the whole page-cache folio it hits (Linux 6.18 on ext4 maps whole large
@@ -77,7 +81,7 @@ static size_t my_parts(const ferry_model *m, int r, int R, uint64_t grid, ferry_
  * each tensor brought up to 2 MiB of its neighbours' rows (R = 4 on the
  * 1 GiB synthetic pair: 230-280 MiB per rank above its 258 MiB shard;
  * madvise(MADV_RANDOM) did not change it once the folios exist). */
-static uint8_t *read_rows(const char *path, const ferry_model *m, ferry_shard_part *parts, size_t n)
+static int read_rows(const char *path, const ferry_model *m, ferry_shard_part *parts, size_t n, uint8_t **shard)
 {
     uint64_t data = 0, total = 0;
     const uint8_t *lo = NULL;
@@ -97,17 +101,33 @@ static uint8_t *read_rows(const char *path, const ferry_model *m, ferry_shard_pa
     int fd = len && lo ? open(path, O_RDONLY | O_CLOEXEC) : -1;
     struct stat st;
     uint8_t head[8], *buf = NULL;
-    if (fd >= 0 && !fstat(fd, &st) && S_ISREG(st.st_mode) && (uint64_t)st.st_size >= data && pread(fd, head, 8, 0) == 8) {
+    int rc = FERRY_OK;
+    /* one safetensors file: it begins with a header length of at most the
+       format's 100 MB (an index's JSON text read as a number is far more) */
+    if (fd >= 0 && !fstat(fd, &st) && S_ISREG(st.st_mode) && pread(fd, head, 8, 0) == 8) {
         uint64_t hl = 0;
         for (int i = 0; i < 8; i++) hl |= (uint64_t)head[i] << (8 * i);
-        uint64_t start = (uint64_t)st.st_size - data; /* the data region's offset in the file */
-        if (hl <= (uint64_t)st.st_size && 8 + hl == start) buf = malloc(total + 1);
+        uint64_t start = 8 + hl; /* the data region's offset in the file */
+        if (hl <= 100000000u && (uint64_t)st.st_size < start + data) {
+            /* shorter than when it was opened: the mapping's pages past
+               its end would fault (SIGBUS) */
+            fprintf(stderr, "ferry shard-mpi: %s: %llu bytes, its header and tensors need %llu (changed since it was opened?)\n",
+                    path, (unsigned long long)st.st_size, (unsigned long long)(start + data));
+            rc = FERRY_ERR_IO;
+        } else if (hl <= 100000000u && (uint64_t)st.st_size == start + data) {
+            buf = malloc(total + 1);
+        }
         for (size_t i = 0, at = 0; buf && i < n; at += len[i++]) {
             uint64_t off = start + (uint64_t)((const uint8_t *)parts[i].data - lo);
             for (uint64_t got = 0; got < len[i];) {
                 ssize_t k = pread(fd, buf + at + got, (size_t)(len[i] - got), (off_t)(off + got));
                 if (k < 0 && errno == EINTR) continue;
-                if (k <= 0) { /* (the mapping would fault: let the library report the file) */
+                if (k <= 0) {
+                    /* (printed here: the collective's failure replaces the library's last message) */
+                    fprintf(stderr, "ferry shard-mpi: %s: reading tensor '%s' rows %llu..%llu at offset %llu: %s (changed since it was opened?)\n",
+                            path, parts[i].name, (unsigned long long)parts[i].row_begin, (unsigned long long)parts[i].row_end,
+                            (unsigned long long)(off + got), k < 0 ? strerror(errno) : "the file ends first");
+                    rc = FERRY_ERR_IO;
                     free(buf);
                     buf = NULL;
                     break;
@@ -119,7 +139,8 @@ static uint8_t *read_rows(const char *path, const ferry_model *m, ferry_shard_pa
     }
     if (fd >= 0) close(fd);
     free(len);
-    return buf;
+    *shard = buf;
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -194,7 +215,15 @@ int main(int argc, char **argv)
         ferry_shard_part *parts = NULL;
         if (!rc && !(parts = calloc(ferry_model_count(m) + 1, sizeof *parts))) rc = FERRY_ERR_NOMEM;
         if (!rc) n = my_parts(m, rank, R, o.quantize ? FERRY_QUANT_BLOCK : 0, parts);
-        uint8_t *shard = rc ? NULL : read_rows(files[f], m, parts, n);
+#ifdef FERRY_TEST_HOOKS
+        /* build/tests/ferry-shard-mpi-hooks only: FERRY_SHARD_TEST_TRUNCATE=N
+         * truncates the checkpoint to N bytes once opened (a file rewritten
+         * in place), for tests/scripts/shard_mpi_rows.sh */
+        if (!rc && getenv("FERRY_SHARD_TEST_TRUNCATE") && truncate(files[f], (off_t)atoll(getenv("FERRY_SHARD_TEST_TRUNCATE"))))
+            perror(files[f]);
+#endif
+        uint8_t *shard = NULL;
+        if (!rc) rc = read_rows(files[f], m, parts, n, &shard);
         /* a rank that cannot read its file still joins the collective, with
          * no parts: the commit then fails with a gap, on every rank */
         int own = rc;

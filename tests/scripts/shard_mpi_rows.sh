@@ -11,7 +11,8 @@
 # quantized, cuts on the 128-row grid) pull as `ferry quantize` of each,
 # byte for byte.  Then a
 # checkpoint truncated by 100 bytes: a clear error on every rank (exit
-# status, no signal), HEAD unchanged.  Skips when mpirun or the program
+# status, no signal), HEAD unchanged; one truncated once opened (test
+# hooks build): the same, no rank killed by SIGBUS.  Skips when mpirun or the program
 # is absent (NO_MPI=1 builds).
 set -u
 TEST_NAME=shard_mpi_rows
@@ -133,5 +134,24 @@ sed 's/^/    /' "$WORK/cut.err" | head -3
 check "a truncated checkpoint fails (exit $rc), not by a signal" [ $rc -ne 0 ] && [ $rc -lt 128 ]
 check "... its message names the file" grep -q "cut.safetensors" "$WORK/cut.err"
 check "... HEAD stays at version 2" bash -c "fy log '$S' --run $RUN --json | $PY -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)[\"head\"]==2 else 1)'"
+
+# --- a checkpoint rewritten in place once opened ------------------------------
+# (build/tests/ferry-shard-mpi-hooks: FERRY_SHARD_TEST_TRUNCATE=N truncates
+# it to N bytes after ferry_model_open, as torch.save over it would)
+HOOKS=${FERRY_BUILD:-$PWD/build}/tests/ferry-shard-mpi-hooks
+if [ -x "$HOOKS" ]; then
+    cp "$WORK/ck2.safetensors" "$WORK/rw.safetensors"
+    half=$(($(stat -c %s "$WORK/rw.safetensors") / 2))
+    timeout 120 mpirun -np 3 --oversubscribe "${MPIENV[@]}" env FERRY_SHARD_TEST_TRUNCATE=$half "$HOOKS" "$S" --run $RUN \
+        --tile-words 16 --cast-bf16 "$WORK/rw.safetensors" >"$WORK/rw.out" 2>"$WORK/rw.err"
+    rc=$?
+    sed 's/^/    /' "$WORK/rw.err" | head -4
+    check "truncated once opened: the publish fails (exit $rc), no rank killed by a signal (SIGBUS)" \
+        bash -c "[ $rc -ne 0 ] && [ $rc -lt 128 ] && ! grep -qiE 'signal|bus error|core dumped' '$WORK/rw.err'"
+    # (the first rank to truncate it had opened it; the others, racing,
+    # may find it truncated when they open it: 'truncated file')
+    check "... a rank says the file changed since it was opened" grep -q "rw.safetensors: .*changed since it was opened" "$WORK/rw.err"
+    check "... HEAD stays at version 2" bash -c "fy log '$S' --run $RUN --json | $PY -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)[\"head\"]==2 else 1)'"
+fi
 
 finish
