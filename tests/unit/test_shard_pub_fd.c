@@ -8,11 +8,13 @@
  * ferry_shard_publisher_free; a write error on an object file (the file
  * size limit, as a full disk) fails the put with FERRY_ERR_IO naming the
  * object file, uploads nothing, finish(1) after it is a no-op, and the
- * next publish is exact; every version an island pulls is exactly the
- * tensors published (the uploaded objects decode to them). */
+ * next publish is exact; so does a failed upload (the store's rename
+ * refused), its temporary file removed; every version an island pulls is
+ * exactly the tensors published (the uploaded objects decode to them). */
 #include "check.h"
 #include "ferry_shard.h"
 #include "ferry_sync.h"
+#include "shard/shard_impl.h" /* the token's id and the rank object's key (t_upload_error) */
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -259,6 +261,64 @@ out:
     ferry_store_free(st);
 }
 
+/* The upload itself fails (a directory where the store renames the rank
+ * object into place): the store's error, no rank object, finish(1) a
+ * no-op; then the same publisher publishes, exact, its object files
+ * reused (no descriptor added past the delta object file made once). */
+static void t_upload_error(void)
+{
+    char run[64];
+    snprintf(run, sizeof run, "fd/run-%d", ++g_run_no);
+    ferry_store *st = open_store();
+    ferry_shard_publisher *p = NULL;
+    if (!st || open_pub(st, run, &p)) goto out;
+    make_version(1);
+    CHECK_OK(publish(p)); /* version 1, so that the failed one is a delta */
+    int t0, c0, t1, c1;
+    int n0 = count_fds(&t0, &c0);
+    make_version(2);
+    char *tok = NULL, *rec = NULL;
+    size_t tn = 0, rn = 0;
+    ferry_shard_part parts[2] = {
+        {"a.weight", FERRY_BF16, 2, g_mat_shape, 0, ROWS, g_mat},
+        {"b.bias", FERRY_BF16, 1, g_vec_shape, 0, VEC, g_vec},
+    };
+    CHECK_OK(ferry_shard_begin(p, 0, &tok, &tn));
+    sh_token t;
+    char key[FS_KEY_CAP], path[600];
+    CHECK_OK(ferry__shard_token_parse(tok, tn, &t));
+    ferry__shard_key_object(key, run, t.version, t.id, 0, SH_DELTA);
+    snprintf(path, sizeof path, "%s/%s", g_root, key);
+    CHECK(!mkdir(path, 0755));
+    int rc = ferry_shard_put(p, tok, tn, parts, 2, &rec, &rn);
+    printf("  the failed upload: rc %d: %s\n", rc, ferry_last_error());
+    CHECK(rc != FERRY_OK && rec == NULL && strstr(ferry_last_error(), "rename") != NULL);
+    CHECK_OK(ferry_shard_finish(p, 1));
+    ferry_free(tok);
+    ferry_free(rec);
+    /* the store's temporary file of the failed put is gone too */
+    char vdir[400];
+    snprintf(vdir, sizeof vdir, "%s/%s/v", g_root, run);
+    DIR *d = opendir(vdir);
+    int temps = 0;
+    struct dirent *e;
+    for (int i = 0; d && i < 10000 && (e = readdir(d)); i++) temps += !strncmp(e->d_name, ".ferry-", 7);
+    if (d) closedir(d);
+    CHECK(d != NULL && temps == 0);
+    CHECK(!rmdir(path));
+    CHECK_OK(publish(p));
+    CHECK(ferry_shard_publisher_version(p) == 2 && pulls_exact(st, run, 2));
+    CHECK(count_fds(&t1, &c1) == n0 + 1 && t1 == t0 + 1);
+    make_version(3);
+    CHECK_OK(publish(p));
+    CHECK(ferry_shard_publisher_version(p) == 3 && pulls_exact(st, run, 3));
+    CHECK(count_fds(&t1, &c1) == n0 + 1 && t1 == t0 + 1);
+    CHECK(tmp_entries() == 0);
+out:
+    ferry_shard_publisher_free(p);
+    ferry_store_free(st);
+}
+
 int main(void)
 {
     snprintf(g_root, sizeof g_root, "/tmp/ferry-shard-pub-fd-%ld", (long)getpid());
@@ -270,6 +330,7 @@ int main(void)
     setenv("TMPDIR", g_tmp, 1);
     RUN(t_descriptors);
     RUN(t_write_error);
+    RUN(t_upload_error);
     char cmd[500];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", g_root, g_tmp);
     if (system(cmd)) fprintf(stderr, "cannot remove %s\n", g_root);
