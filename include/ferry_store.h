@@ -201,7 +201,9 @@ FERRY_API int ferry_store_put(ferry_store *s, const char *key, const void *data,
  * bytes must not change during the call (a retried part is read again).
  * A read error or a file that ends before offset + size fails the call
  * with FERRY_ERR_IO (not retried).  FERRY_ERR_ARG for a negative fd or a
- * range past 2^63. */
+ * range past 2^63; on s3, FERRY_ERR_LIMIT before any request for a size
+ * that needs more than 10 000 parts of 5 GiB (below it, part_size is
+ * raised so that 10 000 parts suffice). */
 FERRY_API int ferry_store_put_fd(ferry_store *s, const char *key, int fd, uint64_t offset, uint64_t size,
                                  char etag_out[FERRY_STORE_ETAG_MAX]);
 
