@@ -81,8 +81,11 @@ typedef struct ferry_shard_options {
                                  from the caller's FP32 rows */
     int level;                /* zstd level of whole tiles, 0 = 3 */
     int threads;              /* codec threads, 0 = 1 */
-    uint64_t min_tile_words;  /* smallest tile the grid makes (elements),
-                                 unless a dimension forbids it; 0 = 65536 */
+    uint64_t min_tile_words;  /* smallest grid block (all of a tensor's rows
+                                 x a column block, elements) unless a
+                                 dimension forbids it; row parts cut blocks,
+                                 so a tile is about min_tile_words / R;
+                                 0 = 262144 (65536-element tiles at R = 4) */
     const ferry_keys *keys;   /* optional (borrowed; must outlive the handle).
                                  With a signing key, rank 0 signs the manifest
                                  and HEAD it writes (include/ferry_sign.h);
@@ -108,7 +111,11 @@ typedef struct ferry_shard_options {
 /* Opens the publisher of one rank on RUN; sends no request.  The handle
  * keeps this rank's previous BF16 tiles (never another rank's) to diff
  * against, in an unlinked temporary file in $TMPDIR (else /tmp; the
- * shard's size of disk, not of memory).  A handle without them (a new process, a restart after a
+ * shard's size of disk, not of memory); each version's rank objects are
+ * written tile by tile into two more such files (delta, anchor) and
+ * uploaded from them (ferry_store_put_fd), never held whole.  On a tmpfs
+ * TMPDIR these files are memory that RSS does not show.  A handle without
+ * them (a new process, a restart after a
  * crash) gets them back at its first put: it pulls its own parts of the
  * token's base version through the island path (ranged GETs of its own
  * tiles only, each verified).
@@ -231,6 +238,15 @@ typedef struct ferry_shard_sub_options {
                                  (FERRY_ERR_SIG_*); the tiles are then
                                  authenticated by the signed SHA-256 each
                                  manifest gives them */
+    uint64_t get_bytes;       /* what one more ranged GET is worth in bytes
+                                 (its round trip at the link's rate): an
+                                 index-form object is read whole, in one
+                                 GET, when the payloads of it the island does
+                                 not want are at most its tile index's
+                                 leaves plus this (or 1/8 of those it
+                                 wants); else its index, then its tiles.
+                                 0 = 512 KiB (4 ms at 1 Gbit/s, 40 ms at
+                                 100 Mbit/s) */
 } ferry_shard_sub_options;
 
 /* Opens an island rank with its regions (copied); sends no request.

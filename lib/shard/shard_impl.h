@@ -11,7 +11,7 @@
 #define SH_MANIFEST_MAX FS_MANIFEST2_MAX /* bound on a manifest-2, token, record */
 #define SH_TILES_MAX ((uint64_t)1 << 24)    /* tiles of one version */
 #define SH_CUTS_MAX 4096                    /* cuts of one dimension of one part */
-#define SH_DEFAULT_TILE_WORDS 65536
+#define SH_DEFAULT_TILE_WORDS 262144
 
 enum { SH_DELTA = 0, SH_ANCHOR = 1 }; /* the two objects of a rank */
 

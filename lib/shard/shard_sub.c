@@ -51,6 +51,15 @@ struct ferry_shard_subscriber {
     ferry_shard_sub_stats stats;
 };
 
+/* What a GET more is worth in bytes by default (options.get_bytes; index
+ * form: read an object whole or its index, then its tiles): a round trip
+ * of 4 ms at 1 Gbit/s, 40 ms at 100 Mbit/s, which islands in other regions
+ * pay (at 8 KiB, column islands of 9-34 M-parameter models read objects in
+ * 58-135 GETs a version for a few hundred KB; bench/README "Sharding on
+ * unseen sequences").  An island rank of a large model still reads in
+ * part: the payloads it does not want are many MB. */
+#define SH_GET_BYTES ((uint64_t)512 << 10)
+
 int ferry_shard_subscriber_open(ferry_store *store, const char *run, const ferry_shard_region *regions, size_t nregions,
                                 const ferry_shard_sub_options *opts, ferry_shard_subscriber **out)
 {
@@ -66,6 +75,7 @@ int ferry_shard_subscriber_open(ferry_store *store, const char *run, const ferry
     snprintf(s->run, sizeof s->run, "%s", run);
     if (opts) s->o = *opts;
     if (!s->o.poll_interval_ms) s->o.poll_interval_ms = 1000;
+    if (!s->o.get_bytes) s->o.get_bytes = SH_GET_BYTES;
     if (nregions && !(s->rg = ferry__calloc(nregions, sizeof *s->rg))) rc = FERRY_ERR_NOMEM;
     for (size_t i = 0; i < nregions && !rc; i++) {
         s->nrg = i + 1;
@@ -440,8 +450,6 @@ static int step_commit(ferry_shard_subscriber *s, const sh_doc *m, const covset 
 #define SH_FETCH_THREADS 8                  /* GETs of one version in flight */
 #define SH_BATCH_BYTES ((uint64_t)256 << 20) /* bytes of one version held fetched at once */
 #define SH_GAP_SHARE 50                     /* gaps fetched through: at most 1/50 of the wanted bytes */
-#define SH_GET_BYTES 8192                   /* what a GET more is worth in bytes (index form: read an
-                                               object whole or its index, then its tiles) */
 #define SH_WHOLE_SHARE 8                    /* index form: an object is read whole when the payloads
                                                not wanted are at most 1/8 of those wanted */
 
@@ -648,7 +656,7 @@ static int apply_version(ferry_shard_subscriber *s, sh_doc *m, int kind, const c
 /* ---- the index form: each object's tile index, then its tiles ----
  *
  * Per object the island holds tiles of: when the payloads it does not want
- * are estimated at most the index's leaves plus SH_GET_BYTES, or at most
+ * are estimated at most the index's leaves plus options.get_bytes, or at most
  * 1/SH_WHOLE_SHARE of those it wants, and the object is at most
  * SH_RANGE_MAX: one GET of the payloads and the index
  * entries (not the leaves: it computes them); else one GET of the
@@ -739,14 +747,14 @@ static int apply_ix(ferry_shard_subscriber *s, sh_doc *m, int kind, const covset
         /* The payloads it does not want are estimated from the object's
            payload bytes (ioff) by tile area.  Read whole (one GET, no
            leaves read) unless they outweigh both the leaves and a second
-           GET (SH_GET_BYTES) and 1/SH_WHOLE_SHARE of the payloads it wants */
+           GET (options.get_bytes) and 1/SH_WHOLE_SHARE of the payloads it wants */
         double aw = 0, at = 0; /* by tile area: the words it wants of the rank's words */
         for (size_t k = i; k < j; k++) aw += (double)(w[k].tile->r1 - w[k].tile->r0) * (double)(w[k].tile->c1 - w[k].tile->c0);
         for (size_t q = 0; q < m->nparts; q++)
             if (m->parts[q].rank == r) at += (double)(m->parts[q].r1 - m->parts[q].r0) * (double)m->parts[q].cols;
         uint64_t unwanted = at > 0 ? (uint64_t)((double)ioff * (1 - aw / at)) : 0, wanted = ioff - unwanted;
         x->whole = ioff + head <= SH_RANGE_MAX &&
-                   (unwanted <= n * SH_IX_LEAF + SH_GET_BYTES || unwanted <= wanted / SH_WHOLE_SHARE);
+                   (unwanted <= n * SH_IX_LEAF + s->o.get_bytes || unwanted <= wanted / SH_WHOLE_SHARE);
         x->off = x->whole ? 0 : ioff;
         x->len = x->whole ? ioff + head : m->obj_bytes[o] - ioff;
         i = j;

@@ -76,7 +76,8 @@ class _Region(ctypes.Structure):
 
 class _SubOptions(ctypes.Structure):
     _fields_ = [("threads", _I), ("poll_interval_ms", _U32), ("coalesce_gap", _U64),
-                ("keys", _P)]  # const ferry_keys * (ferry.Keys, include/ferry_sign.h)
+                ("keys", _P),  # const ferry_keys * (ferry.Keys, include/ferry_sign.h)
+                ("get_bytes", _U64)]
 
 
 class _PullInfo(ctypes.Structure):
@@ -374,7 +375,8 @@ class ShardSubscriber(_lib.Handle):
     _FREE = "ferry_shard_subscriber_free"
 
     def __init__(self, store: StoreArg, run: str, layout: Layout, threads: int = 1, coalesce_gap: int = 0,
-                 poll_interval_s: Optional[float] = None, keys: Optional[Keys] = None) -> None:
+                 poll_interval_s: Optional[float] = None, keys: Optional[Keys] = None,
+                 get_bytes: int = 0) -> None:
         self.layout, self.run = layout, run
         self._keys = keys  # trusted keys (ferry.Keys): HEAD and manifests must verify
         self._store = _store(store, create=False, user=self)
@@ -391,7 +393,7 @@ class ShardSubscriber(_lib.Handle):
         o = _SubOptions(threads=int(threads), coalesce_gap=int(coalesce_gap),
                         poll_interval_ms=0 if poll_interval_s is None
                         else max(1, int(poll_interval_s * 1000)),
-                        keys=keys.handle if keys is not None else None)
+                        keys=keys.handle if keys is not None else None, get_bytes=int(get_bytes))
         h = ctypes.c_void_p()
         check(L.ferry_shard_subscriber_open(self._store.handle, cstr(run, "run name"), regs,
                                             len(self._names), ctypes.byref(o), ctypes.byref(h)))

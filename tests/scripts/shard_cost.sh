@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What a sharded version costs against the single-rank path (issue 24
 # items 1 and 3), on the shared data at DEFAULT settings (tile grid min
-# 65536 words, anchor every 10):
+# 262144 words, anchor every 10):
 #   - rl-a (steps 0..8) and rl-b (steps 0..4) published twice: by 4 trainer
 #     ranks (mpirun build/ferry-shard-mpi, rows split in 4) and by
 #     `ferry publish` (one rank); for every delta version the 4 rank
