@@ -660,36 +660,63 @@ static int forge_tile(const char *run, uint64_t v, const char *id, int what)
     return rc;
 }
 
+/* What the hostile-store cases share: a store, a new run of 2 ranks at
+ * 1024-word tiles, version 1 (step 0) pulled by island rank 0 of M by
+ * rows, then version 2 (step 1) published (info) for the case to tamper
+ * with. */
+typedef struct v2run {
+    ferry_store *st;
+    char run[64];
+    group g;
+    ferry_model *m0, *m1;
+    island is;
+    ferry_shard_publish_info info;
+} v2run;
+
+static void v2run_open(v2run *f, int M)
+{
+    f->st = open_store();
+    new_run(f->run, sizeof f->run);
+    CHECK_OK(group_open(&f->g, f->st, f->run, 2, 1024, 10, 0));
+    f->m0 = step(0);
+    f->m1 = step(1);
+    CHECK_OK(group_publish(&f->g, f->m0, 0, NULL));
+    CHECK_OK(island_open(&f->is, f->st, f->run, f->m0, L_ROWS, 0, M));
+    CHECK_RC(island_pull(&f->is, 1, f->m0, NULL), 0);
+    CHECK_OK(group_publish(&f->g, f->m1, 0, &f->info));
+}
+
+/* The island refused version 2: it still holds version 1, bit for bit. */
+static void v2run_kept(v2run *f)
+{
+    CHECK(ferry_shard_subscriber_version(f->is.s) == 1);
+    for (size_t i = 0; i < f->is.n; i++) CHECK(region_matches(f->is.s, i, f->m0, &f->is.rg[i]));
+}
+
+static void v2run_close(v2run *f)
+{
+    island_close(&f->is);
+    ferry_model_free(f->m0);
+    ferry_model_free(f->m1);
+    group_close(&f->g);
+    ferry_store_free(f->st);
+}
+
 static void t_forged_tile(void)
 {
     SKIP_UNLESS_DATA("rl-a");
     ferry__shard_legacy_manifest = 1; /* the old form: its tiles' SHA-256 in the manifest */
     for (int what = 0; what < 3; what++) {
-        ferry_store *st = open_store();
-        char run[64];
-        new_run(run, sizeof run);
-        group g;
-        CHECK_OK(group_open(&g, st, run, 2, 1024, 10, 0));
-        ferry_model *m0 = step(0), *m1 = step(1);
-        CHECK_OK(group_publish(&g, m0, 0, NULL));
-        island is;
-        CHECK_OK(island_open(&is, st, run, m0, L_ROWS, 0, 1));
-        CHECK_RC(island_pull(&is, 1, m0, NULL), 0);
-        ferry_shard_publish_info info;
-        CHECK_OK(group_publish(&g, m1, 0, &info));
-        CHECK(forge_tile(run, 2, info.id, what) == 0);
-        int rc = ferry_shard_pull(is.s, FERRY_SYNC_LATEST, 0, NULL);
+        v2run f;
+        v2run_open(&f, 1);
+        CHECK(forge_tile(f.run, 2, f.info.id, what) == 0);
+        int rc = ferry_shard_pull(f.is.s, FERRY_SYNC_LATEST, 0, NULL);
         if (what == 0) CHECK(rc == FERRY_ERR_SYNC_CORRUPT && has("tile code 9"));
         else if (what == 1) CHECK(rc == FERRY_ERR_SYNC_CORRUPT || rc == FERRY_ERR_PATCH_CORRUPT);
         else CHECK(rc == FERRY_ERR_SYNC_CORRUPT && has("target hash"));
         if (rc) CHECK(has(".patch") && has("tile ["));
-        CHECK(ferry_shard_subscriber_version(is.s) == 1);
-        for (size_t i = 0; i < is.n; i++) CHECK(region_matches(is.s, i, m0, &is.rg[i]));
-        island_close(&is);
-        ferry_model_free(m0);
-        ferry_model_free(m1);
-        group_close(&g);
-        ferry_store_free(st);
+        v2run_kept(&f);
+        v2run_close(&f);
     }
     ferry__shard_legacy_manifest = 0;
 }
@@ -875,20 +902,10 @@ static void t_index_hostile(void)
 static void t_index_grid_changed(void)
 {
     SKIP_UNLESS_DATA("rl-a");
-    ferry_store *st = open_store();
-    char run[64];
-    new_run(run, sizeof run);
-    group g;
-    CHECK_OK(group_open(&g, st, run, 2, 1024, 10, 0));
-    ferry_model *m0 = step(0), *m1 = step(1);
-    CHECK_OK(group_publish(&g, m0, 0, NULL));
-    island is;
-    CHECK_OK(island_open(&is, st, run, m0, L_ROWS, 0, 1));
-    CHECK_RC(island_pull(&is, 1, m0, NULL), 0);
-    ferry_shard_publish_info info;
-    CHECK_OK(group_publish(&g, m1, 0, &info));
+    v2run f;
+    v2run_open(&f, 1);
     char key[FS_KEY_CAP], path[1024];
-    ferry__sync_key_version(key, run, 2, info.id, FS_OBJ_MANIFEST);
+    ferry__sync_key_version(key, f.run, 2, f.info.id, FS_OBJ_MANIFEST);
     snprintf(path, sizeof path, "%s/%s", g_root, key);
     void *mt = NULL, *lt = NULL;
     size_t mn = 0, ln = 0;
@@ -898,7 +915,7 @@ static void t_index_grid_changed(void)
     uint8_t sha[32];
     if (ls && ferry__unhex(sha, ls + 10, 32)) {
         char lk[FS_KEY_CAP], lp[1024];
-        ferry__shard_key_layout(lk, run, sha);
+        ferry__shard_key_layout(lk, f.run, sha);
         snprintf(lp, sizeof lp, "%s/%s", g_root, lk);
         CHECK_OK(ferry_file_read(lp, (size_t)1 << 28, &lt, &ln));
         /* the first column grid with an inner cut: [0,X,Y,...] -> [0,X+1,Y,...]
@@ -932,7 +949,7 @@ static void t_index_grid_changed(void)
             char hex[65], nk[FS_KEY_CAP], np[1024];
             CHECK_OK(ferry__sha256(out, on, nsha));
             ferry__hex(hex, nsha, 32);
-            ferry__shard_key_layout(nk, run, nsha);
+            ferry__shard_key_layout(nk, f.run, nsha);
             snprintf(np, sizeof np, "%s/%s", g_root, nk);
             CHECK_OK(ferry_file_write(np, out, on));
             /* the manifest names the new record: its key and digest (same lengths) */
@@ -944,18 +961,13 @@ static void t_index_grid_changed(void)
             free(out);
         }
     }
-    int rc = ferry_shard_pull(is.s, FERRY_SYNC_LATEST, 0, NULL);
+    int rc = ferry_shard_pull(f.is.s, FERRY_SYNC_LATEST, 0, NULL);
     CHECK_RC(rc, FERRY_ERR_SYNC_MANIFEST);
     CHECK(has("grid changed"));
-    CHECK(ferry_shard_subscriber_version(is.s) == 1);
-    for (size_t i = 0; i < is.n; i++) CHECK(region_matches(is.s, i, m0, &is.rg[i]));
+    v2run_kept(&f);
     ferry_free(mt);
     ferry_free(lt);
-    island_close(&is);
-    ferry_model_free(m0);
-    ferry_model_free(m1);
-    group_close(&g);
-    ferry_store_free(st);
+    v2run_close(&f);
 }
 
 /* An index-form manifest without 'tile_codec' (tiles as standalone
@@ -965,42 +977,27 @@ static void t_index_grid_changed(void)
 static void t_index_no_codec(void)
 {
     SKIP_UNLESS_DATA("rl-a");
-    ferry_store *st = open_store();
-    char run[64];
-    new_run(run, sizeof run);
-    group g;
-    CHECK_OK(group_open(&g, st, run, 2, 1024, 10, 0));
-    ferry_model *m0 = step(0), *m1 = step(1);
-    CHECK_OK(group_publish(&g, m0, 0, NULL));
-    island is;
-    CHECK_OK(island_open(&is, st, run, m0, L_ROWS, 0, 2));
-    CHECK_RC(island_pull(&is, 1, m0, NULL), 0);
-    ferry_shard_publish_info info;
-    CHECK_OK(group_publish(&g, m1, 0, &info));
+    v2run f;
+    v2run_open(&f, 2);
     char key[FS_KEY_CAP], path[1024];
-    ferry__sync_key_version(key, run, 2, info.id, FS_OBJ_MANIFEST);
+    ferry__sync_key_version(key, f.run, 2, f.info.id, FS_OBJ_MANIFEST);
     snprintf(path, sizeof path, "%s/%s", g_root, key);
     void *mt = NULL;
     size_t mn = 0;
     CHECK_OK(ferry_file_read(path, (size_t)1 << 28, &mt, &mn));
     static const char field[] = ",\"tile_codec\":\"" SH_TILE_CODEC_NAME "\"";
-    char *f = mt ? strstr((char *)mt, field) : NULL;
-    CHECK(f != NULL);
-    if (f) {
+    char *at = mt ? strstr((char *)mt, field) : NULL;
+    CHECK(at != NULL);
+    if (at) {
         size_t fl = sizeof field - 1;
-        memmove(f, f + fl, mn - (size_t)(f - (char *)mt) - fl);
+        memmove(at, at + fl, mn - (size_t)(at - (char *)mt) - fl);
         CHECK_OK(ferry_file_write(path, mt, mn - fl));
     }
-    CHECK_RC(ferry_shard_pull(is.s, FERRY_SYNC_LATEST, 0, NULL), FERRY_ERR_SYNC_MANIFEST);
+    CHECK_RC(ferry_shard_pull(f.is.s, FERRY_SYNC_LATEST, 0, NULL), FERRY_ERR_SYNC_MANIFEST);
     CHECK(has("tile_codec") && has(".json"));
-    CHECK(ferry_shard_subscriber_version(is.s) == 1);
-    for (size_t i = 0; i < is.n; i++) CHECK(region_matches(is.s, i, m0, &is.rg[i]));
+    v2run_kept(&f);
     ferry_free(mt);
-    island_close(&is);
-    ferry_model_free(m0);
-    ferry_model_free(m1);
-    group_close(&g);
-    ferry_store_free(st);
+    v2run_close(&f);
 }
 
 static void t_kind_mismatch(void)
