@@ -65,6 +65,16 @@ static void group_close(group *g)
     memset(g, 0, sizeof *g);
 }
 
+/* Every case's first lines: a store, a new run name (run[64]) and a group
+ * of R ranks on it (tile words W, an anchor every A versions, cast). */
+static ferry_store *run_open(char *run, group *g, int R, uint64_t W, uint32_t A, int cast)
+{
+    ferry_store *st = open_store();
+    new_run(run, 64);
+    CHECK_OK(group_open(g, st, run, R, W, A, cast));
+    return st;
+}
+
 /* The parts rank r of R owns in model m. */
 static size_t parts_of(const ferry_model *m, int r, int R, ferry_shard_part *out)
 {
@@ -220,11 +230,9 @@ static void t_grid(void)
 static void t_publish_and_follow(void)
 {
     SKIP_UNLESS_DATA("rl-a");
-    ferry_store *st = open_store();
     char run[64];
-    new_run(run, sizeof run);
     group g;
-    CHECK_OK(group_open(&g, st, run, 4, 1024, 3, 0));
+    ferry_store *st = run_open(run, &g, 4, 1024, 3, 0);
     ferry_model *m0 = step(0);
     island rows[2], cols[3]; /* the fused layout runs in tests/scripts/shard_mpi.sh */
     for (int k = 0; k < 2; k++) CHECK_OK(island_open(&rows[k], st, run, m0, L_ROWS, k, 2));
@@ -397,11 +405,9 @@ static int has(const char *needle) { return strstr(ferry_last_error(), needle) !
 static void t_bad_parts(void)
 {
     SKIP_UNLESS_DATA("rl-a");
-    ferry_store *st = open_store();
     char run[64];
-    new_run(run, sizeof run);
     group g;
-    CHECK_OK(group_open(&g, st, run, 2, 1024, 10, 0));
+    ferry_store *st = run_open(run, &g, 2, 1024, 10, 0);
     ferry_model *m = step(0);
     ferry_shard_part p0[64], p1[64];
     size_t n0 = parts_of(m, 0, 2, p0), n1 = parts_of(m, 1, 2, p1);
@@ -529,11 +535,9 @@ static void tamper(const char *run, uint64_t v, const char *id, uint32_t rank, i
 static void t_requests(void)
 {
     SKIP_UNLESS_DATA("rl-a");
-    ferry_store *st = open_store();
     char run[64];
-    new_run(run, sizeof run);
     group g;
-    CHECK_OK(group_open(&g, st, run, 4, 256, 10, 0));
+    ferry_store *st = run_open(run, &g, 4, 256, 10, 0);
     ferry_model *m0 = step(0);
     static const struct { int L, M; } lay[] = {{L_ROWS, 2}, {L_ROWS, 4}, {L_ROWS, 3}, {L_ROWS, 8}, {L_COLS, 2}, {L_COLS, 3},
                                               {L_COLS, 4}, {L_FUSED, 2}, {L_FUSED, 4}};
@@ -571,11 +575,9 @@ static void t_corrupt_objects(void)
 {
     SKIP_UNLESS_DATA("rl-a");
     ferry__shard_legacy_manifest = 1; /* the old form (every tile in the manifest): runs in stores still pull */
-    ferry_store *st = open_store();
     char run[64];
-    new_run(run, sizeof run);
     group g;
-    CHECK_OK(group_open(&g, st, run, 2, 1024, 10, 0));
+    ferry_store *st = run_open(run, &g, 2, 1024, 10, 0);
     ferry_model *m0 = step(0), *m1 = step(1), *m2 = step(2);
     CHECK_OK(group_publish(&g, m0, 0, NULL));
     island is;
@@ -675,9 +677,7 @@ typedef struct v2run {
 
 static void v2run_open(v2run *f, int M)
 {
-    f->st = open_store();
-    new_run(f->run, sizeof f->run);
-    CHECK_OK(group_open(&f->g, f->st, f->run, 2, 1024, 10, 0));
+    f->st = run_open(f->run, &f->g, 2, 1024, 10, 0);
     f->m0 = step(0);
     f->m1 = step(1);
     CHECK_OK(group_publish(&f->g, f->m0, 0, NULL));
@@ -782,11 +782,9 @@ static int count_keys(const char *dir, const char *part)
 static void t_index_form(void)
 {
     SKIP_UNLESS_DATA("rl-a");
-    ferry_store *st = open_store();
     char run[64];
-    new_run(run, sizeof run);
     group g;
-    CHECK_OK(group_open(&g, st, run, 4, 0, 10, 0));
+    ferry_store *st = run_open(run, &g, 4, 0, 10, 0);
     ferry_model *m0 = step(0);
     static const struct { int L, M; } lay[] = {{L_ROWS, 2}, {L_ROWS, 3}, {L_ROWS, 4}, {L_COLS, 2}, {L_COLS, 3}, {L_COLS, 4}};
     enum { NL = sizeof lay / sizeof lay[0] };
@@ -854,11 +852,9 @@ static void t_index_hostile(void)
         {4, FERRY_ERR_SHARD_INDEX, FERRY_ERR_SHARD_INDEX, "runs past"},
     };
     for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
-        ferry_store *st = open_store();
         char run[64];
-        new_run(run, sizeof run);
         group g;
-        CHECK_OK(group_open(&g, st, run, 2, 1024, 10, 0));
+        ferry_store *st = run_open(run, &g, 2, 1024, 10, 0);
         ferry_model *m0 = step(0), *m1 = step(1);
         CHECK_OK(group_publish(&g, m0, 0, NULL));
         island a, b;
@@ -1033,11 +1029,9 @@ static void count_deleted(void *u, const char *key, uint64_t bytes, int action, 
 static void t_gc(void)
 {
     SKIP_UNLESS_DATA("rl-a");
-    ferry_store *st = open_store();
     char run[64];
-    new_run(run, sizeof run);
     group g;
-    CHECK_OK(group_open(&g, st, run, 2, 1024, 2, 0));
+    ferry_store *st = run_open(run, &g, 2, 1024, 2, 0);
     for (int v = 1; v <= 4; v++) {
         ferry_model *m = step(v - 1);
         CHECK_OK(group_publish(&g, m, 0, NULL));
@@ -1278,11 +1272,9 @@ static void t_store_list(void)
 static void t_compact(void)
 {
     SKIP_UNLESS_DATA("rl-a");
-    ferry_store *st = open_store();
     char run[64];
-    new_run(run, sizeof run);
     group g;
-    CHECK_OK(group_open(&g, st, run, 2, 1024, 10, 0));
+    ferry_store *st = run_open(run, &g, 2, 1024, 10, 0);
     ferry_model *m[5];
     for (int v = 1; v <= 5; v++) {
         m[v - 1] = step(v - 1);
@@ -1669,11 +1661,9 @@ static void t_compact_index_full(void)
 static void t_compact_gc(void)
 {
     SKIP_UNLESS_DATA("rl-a");
-    ferry_store *st = open_store();
     char run[64];
-    new_run(run, sizeof run);
     group g;
-    CHECK_OK(group_open(&g, st, run, 2, 1024, 4, 0));
+    ferry_store *st = run_open(run, &g, 2, 1024, 4, 0);
     ferry_model *m[7];
     for (int v = 1; v <= 7; v++) {
         m[v - 1] = step(v - 1);
