@@ -341,7 +341,7 @@ static int make_parts(ferry_shard_publisher *p, const sh_token *t, const ferry_s
     /* a rank's own parts may not overlap (the others' are checked at commit) */
     sh_part *sorted = ferry__calloc(n + 1, sizeof *sorted);
     if (!sorted) return FERRY_ERR_NOMEM;
-    memcpy(sorted, rec->parts, n * sizeof *sorted);
+    if (n) memcpy(sorted, rec->parts, n * sizeof *sorted); /* a rank whose checkpoint failed has none (parts NULL) */
     ferry__shard_parts_sort(sorted, n);
     int rc = FERRY_OK;
     for (size_t i = 1; i < n && !rc; i++)
