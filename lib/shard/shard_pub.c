@@ -793,7 +793,7 @@ static int merge(const sh_token *t, sh_doc *recs, size_t n, sh_doc *m)
          !(m->obj_tiles = ferry__calloc(2 * (size_t)t->world, sizeof *m->obj_tiles)) || !(m->obj_root = ferry__calloc(2 * (size_t)t->world, 32))))
         return FERRY_ERR_NOMEM;
     for (size_t i = 0; i < n; i++) {
-        memcpy(m->parts + m->nparts, recs[i].parts, recs[i].nparts * sizeof *m->parts);
+        if (recs[i].nparts) memcpy(m->parts + m->nparts, recs[i].parts, recs[i].nparts * sizeof *m->parts); /* none: NULL */
         m->nparts += recs[i].nparts;
         free(recs[i].parts);
         recs[i].parts = NULL;
