@@ -1264,6 +1264,16 @@ static void t_store_list(void)
     ferry_store_free(b);
 }
 
+/* Steps 0..n-1 of rl-a opened into m[] and published by g as versions
+ * 1..n. */
+static void publish_steps(group *g, ferry_model **m, int n)
+{
+    for (int v = 1; v <= n; v++) {
+        m[v - 1] = step(v - 1);
+        CHECK_OK(group_publish(g, m[v - 1], 0, NULL));
+    }
+}
+
 /* ferry_shard_compact: per-rank objects coding version 5's tiles against
  * version 2's; an island at 2 takes them (cheaper than the chain 3..5) and
  * holds version 5 exactly; one whose compacted object is corrupt falls back
@@ -1276,10 +1286,7 @@ static void t_compact(void)
     group g;
     ferry_store *st = run_open(run, &g, 2, 1024, 10, 0);
     ferry_model *m[5];
-    for (int v = 1; v <= 5; v++) {
-        m[v - 1] = step(v - 1);
-        CHECK_OK(group_publish(&g, m[v - 1], 0, NULL));
-    }
+    publish_steps(&g, m, 5);
     island a, b, c;
     CHECK_OK(island_open(&a, st, run, m[1], L_ROWS, 0, 2));
     CHECK_OK(island_open(&b, st, run, m[1], L_ROWS, 0, 2));
@@ -1419,10 +1426,7 @@ static void t_compact_signed(void)
     g_group_keys = trainer;
     CHECK_OK(group_open(&g, st, run, 2, 1024, 10, 0));
     g_group_keys = NULL;
-    for (int v = 1; v <= 4; v++) {
-        m[v - 1] = step(v - 1);
-        CHECK_OK(group_publish(&g, m[v - 1], 0, NULL));
-    }
+    publish_steps(&g, m, 4);
     island a, b;
     CHECK_OK(signed_island(&a, st, run, m[1], trust));
     CHECK_OK(signed_island(&b, st, run, m[1], trust));
@@ -1455,10 +1459,7 @@ static void compacted_run(ferry_store *st, char run[64], group *g, ferry_model *
 {
     new_run(run, 64);
     CHECK_OK(group_open(g, st, run, 2, 1024, 10, 0));
-    for (int v = 1; v <= 5; v++) {
-        m[v - 1] = step(v - 1);
-        CHECK_OK(group_publish(g, m[v - 1], 0, NULL));
-    }
+    publish_steps(g, m, 5);
     ferry_compact_options co = {.from = 2, .to = 5};
     CHECK_OK(ferry_shard_compact(st, run, &co, ci));
 }
@@ -1665,10 +1666,7 @@ static void t_compact_gc(void)
     group g;
     ferry_store *st = run_open(run, &g, 2, 1024, 4, 0);
     ferry_model *m[7];
-    for (int v = 1; v <= 7; v++) {
-        m[v - 1] = step(v - 1);
-        CHECK_OK(group_publish(&g, m[v - 1], 0, NULL));
-    }
+    publish_steps(&g, m, 7);
     island a, b;
     CHECK_OK(island_open(&a, st, run, m[1], L_ROWS, 0, 2));
     CHECK_OK(island_open(&b, st, run, m[1], L_COLS, 1, 2));
